@@ -1,0 +1,31 @@
+# Two entry points on a fresh machine (Python 3.11+ and Java 17+ only):
+#   make demo   - a demo table of many small files, maintained end to end
+#   make test   - the test suite
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test bench check-java clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required (found %s)" % sys.version.split()[0])'
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade uv
+	$(VENV)/bin/uv pip install --quiet --python $(PY) -e '.[test]'
+	@touch $(STAMP)
+
+check-java:
+	@$(PYTHON) scripts/check_java.py
+
+demo: $(STAMP) check-java
+	$(PY) scripts/demo.py
+
+test: $(STAMP) check-java
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+bench: $(STAMP) check-java
+	$(PY) -m benchmarks.run $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) build dist .pytest_cache

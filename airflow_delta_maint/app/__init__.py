@@ -1,0 +1,1 @@
+"""app of airflow-delta-maint."""

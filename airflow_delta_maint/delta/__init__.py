@@ -1,0 +1,1 @@
+"""The Delta protocol core: pure Python + pyarrow. Imports neither pyspark nor airflow."""

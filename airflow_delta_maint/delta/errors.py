@@ -1,0 +1,39 @@
+"""Errors of the Delta core. Each names what is wrong in one sentence."""
+
+from __future__ import annotations
+
+
+class DeltaError(Exception):
+    """Base class of every error the core raises on purpose."""
+
+
+class TableNotFoundError(DeltaError):
+    """The table path does not exist."""
+
+
+class NotADeltaTableError(DeltaError):
+    """The path exists but has no `_delta_log` with commits or checkpoints."""
+
+
+class CorruptLogError(DeltaError):
+    """A commit, checkpoint or compaction file cannot be parsed, or the log is inconsistent."""
+
+
+class MissingVersionError(CorruptLogError):
+    """The log has a gap in its commit versions, or a requested version is gone."""
+
+
+class UnsupportedFeatureError(DeltaError):
+    """The table uses a reader or writer feature this project does not implement."""
+
+
+class CommitConflictError(DeltaError):
+    """A concurrent commit conflicts with ours."""
+
+
+class CommitFailedError(DeltaError):
+    """Committing failed after every retry."""
+
+
+class InvalidArgumentError(DeltaError):
+    """A caller passed an invalid argument (bad predicate, column, retention, ...)."""

@@ -1,0 +1,304 @@
+"""Snapshot: the table state at one version, by the protocol's action reconciliation.
+
+Checkpoints are read as Arrow tables and filtered vectorised; only the actions of the commits
+(and compaction files) after the checkpoint are replayed in Python, newest winning.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from .actions import ADD, ADD_SCHEMA, REMOVE, REMOVE_SCHEMA, Metadata, Protocol, conform, dv_unique_id
+from .errors import CorruptLogError
+from .log import LOG_DIR, Checkpoint, LogSegment, build_segment, parse_json_lines
+from .storage import FileInfo, Storage
+
+log = logging.getLogger(__name__)
+
+_CHECKPOINT_COLUMNS = ("add", "remove", "metaData", "protocol", "txn", "domainMetadata", "sidecar",
+                       "checkpointMetadata")
+
+
+@dataclass
+class _Replay:
+    """Accumulates reconciled state while replaying log files."""
+
+    protocol: dict | None = None
+    metadata: dict | None = None
+    txns: dict[str, dict] = field(default_factory=dict)
+    domains: dict[str, dict] = field(default_factory=dict)  # latest per domain, tombstones included
+    files: dict[tuple[str, str], tuple[str, dict]] = field(default_factory=dict)  # key -> (kind, action)
+
+    def apply(self, actions: Iterable[dict], newer_wins: bool = True) -> None:
+        for action in actions:
+            if "add" in action and action["add"] is not None:
+                a = action["add"]
+                self.files[(a["path"], dv_unique_id(a.get("deletionVector")))] = ("add", a)
+            elif "remove" in action and action["remove"] is not None:
+                r = action["remove"]
+                self.files[(r["path"], dv_unique_id(r.get("deletionVector")))] = ("remove", r)
+            elif "metaData" in action and action["metaData"] is not None:
+                self.metadata = action["metaData"]
+            elif "protocol" in action and action["protocol"] is not None:
+                self.protocol = action["protocol"]
+            elif "txn" in action and action["txn"] is not None:
+                self.txns[action["txn"]["appId"]] = action["txn"]
+            elif "domainMetadata" in action and action["domainMetadata"] is not None:
+                self.domains[action["domainMetadata"]["domain"]] = action["domainMetadata"]
+
+
+@dataclass
+class CheckpointData:
+    """The contents of a checkpoint: file actions as Arrow tables, the rest as dicts."""
+
+    adds: pa.Table
+    removes: pa.Table
+    protocol: dict | None
+    metadata: dict | None
+    txns: dict[str, dict]
+    domains: dict[str, dict]
+
+
+def _read_parquet_actions(data: bytes, what: str) -> pa.Table:
+    try:
+        pf = pq.ParquetFile(io.BytesIO(data))
+        names = [c for c in _CHECKPOINT_COLUMNS if c in pf.schema_arrow.names]
+        return pf.read(columns=names)
+    except (pa.ArrowException, OSError) as exc:
+        raise CorruptLogError(f"corrupt checkpoint {what}: {exc}") from None
+
+
+def _json_actions_table(actions: list[dict]) -> tuple[pa.Table, pa.Table]:
+    adds = [a["add"] for a in actions if a.get("add") is not None]
+    removes = [a["remove"] for a in actions if a.get("remove") is not None]
+    return pa.table({"add": pa.array(adds, type=ADD)}), pa.table({"remove": pa.array(removes, type=REMOVE)})
+
+
+def _file_actions(table: pa.Table, column: str, target: pa.StructType) -> pa.Table:
+    if column not in table.column_names:
+        return pa.Table.from_batches([], schema=pa.schema(list(target)))
+    col = table.column(column)
+    col = col.filter(col.is_valid())
+    arr = conform(col, target) if len(col) else pa.array([], type=target)
+    return pa.Table.from_struct_array(arr)
+
+
+def _dict_actions(table: pa.Table, column: str) -> list[dict]:
+    if column not in table.column_names:
+        return []
+    col = table.column(column)
+    col = col.filter(col.is_valid())
+    return [_clean(v) for v in col.to_pylist()]
+
+
+def _clean(value):
+    """Arrow's to_pylist gives maps as lists of pairs; turn them back into dicts."""
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list) and value and all(isinstance(x, tuple) and len(x) == 2 for x in value):
+        return {k: v for k, v in value}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    return value
+
+
+def read_checkpoint(storage: Storage, checkpoint: Checkpoint) -> CheckpointData:
+    """Read every file of a checkpoint (parts, V2 top-level file and its sidecars)."""
+    add_parts: list[pa.Table] = []
+    remove_parts: list[pa.Table] = []
+    protocol = metadata = None
+    txns: dict[str, dict] = {}
+    domains: dict[str, dict] = {}
+    sidecars: list[str] = []
+    for f in checkpoint.files:
+        data = _read(storage, f.key)
+        if f.key.endswith(".json"):
+            actions = parse_json_lines(data, f.key)
+            adds, removes = _json_actions_table(actions)
+            add_parts.append(_file_actions(adds, "add", ADD))
+            remove_parts.append(_file_actions(removes, "remove", REMOVE))
+            dicts = {c: [a[c] for a in actions if a.get(c) is not None] for c in _CHECKPOINT_COLUMNS}
+        else:
+            table = _read_parquet_actions(data, f.key)
+            add_parts.append(_file_actions(table, "add", ADD))
+            remove_parts.append(_file_actions(table, "remove", REMOVE))
+            dicts = {c: _dict_actions(table, c) for c in ("metaData", "protocol", "txn", "domainMetadata", "sidecar")}
+        for p in dicts.get("protocol", []):
+            protocol = p
+        for m in dicts.get("metaData", []):
+            metadata = m
+        for t in dicts.get("txn", []):
+            txns[t["appId"]] = t
+        for d in dicts.get("domainMetadata", []):
+            domains[d["domain"]] = d
+        sidecars.extend(s["path"] for s in dicts.get("sidecar", []))
+    for path in sidecars:
+        key = path if "/" in path and not path.startswith("_sidecars") else f"{LOG_DIR}_sidecars/{path.split('/')[-1]}"
+        if "://" in path:
+            key = storage.key_for_path(path) or path
+        data = _read(storage, key)
+        if key.endswith(".json"):
+            adds, removes = _json_actions_table(parse_json_lines(data, key))
+            add_parts.append(_file_actions(adds, "add", ADD))
+            remove_parts.append(_file_actions(removes, "remove", REMOVE))
+        else:
+            table = _read_parquet_actions(data, key)
+            add_parts.append(_file_actions(table, "add", ADD))
+            remove_parts.append(_file_actions(table, "remove", REMOVE))
+    return CheckpointData(
+        adds=pa.concat_tables(add_parts) if add_parts else ADD_SCHEMA.empty_table(),
+        removes=pa.concat_tables(remove_parts) if remove_parts else REMOVE_SCHEMA.empty_table(),
+        protocol=protocol, metadata=metadata, txns=txns, domains=domains)
+
+
+def _read(storage: Storage, key: str) -> bytes:
+    try:
+        return storage.read(key)
+    except FileNotFoundError:
+        raise CorruptLogError(f"log file listed but missing or unreadable: {key}") from None
+
+
+def _drop_keys(table: pa.Table, keys: set[tuple[str, str]]) -> pa.Table:
+    """Rows of an add/remove table whose (path, dv id) is not in ``keys``."""
+    if not keys or table.num_rows == 0:
+        return table
+    paths = {p for p, _ in keys}
+    hit = pc.is_in(table.column("path"), value_set=pa.array(list(paths), pa.string()))
+    hit_idx = pc.indices_nonzero(hit).to_pylist()
+    if not hit_idx:
+        return table
+    dvs = table.column("deletionVector").take(hit_idx).to_pylist()
+    path_col = table.column("path").take(hit_idx).to_pylist()
+    drop = [i for i, p, dv in zip(hit_idx, path_col, dvs) if (p, dv_unique_id(dv)) in keys]
+    if not drop:
+        return table
+    keep = np.ones(table.num_rows, dtype=bool)
+    keep[drop] = False
+    return table.filter(pa.array(keep))
+
+
+class Snapshot:
+    """The state of a Delta table at one version.
+
+    Attributes:
+        version: the table version.
+        protocol, metadata: the latest Protocol and Metadata.
+        files: active add actions (Arrow table, schema ``ADD_SCHEMA``).
+        tombstones: remove actions not superseded by a later add (``REMOVE_SCHEMA``).
+        txns: latest txn per appId.
+        domains: live domain metadata per domain (tombstoned domains left out).
+        domain_tombstones: domains whose latest action has ``removed: true``.
+    """
+
+    def __init__(self, storage: Storage, segment: LogSegment, protocol: Protocol, metadata: Metadata,
+                 files: pa.Table, tombstones: pa.Table, txns: dict[str, dict], domains: dict[str, dict],
+                 domain_tombstones: dict[str, dict], commit_timestamp: int | None):
+        self.storage = storage
+        self.segment = segment
+        self.version = segment.version
+        self.protocol = protocol
+        self.metadata = metadata
+        self.files = files
+        self.tombstones = tombstones
+        self.txns = txns
+        self.domains = domains
+        self.domain_tombstones = domain_tombstones
+        self.commit_timestamp = commit_timestamp
+
+    @classmethod
+    def load(cls, table: str | Storage, version: int | None = None,
+             storage_options: Mapping[str, str] | None = None, use_compactions: bool = True) -> "Snapshot":
+        """Load the snapshot at ``version`` (default: latest) of the table at a path or URI."""
+        started = time.perf_counter()
+        storage = table if isinstance(table, Storage) else Storage(table, storage_options)
+        segment = build_segment(storage, version, use_compactions=use_compactions)
+        if segment.checkpoint is not None:
+            cp = read_checkpoint(storage, segment.checkpoint)
+        else:
+            cp = CheckpointData(ADD_SCHEMA.empty_table(), REMOVE_SCHEMA.empty_table(), None, None, {}, {})
+        replay = _Replay(protocol=cp.protocol, metadata=cp.metadata, txns=dict(cp.txns), domains=dict(cp.domains))
+        commit_ts = None
+        for start, end, f in segment.replay:
+            actions = parse_json_lines(_read(storage, f.key), f.key)
+            replay.apply(actions)
+            if start == end == segment.version:
+                for a in actions:
+                    if a.get("commitInfo"):
+                        ci = a["commitInfo"]
+                        commit_ts = ci.get("inCommitTimestamp") or ci.get("timestamp")
+                        break
+        if commit_ts is None and segment.replay:
+            commit_ts = segment.replay[-1][2].mtime_ms
+        if replay.protocol is None:
+            raise CorruptLogError(f"the log has no protocol action at version {segment.version}: {storage.root}")
+        if replay.metadata is None:
+            raise CorruptLogError(f"the log has no metaData action at version {segment.version}: {storage.root}")
+        try:
+            protocol = Protocol.from_action(replay.protocol)
+            metadata = Metadata.from_action(replay.metadata)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CorruptLogError(f"invalid protocol or metaData action: {exc}") from None
+
+        touched = set(replay.files)
+        new_adds = [a for kind, a in replay.files.values() if kind == "add"]
+        new_removes = [a for kind, a in replay.files.values() if kind == "remove"]
+        files = pa.concat_tables([
+            _drop_keys(cp.adds, touched),
+            pa.Table.from_struct_array(pa.array(new_adds, type=ADD)) if new_adds else ADD_SCHEMA.empty_table(),
+        ])
+        tombstones = pa.concat_tables([
+            _drop_keys(cp.removes, touched),
+            pa.Table.from_struct_array(pa.array(new_removes, type=REMOVE)) if new_removes else REMOVE_SCHEMA.empty_table(),
+        ])
+        domains = {d: v for d, v in replay.domains.items() if not v.get("removed")}
+        domain_tombstones = {d: v for d, v in replay.domains.items() if v.get("removed")}
+        snap = cls(storage, segment, protocol, metadata, files, tombstones, replay.txns, domains,
+                   domain_tombstones, commit_ts)
+        log.debug("loaded %s at version %d: %d files in %.2fs", storage.root, snap.version, files.num_rows,
+                  time.perf_counter() - started)
+        return snap
+
+    # -- convenience ---------------------------------------------------------------------
+    @property
+    def partition_columns(self) -> list[str]:
+        return list(self.metadata.partition_columns)
+
+    @property
+    def properties(self) -> dict[str, str]:
+        return dict(self.metadata.configuration)
+
+    @property
+    def num_files(self) -> int:
+        return self.files.num_rows
+
+    @property
+    def size_bytes(self) -> int:
+        return int(pc.sum(self.files.column("size")).as_py() or 0) if self.files.num_rows else 0
+
+    @property
+    def paths(self) -> list[str]:
+        return self.files.column("path").to_pylist()
+
+    def add_actions(self) -> list[dict]:
+        """Active files as plain action dicts (maps as dicts, nulls dropped)."""
+        return [_strip_nulls(_clean(a)) for a in self.files.to_pylist()]
+
+    def tombstone_actions(self) -> list[dict]:
+        return [_strip_nulls(_clean(a)) for a in self.tombstones.to_pylist()]
+
+
+def _strip_nulls(d: dict) -> dict:
+    return {k: (_strip_nulls(v) if isinstance(v, dict) and k == "deletionVector" else v)
+            for k, v in d.items() if v is not None}
+
+
+__all__ = ["CheckpointData", "Snapshot", "read_checkpoint", "FileInfo"]

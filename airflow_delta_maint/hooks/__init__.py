@@ -1,0 +1,1 @@
+"""hooks of airflow-delta-maint."""

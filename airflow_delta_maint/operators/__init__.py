@@ -1,0 +1,1 @@
+"""operators of airflow-delta-maint."""

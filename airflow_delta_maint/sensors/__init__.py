@@ -1,0 +1,1 @@
+"""sensors of airflow-delta-maint."""

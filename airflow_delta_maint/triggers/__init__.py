@@ -1,0 +1,1 @@
+"""triggers of airflow-delta-maint."""

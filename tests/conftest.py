@@ -1,0 +1,56 @@
+"""Shared fixtures: the conformance corpus, table copies, one SparkSession per test session."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CORPUS = Path(os.environ.get("DELTA_MAINT_CORPUS", REPO.parent / "shared" / "conformance")).resolve()
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+def load_manifest() -> list[dict]:
+    """Every corpus table with what delta-rs 1.6.0 made of it."""
+    with open(CORPUS / "manifest.json") as fh:
+        return json.load(fh)["tables"]
+
+
+def corpus_path(name: str) -> Path:
+    return CORPUS / "tables" / name
+
+
+@pytest.fixture(scope="session")
+def manifest() -> list[dict]:
+    if not (CORPUS / "manifest.json").exists():
+        raise FileNotFoundError(f"conformance corpus not found at {CORPUS} (set DELTA_MAINT_CORPUS)")
+    return load_manifest()
+
+
+@pytest.fixture
+def copy_table(tmp_path):
+    """Copy a corpus table into a temporary folder and return the copy's path."""
+
+    def _copy(name: str) -> Path:
+        dest = tmp_path / name.replace("/", "__")
+        shutil.copytree(corpus_path(name), dest)
+        return dest
+
+    return _copy
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local SparkSession for the whole test run."""
+    from airflow_delta_maint.app.spark_session import get_spark
+
+    session = get_spark(master="local[2]", app_name="airflow-delta-maint-tests")
+    yield session
+    session.stop()

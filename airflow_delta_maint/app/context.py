@@ -1,0 +1,33 @@
+"""What a job gets from the framework: the table, storage options, Spark on demand, a logger."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_delta_maint.delta.storage import Storage
+
+
+@dataclass
+class JobContext:
+    table: str
+    storage_options: dict[str, str] = field(default_factory=dict)
+    master: str | None = None
+    log: logging.Logger = field(default_factory=lambda: logging.getLogger("delta_maint"))
+    _spark: Any = None
+    _storage: Storage | None = None
+
+    @property
+    def storage(self) -> Storage:
+        if self._storage is None:
+            self._storage = Storage(self.table, self.storage_options)
+        return self._storage
+
+    def spark(self):
+        """The SparkSession, created on first use (inspect and dry runs never start Spark)."""
+        if self._spark is None:
+            from .spark_session import get_spark
+
+            self._spark = get_spark(self.master)
+        return self._spark

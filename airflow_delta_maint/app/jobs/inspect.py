@@ -1,0 +1,125 @@
+"""Report a table's health without Spark: files, sizes, small files, tombstones, log state."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import numpy as np
+import pyarrow.compute as pc
+
+from airflow_delta_maint.delta.features import check_supported, table_features
+from airflow_delta_maint.delta.history import last_operation_version, log_state
+from airflow_delta_maint.delta.snapshot import Snapshot
+
+from ..context import JobContext
+
+NAME = "inspect"
+DEFAULT_SMALL_FILE_BYTES = 128 * 1024 * 1024
+_HIST_EDGES = [0, 1 << 10, 1 << 20, 8 << 20, 32 << 20, 128 << 20, 512 << 20, 1 << 30]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--version", type=int, help="inspect this version (time travel)")
+    parser.add_argument("--small-file-bytes", type=int, default=DEFAULT_SMALL_FILE_BYTES,
+                        help="files below this size count as small (default 128 MiB)")
+    parser.add_argument("--files", action="store_true", help="also list the active file paths")
+
+
+def _label(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n // size}{unit}"
+    return f"{n}B"
+
+
+def size_histogram(sizes: np.ndarray) -> list[dict[str, Any]]:
+    """File counts and bytes per size bucket (fixed, human-readable edges)."""
+    edges = _HIST_EDGES + [max(int(sizes.max()) + 1 if len(sizes) else 0, (1 << 30) + 1)]
+    out = []
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        mask = (sizes >= lo) & (sizes < hi)
+        label = f"[{_label(lo)}, {_label(hi)})" if hi != edges[-1] else f">= {_label(lo)}"
+        out.append({"bucket": label, "files": int(mask.sum()), "bytes": int(sizes[mask].sum())})
+    return out
+
+
+def inspect_table(snapshot: Snapshot, small_file_bytes: int = DEFAULT_SMALL_FILE_BYTES,
+                  with_files: bool = False) -> dict[str, Any]:
+    """The health report of one snapshot (no Spark)."""
+    check_supported(snapshot.protocol, "inspect")
+    readers, writers = table_features(snapshot.protocol)
+    sizes = snapshot.files.column("size").to_numpy(zero_copy_only=False).astype(np.int64) \
+        if snapshot.num_files else np.zeros(0, dtype=np.int64)
+    storage = snapshot.storage
+    state = log_state(storage)
+    at_latest = snapshot.version == state.latest_version
+    last_optimize = last_operation_version(storage, ["OPTIMIZE"], snapshot.version,
+                                           max_commits=10_000, stop_at=0)
+    dv_files = int(pc.sum(snapshot.files.column("deletionVector").is_valid()).as_py() or 0) \
+        if snapshot.num_files else 0
+    report: dict[str, Any] = {
+        "table": storage.root,
+        "version": snapshot.version,
+        "protocol": {"min_reader_version": snapshot.protocol.min_reader_version,
+                     "min_writer_version": snapshot.protocol.min_writer_version,
+                     "reader_features": sorted(readers), "writer_features": sorted(writers)},
+        "partition_columns": snapshot.partition_columns,
+        "properties": snapshot.properties,
+        "num_files": snapshot.num_files,
+        "size_bytes": int(sizes.sum()),
+        "avg_file_bytes": int(sizes.mean()) if len(sizes) else 0,
+        "small_file_bytes": small_file_bytes,
+        "num_small_files": int((sizes < small_file_bytes).sum()),
+        "small_files_bytes": int(sizes[sizes < small_file_bytes].sum()),
+        "num_files_with_deletion_vectors": dv_files,
+        "file_size_histogram": size_histogram(sizes),
+        "num_tombstones": snapshot.tombstones.num_rows,
+        "tombstone_bytes": int(pc.sum(snapshot.tombstones.column("size")).as_py() or 0)
+        if snapshot.tombstones.num_rows else 0,
+        "last_checkpoint_version": snapshot.segment.checkpoint_version,
+        "commits_since_checkpoint": snapshot.version - (snapshot.segment.checkpoint_version
+                                                        if snapshot.segment.checkpoint_version is not None else -1),
+        "last_compaction_end": state.last_compaction_end if at_latest else None,
+        "commits_since_compaction": state.commits_since_compaction if at_latest else None,
+        "last_optimize_version": last_optimize,
+        "commits_since_optimize": snapshot.version - last_optimize if last_optimize is not None else None,
+    }
+    if with_files:
+        report["files"] = snapshot.paths
+    return report
+
+
+def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
+    snapshot = Snapshot.load(ctx.storage, args.version)
+    report = inspect_table(snapshot, args.small_file_bytes, args.files)
+    report.pop("table")
+    return {"status": "skipped", "version_read": snapshot.version, **report}
+
+
+def format_human(m: dict[str, Any]) -> str:
+    lines = [
+        f"table            {m['table']}",
+        f"version          {m['version']}",
+        f"protocol         reader {m['protocol']['min_reader_version']}, writer {m['protocol']['min_writer_version']}"
+        + (f"; features {', '.join(sorted(set(m['protocol']['reader_features']) | set(m['protocol']['writer_features'])))}"
+           if m['protocol']['reader_features'] or m['protocol']['writer_features'] else ""),
+        f"partitioned by   {', '.join(m['partition_columns']) or '-'}",
+        f"files            {m['num_files']} ({_label(m['size_bytes'])}, avg {_label(m['avg_file_bytes'])})",
+        f"small files      {m['num_small_files']} below {_label(m['small_file_bytes'])} ({_label(m['small_files_bytes'])})",
+        f"deletion vectors {m['num_files_with_deletion_vectors']} files",
+        f"tombstones       {m['num_tombstones']} ({_label(m['tombstone_bytes'])})",
+        f"checkpoint       {m['last_checkpoint_version']} ({m['commits_since_checkpoint']} commits since)",
+        f"log compaction   {m['last_compaction_end']} ({m['commits_since_compaction']} commits since)",
+        f"last OPTIMIZE    {m['last_optimize_version']}"
+        + (f" ({m['commits_since_optimize']} commits since)" if m['last_optimize_version'] is not None else ""),
+        "file sizes:",
+    ]
+    width = max((h["files"] for h in m["file_size_histogram"]), default=0) or 1
+    for h in m["file_size_histogram"]:
+        bar = "#" * max(1 if h["files"] else 0, round(40 * h["files"] / width))
+        lines.append(f"  {h['bucket']:>18} {h['files']:>8} {bar}")
+    if "files" in m:
+        lines.append("files:")
+        lines.extend(f"  {p}" for p in m["files"])
+    return "\n".join(lines)

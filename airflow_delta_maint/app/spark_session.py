@@ -1,0 +1,33 @@
+"""One SparkSession for the application (and the tests)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def get_spark(master: str | None = None, app_name: str = "delta-maint"):
+    """Get or create the SparkSession. Under spark-submit the submitted master and conf win."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    builder = SparkSession.builder.appName(app_name)
+    if master and not _submitted():
+        builder = builder.master(master)
+    builder = (builder
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "8")
+               .config("spark.python.worker.reuse", "true")
+               .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"]))
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def _submitted() -> bool:
+    """True when running inside spark-submit, whose launcher passes the JVM gateway port."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ

@@ -8,4 +8,5 @@
 
 JOB_MODULES = {
     "inspect": "airflow_delta_maint.app.jobs.inspect",
+    "optimize": "airflow_delta_maint.app.jobs.optimize",
 }

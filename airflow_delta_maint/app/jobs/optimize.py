@@ -1,0 +1,275 @@
+"""Compact small files (bin-packing) or Z-order them; commits with dataChange=false."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import threading
+import time
+import uuid
+from typing import Any, Callable, Sequence
+
+from airflow_delta_maint.delta.errors import InvalidArgumentError
+from airflow_delta_maint.delta.features import check_supported
+from airflow_delta_maint.delta.optimize_plan import (DEFAULT_DV_RATIO, Bin, OptimizePlan, plan_optimize,
+                                                     size_percentiles)
+from airflow_delta_maint.delta.snapshot import Snapshot
+from airflow_delta_maint.delta.storage import Storage
+from airflow_delta_maint.delta.transaction import ConflictError, Transaction, conflicting_files
+
+from ..context import JobContext
+from ..rewrite import RewriteSpec, rewrite_bin
+
+NAME = "optimize"
+DEFAULT_BATCH_BYTES = 50 << 30
+log = logging.getLogger("delta_maint.optimize")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--where", dest="predicate", help="partition predicate, e.g. \"date >= '2024-01-01'\"")
+    parser.add_argument("--zorder-by", default="", help="comma-separated data columns to Z-order by")
+    parser.add_argument("--min-file-size", type=int, help="files below this many bytes are compacted "
+                        "(default: delta.targetFileSize, else 1 GiB)")
+    parser.add_argument("--max-file-size", type=int, help="target size of output files in bytes "
+                        "(default: delta.targetFileSize, else 1 GiB)")
+    parser.add_argument("--max-concurrent-bins", type=int, help="at most this many bins in one Spark job")
+    parser.add_argument("--batch-bytes", type=int, default=DEFAULT_BATCH_BYTES,
+                        help="commit after each this many input bytes (default 50 GiB)")
+    parser.add_argument("--dv-ratio", type=float, default=DEFAULT_DV_RATIO,
+                        help="also rewrite files whose deletion vector deletes more than this share of rows")
+    parser.add_argument("--compression", default="snappy", choices=["snappy", "zstd", "gzip", "lz4", "none"],
+                        help="parquet compression of the written files (default snappy)")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan; write nothing")
+
+
+def _zorder_columns(text: str | Sequence[str] | None) -> list[str]:
+    if not text:
+        return []
+    if isinstance(text, str):
+        return [c.strip() for c in text.split(",") if c.strip()]
+    return list(text)
+
+
+def plan_from_params(snapshot: Snapshot, params: dict[str, Any]) -> OptimizePlan:
+    return plan_optimize(snapshot, predicate=params.get("predicate"),
+                         zorder_by=_zorder_columns(params.get("zorder_by")),
+                         min_file_size=params.get("min_file_size"), max_file_size=params.get("max_file_size"),
+                         dv_ratio=params.get("dv_ratio", DEFAULT_DV_RATIO))
+
+
+def nothing_to_do(table: str, storage_options: dict[str, str] | None, params: dict[str, Any]) -> str | None:
+    """Without Spark: a reason when the plan is empty, else None. Bad input raises."""
+    snapshot = Snapshot.load(table, storage_options=storage_options)
+    check_supported(snapshot.protocol, "optimize", snapshot.metadata)
+    plan = plan_from_params(snapshot, params)
+    if plan.is_empty:
+        return (f"nothing to compact at version {snapshot.version}: no partition has two or more files "
+                f"below {plan.min_file_size} bytes or a file with deletion vectors to purge")
+    return None
+
+
+def _batches(bins: list[Bin], batch_bytes: int) -> list[list[Bin]]:
+    out: list[list[Bin]] = [[]]
+    total = 0
+    for b in bins:
+        if out[-1] and total + b.input_bytes > batch_bytes:
+            out.append([])
+            total = 0
+        out[-1].append(b)
+        total += b.input_bytes
+    return [b for b in out if b]
+
+
+class _Progress:
+    """Logs Spark task progress of the running job group every few seconds."""
+
+    def __init__(self, spark, group: str, label: str, total_bytes: int, interval: float = 5.0):
+        self.sc = spark.sparkContext
+        self.group, self.label, self.total_bytes, self.interval = group, label, total_bytes, interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(timeout=1)
+
+    def _run(self) -> None:
+        tracker = self.sc.statusTracker()
+        while not self._stop.wait(self.interval):
+            done = total = 0
+            for job_id in tracker.getJobIdsForGroup(self.group):
+                job = tracker.getJobInfo(job_id)
+                for stage_id in (job.stageIds if job else []):
+                    stage = tracker.getStageInfo(stage_id)
+                    if stage:
+                        done += stage.numCompletedTasks
+                        total += stage.numTasks
+            if total:
+                log.info("%s: %d/%d bins rewritten (batch input %.1f MiB)", self.label, done, total,
+                         self.total_bytes / 2**20)
+
+
+def _execute_bins(spark, spec: RewriteSpec, bins: list[Bin], max_concurrent: int | None,
+                  label: str) -> list[list[dict]]:
+    """Rewrite bins as Spark tasks (largest first); returns the add actions per bin, in order."""
+    order = sorted(range(len(bins)), key=lambda i: -bins[i].input_bytes)
+    waves = [order] if not max_concurrent else [order[i:i + max_concurrent] for i in range(0, len(order), max_concurrent)]
+    results: dict[int, list[dict]] = {}
+    sc = spark.sparkContext
+    for wave in waves:
+        payload = [(i, bins[i].files, bins[i].partition_values) for i in wave]
+        group = f"delta-maint-optimize-{uuid.uuid4().hex[:8]}"
+        sc.setJobGroup(group, f"OPTIMIZE {spec.storage.root}: {label}", interruptOnCancel=True)
+        with _Progress(spark, group, label, sum(bins[i].input_bytes for i in wave)):
+            out = (sc.parallelize(payload, numSlices=len(payload))
+                   .map(lambda item: (item[0], rewrite_bin(spec, item[1], item[2])))
+                   .collect())
+        results.update(out)
+    return [results[i] for i in range(len(bins))]
+
+
+def _remove_action(add: dict, now: int) -> dict:
+    rm = {"path": add["path"], "deletionTimestamp": now, "dataChange": False, "extendedFileMetadata": True,
+          "partitionValues": add.get("partitionValues") or {}, "size": add["size"]}
+    for key in ("stats", "tags", "deletionVector", "baseRowId", "defaultRowCommitVersion"):
+        if add.get(key) is not None:
+            rm[key] = add[key]
+    return {"remove": rm}
+
+
+def _delete_outputs(storage: Storage, adds: list[dict]) -> None:
+    """Remove files this run wrote but will never commit (best effort)."""
+    keys = [k for k in (storage.key_for_path(a["path"]) for a in adds) if k]
+    try:
+        storage.delete_many(keys)
+    except Exception as exc:  # orphans are harmless: VACUUM removes them after the retention period
+        log.warning("could not delete %d uncommitted output files: %s", len(keys), exc)
+
+
+def _commit_batch(snapshot: Snapshot, plan: OptimizePlan, bins: list[Bin], outputs: list[list[dict]],
+                  parameters: dict) -> tuple[int | None, list[int]]:
+    """Commit one batch; on a concurrent delete of input files, drop the bins it touched and retry.
+
+    Returns (committed version or None, indexes of the bins dropped).
+    """
+    keep = list(range(len(bins)))
+    dropped: list[int] = []
+    while keep:
+        now = int(time.time() * 1000)
+        removes = [_remove_action(f, now) for i in keep for f in bins[i].files]
+        adds = [{"add": a} for i in keep for a in outputs[i]]
+        added_sizes = [a["add"]["size"] for a in adds]
+        metrics = {
+            "numRemovedFiles": len(removes), "numAddedFiles": len(adds),
+            "numRemovedBytes": sum(r["remove"]["size"] for r in removes), "numAddedBytes": sum(added_sizes),
+            "numDeletionVectorsRemoved": sum(bins[i].num_dvs for i in keep), "numBatches": 1,
+            "totalConsideredFiles": plan.num_table_files, "totalFilesSkipped": plan.num_table_files - len(removes),
+            **size_percentiles(added_sizes),
+        }
+        txn = Transaction(snapshot, "OPTIMIZE", parameters, job="optimize")
+        txn.add_actions(removes + adds)
+        try:
+            return txn.commit(metrics), dropped
+        except ConflictError as exc:
+            if exc.kind != "ConcurrentDeleteDelete":
+                raise
+            gone = conflicting_files(snapshot.storage, snapshot.version, [f["path"] for i in keep for f in bins[i].files])
+            lost = [i for i in keep if any(f["path"] in gone for f in bins[i].files)]
+            if not lost:
+                raise
+            log.warning("a concurrent commit removed input files of %d bins (e.g. %s at version %d); "
+                        "dropping those bins and committing the rest", len(lost), next(iter(gone)),
+                        next(iter(gone.values())))
+            for i in lost:
+                _delete_outputs(snapshot.storage, outputs[i])
+            dropped.extend(lost)
+            keep = [i for i in keep if i not in lost]
+    return None, dropped
+
+
+def run_optimize(ctx: JobContext, params: dict[str, Any], spark_factory: Callable[[], Any] | None = None) -> dict[str, Any]:
+    """Plan, rewrite with Spark and commit in batches. Returns the job's metrics."""
+    snapshot = Snapshot.load(ctx.storage)
+    check_supported(snapshot.protocol, "optimize", snapshot.metadata)
+    plan = plan_from_params(snapshot, params)
+    batch_bytes = int(params.get("batch_bytes") or DEFAULT_BATCH_BYTES)
+    if batch_bytes <= 0:
+        raise InvalidArgumentError(f"batch bytes must be positive, got {batch_bytes}")
+    if params.get("max_concurrent_bins") is not None and int(params["max_concurrent_bins"]) <= 0:
+        raise InvalidArgumentError(f"max concurrent bins must be positive, got {params['max_concurrent_bins']}")
+    out: dict[str, Any] = {"version_read": snapshot.version, "predicate": plan.predicate,
+                           "zOrderBy": plan.zorder_by, "minFileSizeSetting": plan.min_file_size,
+                           "maxFileSizeSetting": plan.max_file_size}
+    if params.get("dry_run"):
+        return {**out, "status": "dry_run", "plan": plan.summary()}
+    if plan.is_empty:
+        return {**out, "status": "skipped", "reason": "nothing to compact",
+                "numAddedFiles": 0, "numRemovedFiles": 0, "numAddedBytes": 0, "numRemovedBytes": 0}
+    spark = (spark_factory or ctx.spark)()
+    spec = RewriteSpec(ctx.storage, snapshot.metadata.to_action(), compression=params.get("compression") or "snappy",
+                       target_file_bytes=plan.max_file_size)
+    parameters = {"predicate": [plan.predicate] if plan.predicate else [], "zOrderBy": plan.zorder_by,
+                  "auto": False}
+    log.info("OPTIMIZE %s at version %d: %d bins, %d files, %.1f MiB to rewrite", ctx.storage.root,
+             snapshot.version, len(plan.bins), plan.input_files, plan.input_bytes / 2**20)
+    totals = {"numAddedFiles": 0, "numRemovedFiles": 0, "numAddedBytes": 0, "numRemovedBytes": 0,
+              "numDeletionVectorsRemoved": 0}
+    added_sizes: list[int] = []
+    versions: list[int] = []
+    dropped_bins = 0
+    if plan.zorder_by:
+        from ..zorder import execute_zorder
+
+        batches = [plan.bins]
+    else:
+        batches = _batches(plan.bins, batch_bytes)
+    done_bins = 0
+    for n, batch in enumerate(batches, 1):
+        label = f"batch {n}/{len(batches)}"
+        if plan.zorder_by:
+            outputs = execute_zorder(spark, spec, plan)
+        else:
+            outputs = _execute_bins(spark, spec, batch, params.get("max_concurrent_bins"), label)
+        version, dropped = _commit_batch(snapshot, plan, batch, outputs, parameters)
+        dropped_bins += len(dropped)
+        kept = [i for i in range(len(batch)) if i not in set(dropped)]
+        if version is not None:
+            versions.append(version)
+            for i in kept:
+                totals["numRemovedFiles"] += len(batch[i].files)
+                totals["numRemovedBytes"] += batch[i].input_bytes
+                totals["numDeletionVectorsRemoved"] += batch[i].num_dvs
+                for a in outputs[i]:
+                    totals["numAddedFiles"] += 1
+                    totals["numAddedBytes"] += a["size"]
+                    added_sizes.append(a["size"])
+        done_bins += len(batch)
+        log.info("OPTIMIZE %s: %s committed as version %s; %d/%d bins done", ctx.storage.root, label, version,
+                 done_bins, len(plan.bins))
+    return {**out, **totals, **size_percentiles(added_sizes),
+            "status": "committed" if versions else "skipped",
+            "version_committed": versions[-1] if versions else None, "versions_committed": versions,
+            "numBatches": len(batches), "numBins": len(plan.bins), "numBinsDroppedByConflicts": dropped_bins,
+            "totalConsideredFiles": plan.num_table_files,
+            "totalFilesSkipped": plan.num_table_files - totals["numRemovedFiles"]}
+
+
+def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
+    params = {k: getattr(args, k) for k in ("predicate", "zorder_by", "min_file_size", "max_file_size",
+                                             "max_concurrent_bins", "batch_bytes", "dv_ratio", "compression",
+                                             "dry_run")}
+    return run_optimize(ctx, params)
+
+
+def format_human(m: dict[str, Any]) -> str:
+    if m["status"] == "dry_run":
+        return json.dumps(m["plan"], indent=2)
+    return (f"OPTIMIZE {m['table']}: {m['status']}, version {m.get('version_read')} -> {m.get('version_committed')}; "
+            f"removed {m.get('numRemovedFiles', 0)} files ({m.get('numRemovedBytes', 0)} bytes), "
+            f"added {m.get('numAddedFiles', 0)} files ({m.get('numAddedBytes', 0)} bytes) in {m['duration_s']}s")

@@ -1,0 +1,228 @@
+"""OPTIMIZE planning on the driver (no Spark): which files to rewrite, in which bins.
+
+Bin-packing follows delta-spark's OptimizeExecutor: per partition, candidate files (smaller
+than ``min_file_size``, or carrying a deletion vector that deletes more than ``dv_ratio`` of
+their rows) are sorted by size and packed into bins of at most ``max_file_size``; a bin of a
+single file is dropped unless the file has a deletion vector to purge. With Z-order every
+file of a partition forms one group.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import pyarrow.compute as pc
+
+from .errors import InvalidArgumentError
+from .predicate import BoolOp, Cmp, Expr, In, Not, check_partition_columns, evaluate, parse_predicate
+from .schema import Column, parse_partition_value, parse_schema, resolve_column
+from .snapshot import Snapshot
+
+GIB = 1 << 30
+DEFAULT_DV_RATIO = 0.05
+
+
+@dataclass
+class Bin:
+    """Files of one partition rewritten together into one file (or a Z-ordered group)."""
+
+    partition_values: dict[str, str | None]
+    files: list[dict]
+    input_bytes: int = 0
+
+    @property
+    def num_dvs(self) -> int:
+        return sum(1 for f in self.files if f.get("deletionVector"))
+
+
+@dataclass
+class OptimizePlan:
+    version: int
+    min_file_size: int
+    max_file_size: int
+    zorder_by: list[str]
+    predicate: str | None
+    zorder_columns: list[Column] = field(default_factory=list)
+    bins: list[Bin] = field(default_factory=list)
+    num_candidate_files: int = 0
+    num_table_files: int = 0
+
+    @property
+    def input_files(self) -> int:
+        return sum(len(b.files) for b in self.bins)
+
+    @property
+    def input_bytes(self) -> int:
+        return sum(b.input_bytes for b in self.bins)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.bins
+
+    def predicted_output_files(self) -> int:
+        if not self.zorder_by:
+            return len(self.bins)
+        return sum(max(1, math.ceil(b.input_bytes / self.max_file_size)) for b in self.bins)
+
+    def summary(self) -> dict[str, Any]:
+        """The dry-run view of the plan."""
+        partitions: dict[str, dict[str, int]] = {}
+        for b in self.bins:
+            key = "/".join(f"{k}={v}" for k, v in sorted(b.partition_values.items())) or "<unpartitioned>"
+            p = partitions.setdefault(key, {"bins": 0, "files": 0, "bytes": 0})
+            p["bins"] += 1
+            p["files"] += len(b.files)
+            p["bytes"] += b.input_bytes
+        return {
+            "num_partitions": len(partitions),
+            "num_bins": len(self.bins),
+            "num_files_to_rewrite": self.input_files,
+            "num_bytes_to_rewrite": self.input_bytes,
+            "predicted_output_files": self.predicted_output_files(),
+            "num_deletion_vectors_to_purge": sum(b.num_dvs for b in self.bins),
+            "partitions": partitions,
+        }
+
+
+def file_size_settings(snapshot: Snapshot, min_file_size: int | None, max_file_size: int | None) -> tuple[int, int]:
+    """Defaults: the table's ``delta.targetFileSize``, else 1 GiB (delta-spark's defaults)."""
+    target = snapshot.properties.get("delta.targetFileSize")
+    default = int(target) if target and str(target).isdigit() else GIB
+    max_size = int(max_file_size) if max_file_size is not None else default
+    min_size = int(min_file_size) if min_file_size is not None else min(default, max_size)
+    if min_size <= 0 or max_size <= 0:
+        raise InvalidArgumentError(f"file sizes must be positive (min {min_size}, max {max_size})")
+    return min_size, max_size
+
+
+def validate_zorder(snapshot: Snapshot, columns: Sequence[str]) -> list[Column]:
+    """Z-order columns must exist and must not be partition columns."""
+    partition = {c.lower() for c in snapshot.partition_columns}
+    out: list[Column] = []
+    for name in columns:
+        if name.lower() in partition:
+            raise InvalidArgumentError(f"cannot Z-order by partition column {name!r}: partition columns are"
+                                       " already clustered; Z-order by data columns instead")
+        out.append(resolve_column(snapshot.metadata.schema_string, name))
+    if len({c.logical_path for c in out}) != len(out):
+        raise InvalidArgumentError(f"Z-order columns repeat: {', '.join(columns)}")
+    return out
+
+
+def _partition_filter(snapshot: Snapshot, predicate: str | None):
+    if not predicate:
+        return None
+    expr: Expr = parse_predicate(predicate)
+    mapping = check_partition_columns(expr, snapshot.partition_columns)
+    schema = parse_schema(snapshot.metadata.schema_string)
+    types = {c: schema.field(mapping[c]).type for c in mapping}
+
+    def coerce(column: str, literal: Any) -> Any:
+        if literal is None:
+            return None
+        try:
+            return parse_partition_value(str(literal).lower() if isinstance(literal, bool) else str(literal),
+                                         types[column])
+        except (ValueError, TypeError) as exc:
+            raise InvalidArgumentError(f"invalid literal {literal!r} for column {column}: {exc}") from None
+
+    def matches(values: dict[str, str | None]) -> bool:
+        typed = {c: parse_partition_value(values.get(mapping[c]), types[c]) for c in mapping}
+        return evaluate(expr, typed, coerce) is True
+
+    for column, literal in _literals(expr):  # bad literals fail now, before any file is read
+        coerce(column, literal)
+    return matches
+
+
+def _literals(expr: Expr):
+    """(column, literal) of every comparison in the predicate."""
+    if isinstance(expr, Cmp):
+        yield expr.column, expr.value
+    elif isinstance(expr, In):
+        for value in expr.values:
+            yield expr.column, value
+    elif isinstance(expr, Not):
+        yield from _literals(expr.part)
+    elif isinstance(expr, BoolOp):
+        for part in expr.parts:
+            yield from _literals(part)
+
+
+def _dv_ratio_exceeded(add: dict, ratio: float) -> bool:
+    dv = add.get("deletionVector")
+    if not dv:
+        return False
+    stats = add.get("stats")
+    try:
+        records = json.loads(stats).get("numRecords") if stats else None
+    except ValueError:
+        records = None
+    if not records:
+        return True
+    return dv.get("cardinality", 0) / records > ratio
+
+
+def plan_optimize(snapshot: Snapshot, *, predicate: str | None = None, zorder_by: Sequence[str] = (),
+                  min_file_size: int | None = None, max_file_size: int | None = None,
+                  dv_ratio: float = DEFAULT_DV_RATIO) -> OptimizePlan:
+    """Plan the rewrite of ``snapshot``; raises InvalidArgumentError for bad input."""
+    min_size, max_size = file_size_settings(snapshot, min_file_size, max_file_size)
+    zorder = validate_zorder(snapshot, zorder_by) if zorder_by else []
+    matches = _partition_filter(snapshot, predicate)
+    plan = OptimizePlan(snapshot.version, min_size, max_size, [c.name for c in zorder], predicate,
+                        zorder_columns=zorder, num_table_files=snapshot.num_files)
+    files = snapshot.files
+    if files.num_rows == 0:
+        return plan
+    if not zorder:
+        small = pc.less(files.column("size"), min_size)
+        with_dv = files.column("deletionVector").is_valid()
+        files = files.filter(pc.or_(small, with_dv))
+    groups: dict[tuple, list[dict]] = {}
+    for add in files.to_pylist():
+        pv = dict(add["partitionValues"] or [])
+        add["partitionValues"] = pv
+        if matches is not None and not matches(pv):
+            continue
+        if not zorder and add["size"] >= min_size and not _dv_ratio_exceeded(add, dv_ratio):
+            continue
+        add = {k: v for k, v in add.items() if v is not None}
+        if isinstance(add.get("tags"), list):
+            add["tags"] = dict(add["tags"])
+        groups.setdefault(tuple(sorted(pv.items(), key=lambda kv: kv[0])), []).append(add)
+    plan.num_candidate_files = sum(len(g) for g in groups.values())
+    for key in sorted(groups, key=lambda k: [(a, b or "") for a, b in k]):
+        group = groups[key]
+        pv = dict(key)
+        if zorder:
+            plan.bins.append(Bin(pv, sorted(group, key=lambda a: a["path"]), sum(a["size"] for a in group)))
+            continue
+        group.sort(key=lambda a: (a["size"], a["path"]))
+        current: list[dict] = []
+        current_bytes = 0
+        packed: list[Bin] = []
+        for add in group:
+            if current and current_bytes + add["size"] > max_size:
+                packed.append(Bin(pv, current, current_bytes))
+                current, current_bytes = [], 0
+            current.append(add)
+            current_bytes += add["size"]
+        if current:
+            packed.append(Bin(pv, current, current_bytes))
+        plan.bins.extend(b for b in packed if len(b.files) > 1 or b.files[0].get("deletionVector"))
+    return plan
+
+
+def size_percentiles(sizes: Sequence[int]) -> dict[str, int]:
+    """min/p25/p50/p75/max of file sizes, as delta-spark's OPTIMIZE metrics name them."""
+    if not sizes:
+        return {}
+    arr = np.asarray(sizes, dtype=np.int64)
+    q = np.percentile(arr, [25, 50, 75], method="lower")
+    return {"minFileSize": int(arr.min()), "p25FileSize": int(q[0]), "p50FileSize": int(q[1]),
+            "p75FileSize": int(q[2]), "maxFileSize": int(arr.max())}

@@ -262,7 +262,7 @@ def rewrite_bin(spec: RewriteSpec, adds: list[dict], partition_values: dict[str,
 def write_sorted_groups(spec: RewriteSpec, batches: Iterable[pa.RecordBatch], group_col: str,
                         groups: dict[int, tuple[str, dict]], drop: list[str]) -> Iterator[dict]:
     """Write batches sorted by ``group_col`` into files: a new file at each group change and
-    whenever a file reaches the target size. Yields add actions."""
+    whenever a file reaches the target size. Yields add actions, each with its group as ``_gid``."""
     writer: DataFileWriter | None = None
     current: int | None = None
     try:
@@ -278,7 +278,7 @@ def write_sorted_groups(spec: RewriteSpec, batches: Iterable[pa.RecordBatch], gr
                 part = pa.Table.from_batches([batch.slice(int(s), int(e - s))]).drop_columns(drop)
                 part = conform_table(part, spec.write_schema)
                 if writer is not None and (gid != current or writer.bytes_in >= spec.target_file_bytes * 2):
-                    yield writer.close()
+                    yield {**writer.close(), "_gid": current}
                     writer = None
                 if writer is None:
                     out_dir, pv = groups[gid]
@@ -286,7 +286,7 @@ def write_sorted_groups(spec: RewriteSpec, batches: Iterable[pa.RecordBatch], gr
                     current = gid
                 writer.write(part)
         if writer is not None and writer.rows:
-            yield writer.close()
+            yield {**writer.close(), "_gid": current}
             writer = None
     finally:
         if writer is not None:

@@ -8,5 +8,6 @@
 
 JOB_MODULES = {
     "inspect": "airflow_delta_maint.app.jobs.inspect",
+    "vacuum": "airflow_delta_maint.app.jobs.vacuum",
     "optimize": "airflow_delta_maint.app.jobs.optimize",
 }

@@ -1,0 +1,297 @@
+"""Delete files no table version inside the retention window needs (VACUUM full or lite).
+
+Full mode lists the table root with Spark (the driver lists the top folders, Spark tasks list
+the subtrees), keeps untracked files younger than the cutoff and everything the snapshot still
+references, and deletes the rest in parallel Spark tasks. Lite mode reads the candidates from
+the log instead of listing. Both commit ``VACUUM START`` and ``VACUUM END`` (no file actions,
+so they never conflict with writers) and then record the watermark in ``_last_vacuum_info``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+from airflow_delta_maint.delta.errors import InvalidArgumentError
+from airflow_delta_maint.delta.features import check_supported
+from airflow_delta_maint.delta.log import list_log
+from airflow_delta_maint.delta.snapshot import Snapshot
+from airflow_delta_maint.delta.storage import FileInfo, Storage
+from airflow_delta_maint.delta.transaction import ConflictError, Transaction
+from airflow_delta_maint.delta.vacuum import (
+    VacuumPlan, delete_files, is_hidden, lite_candidates, plan_vacuum, remove_empty_dirs, select_candidates,
+    table_retention_ms, write_last_vacuum_info,
+)
+
+from ..context import JobContext
+
+NAME = "vacuum"
+DRY_RUN_LIST_CAP = 1000
+DELETE_BATCH = 1000
+DRIVER_DELETE_MAX = 1000  # full mode: fewer files than this are deleted on the driver
+LITE_DRIVER_DELETE_MAX = 20000  # lite mode never starts Spark below this many files
+_PROGRESS_EVERY_S = 5.0
+
+log = logging.getLogger("delta_maint.vacuum")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--retention-hours", type=float, default=None,
+                        help="keep files needed by versions of the last H hours (default: the table's "
+                             "delta.deletedFileRetentionDuration, 7 days if unset)")
+    parser.add_argument("--mode", choices=("full", "lite"), default="full",
+                        help="full lists every file under the table; lite reads the files to delete from the log")
+    parser.add_argument("--dry-run", action="store_true", help="report what would be deleted; delete and commit nothing")
+    parser.add_argument("--ignore-retention-check", action="store_true",
+                        help="allow a retention shorter than the table's (unsafe while others read or write)")
+
+
+# -- listing with Spark ----------------------------------------------------------------------------
+@dataclass
+class Listing:
+    """What full mode found under the table root."""
+
+    candidates: list[FileInfo]
+    files: int
+    bytes: int
+    dirs: int
+
+
+def _scan(storage: Storage, files: Sequence[FileInfo], valid: frozenset[str] | set[str], cutoff_ms: int,
+          partition_columns: Sequence[str]) -> tuple[list[tuple[str, int, int]], int, int, set[str]]:
+    found = select_candidates(files, valid, cutoff_ms, partition_columns)
+    dirs = {f.key.rpartition("/")[0] for f in files if "/" in f.key}
+    return ([(f.key, f.size, f.mtime_ms) for f in found], len(files), sum(f.size for f in files), dirs)
+
+
+def _list_subtrees(prefixes: Iterator[str], shared: Any) -> Iterator[tuple]:
+    """Spark task: list the subtrees under ``prefixes`` and keep the files to delete."""
+    storage, valid, cutoff_ms, partition_columns = shared.value
+    for prefix in prefixes:
+        listed = [f for f in storage.list_recursive(prefix + "/") if not is_hidden(f.key, partition_columns)]
+        yield _scan(storage, listed, valid, cutoff_ms, partition_columns)
+
+
+def list_candidates(ctx: JobContext, storage: Storage, plan: VacuumPlan) -> Listing:
+    """List every file under the table root in parallel and pick full mode's candidates.
+
+    The driver lists the top folders (and one or two levels more while there are fewer folders
+    than Spark has cores to keep busy); Spark tasks list the subtrees and filter them against the
+    valid set, so only candidates travel back to the driver.
+    """
+    spark = ctx.spark()
+    sc = spark.sparkContext
+    parallelism = max(1, sc.defaultParallelism)
+    partition_columns = list(plan.partition_columns)
+    driver_files: list[FileInfo] = []
+    folders: list[str] = []
+    frontier = [""]
+    all_dirs: set[str] = set()
+    for depth in range(3):
+        nxt: list[str] = []
+        for prefix in frontier:
+            sub, files = storage.list_dir(prefix + "/" if prefix else "")
+            driver_files.extend(f for f in files if not is_hidden(f.key, partition_columns))
+            for d in sub:
+                d = d.rstrip("/")
+                if not is_hidden(d, partition_columns):
+                    nxt.append(d)
+                    all_dirs.add(d)
+        frontier = nxt
+        if len(frontier) >= 2 * parallelism or not frontier:
+            break
+    folders = frontier
+    candidates, n_files, n_bytes, dirs = _scan(storage, driver_files, plan.valid, plan.cutoff_ms, partition_columns)
+    all_dirs.update(dirs)
+    log.info("listed %d files in the top folders; listing %d subtrees with Spark", n_files, len(folders))
+    if folders:
+        shared = sc.broadcast((storage, frozenset(plan.valid), plan.cutoff_ms, partition_columns))
+        try:
+            slices = min(len(folders), parallelism * 4)
+            rdd = sc.parallelize(folders, slices).mapPartitions(lambda it: _list_subtrees(it, shared))
+            for found, count, size, sub_dirs in rdd.collect():
+                candidates.extend(found)
+                n_files += count
+                n_bytes += size
+                all_dirs.update(sub_dirs)
+        finally:
+            shared.unpersist()
+    log.info("listed %d files (%d bytes) in %d folders; %d are untracked and older than the cutoff",
+             n_files, n_bytes, len(all_dirs) + 1, len(candidates))
+    return Listing([FileInfo(k, s, m) for k, s, m in candidates], n_files, n_bytes, len(all_dirs))
+
+
+# -- deleting ----------------------------------------------------------------------------------------
+def _delete_partition(keys: Iterator[str], storage: Storage, counter: Any) -> Iterator[int]:
+    """Spark task: delete its keys in batches; report progress through an accumulator."""
+    batch: list[str] = []
+    total = 0
+    for key in keys:
+        batch.append(key)
+        if len(batch) >= DELETE_BATCH:
+            n = delete_files(storage, batch)
+            counter.add(n)
+            total += n
+            batch = []
+    if batch:
+        n = delete_files(storage, batch)
+        counter.add(n)
+        total += n
+    yield total
+
+
+def delete_parallel(ctx: JobContext, storage: Storage, keys: list[str], driver_max: int) -> int:
+    """Delete ``keys``: on the driver when few, else in batched Spark tasks; log progress."""
+    if not keys:
+        return 0
+    total = len(keys)
+    if total <= driver_max:
+        deleted = delete_files(storage, keys)
+        log.info("deleted %d / %d files", deleted, total)
+        return deleted
+    sc = ctx.spark().sparkContext
+    slices = max(1, min(math.ceil(total / DELETE_BATCH), sc.defaultParallelism * 8))
+    counter = sc.accumulator(0)
+    result: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            rdd = sc.parallelize(keys, slices).mapPartitions(lambda it: _delete_partition(it, storage, counter))
+            result["deleted"] = sum(rdd.collect())
+        except BaseException as exc:  # re-raised on the driver thread below
+            result["error"] = exc
+
+    worker = threading.Thread(target=run, name="vacuum-delete", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(_PROGRESS_EVERY_S)
+        if worker.is_alive():
+            log.info("deleted %d / %d files", counter.value, total)
+    if "error" in result:
+        raise result["error"]
+    log.info("deleted %d / %d files", result["deleted"], total)
+    return int(result["deleted"])
+
+
+# -- commits -----------------------------------------------------------------------------------------
+def _commit_marker(snapshot: Snapshot, operation: str, parameters: dict, metrics: dict,
+                   plan: VacuumPlan | None = None) -> int:
+    """Commit a VACUUM marker (no file actions). Only a protocol or metadata change can conflict:
+    reload, re-check the table (and for START the retention), and commit again."""
+    for _ in range(10):
+        try:
+            return Transaction(snapshot, operation, parameters, job="vacuum").commit(metrics)
+        except ConflictError as exc:
+            log.info("%s: %s; reloading the table and committing again", operation, exc)
+            snapshot = Snapshot.load(snapshot.storage)
+            check_supported(snapshot.protocol, "vacuum", snapshot.metadata)
+            if plan is not None and plan.retention_check_enabled \
+                    and plan.retention_ms < table_retention_ms(snapshot.metadata):
+                raise InvalidArgumentError(
+                    "the table's delta.deletedFileRetentionDuration grew longer than this VACUUM's retention while "
+                    "it was planning; nothing was deleted, run it again") from None
+    raise InvalidArgumentError(f"could not commit {operation}: the table metadata kept changing")
+
+
+# -- the job -----------------------------------------------------------------------------------------
+def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
+    storage = ctx.storage
+    snapshot = Snapshot.load(storage)
+    check_supported(snapshot.protocol, "vacuum", snapshot.metadata)
+    listing_log = list_log(storage)
+    plan = plan_vacuum(snapshot, args.retention_hours, args.mode, args.ignore_retention_check,
+                       listing=listing_log)
+    retention_hours = plan.retention_ms / 3_600_000
+    metrics: dict[str, Any] = {
+        "version_read": snapshot.version,
+        "mode": plan.mode,
+        "retention_hours": retention_hours,
+        "cutoff_timestamp": plan.cutoff_ms,
+        "numValidFiles": len(plan.valid),
+    }
+    log.info("VACUUM %s of %s at version %d: deleting untracked files older than %s (retention %g hours)",
+             plan.mode, storage.root, snapshot.version,
+             time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(plan.cutoff_ms / 1000)), retention_hours)
+
+    watermark: int | None
+    if plan.mode == "full":
+        found = list_candidates(ctx, storage, plan)
+        files = found.candidates
+        dirs_vacuumed = found.dirs + 1
+        watermark = plan.latest_outside
+        metrics.update(numFilesListed=found.files, sizeOfFilesListed=found.bytes)
+    else:
+        assert plan.lite is not None
+        lite = lite_candidates(plan, storage)
+        files = lite.files
+        dirs_vacuumed = 1
+        watermark = lite.watermark
+        metrics.update(eligibleStartCommitVersion=plan.lite.start if not plan.lite.empty else None,
+                       eligibleEndCommitVersion=plan.lite.end if not plan.lite.empty else None,
+                       numCommitsRead=lite.commits_read, numTombstonesNotExpired=lite.skipped_young)
+        log.info("read commits %d to %d: %d files to delete", plan.lite.start, plan.lite.end, len(files))
+
+    files.sort(key=lambda f: f.key)
+    size = sum(f.size for f in files)
+    metrics.update(numFilesToDelete=len(files), sizeOfDataToDelete=size)
+
+    if args.dry_run:
+        metrics.update(status="dry_run", numFilesDeleted=0, numDeletedFiles=0, numVacuumedDirectories=0,
+                       files_to_delete=[f.key for f in files[:DRY_RUN_LIST_CAP]],
+                       files_to_delete_truncated=len(files) > DRY_RUN_LIST_CAP)
+        return metrics
+
+    if not files:
+        if watermark is not None and watermark != (plan.lite.watermark if plan.lite else None):
+            write_last_vacuum_info(storage, watermark)
+        metrics.update(status="skipped", numFilesDeleted=0, numDeletedFiles=0, numVacuumedDirectories=0,
+                       numDeletedDirectories=0, reason="no file to delete")
+        return metrics
+
+    start_version = _commit_marker(snapshot, "VACUUM START", plan.commit_parameters(),
+                                   {"numFilesToDelete": len(files), "sizeOfDataToDelete": size}, plan)
+    metrics["version_vacuum_start"] = start_version
+    keys = [f.key for f in files]
+    try:
+        deleted = delete_parallel(ctx, storage, keys,
+                                  DRIVER_DELETE_MAX if plan.mode == "full" else LITE_DRIVER_DELETE_MAX)
+        removed_dirs = remove_empty_dirs(storage, keys, plan.cutoff_ms, plan.partition_columns)
+    except BaseException:
+        _commit_marker(snapshot, "VACUUM END", {"status": "FAILED"}, {})
+        raise
+    end_version = _commit_marker(snapshot, "VACUUM END", {"status": "COMPLETED"},
+                                 {"numDeletedFiles": deleted, "numVacuumedDirectories": dirs_vacuumed})
+    if watermark is not None:
+        write_last_vacuum_info(storage, watermark)
+    log.info("deleted %d files (%d bytes planned) and %d empty folders; committed VACUUM END at version %d",
+             deleted, size, removed_dirs, end_version)
+    metrics.update(status="committed", version_committed=end_version, numFilesDeleted=deleted,
+                   numDeletedFiles=deleted, numVacuumedDirectories=dirs_vacuumed,
+                   numDeletedDirectories=removed_dirs, lastVacuumWatermark=watermark)
+    return metrics
+
+
+def format_human(m: dict[str, Any]) -> str:
+    lines = [f"VACUUM {m.get('mode')} of {m['table']}: {m['status']}",
+             f"  version read       {m.get('version_read')}",
+             f"  retention          {m.get('retention_hours'):g} hours"]
+    if m.get("mode") == "full":
+        lines.append(f"  files listed       {m.get('numFilesListed')}")
+    else:
+        lines.append(f"  commits read       {m.get('eligibleStartCommitVersion')} to {m.get('eligibleEndCommitVersion')}")
+    lines.append(f"  files to delete    {m.get('numFilesToDelete')} ({m.get('sizeOfDataToDelete')} bytes)")
+    if m["status"] == "dry_run":
+        lines.extend(f"    {k}" for k in m.get("files_to_delete", []))
+        if m.get("files_to_delete_truncated"):
+            lines.append(f"    ... and {m['numFilesToDelete'] - len(m['files_to_delete'])} more")
+    else:
+        lines.append(f"  files deleted      {m.get('numDeletedFiles')}")
+        lines.append(f"  empty folders      {m.get('numDeletedDirectories', 0)} removed")
+    if m.get("version_committed") is not None:
+        lines.append(f"  committed          VACUUM END at version {m['version_committed']}")
+    return "\n".join(lines)

@@ -315,6 +315,8 @@ def _data_leaf(table: pa.Table, col: Column) -> _LeafStats:
         return out
     name = col.type.name  # type: ignore[union-attr]
     valid = arr.drop_null() if arr.null_count else arr
+    if pa.types.is_dictionary(valid.type):
+        valid = valid.cast(valid.type.value_type)
     if len(valid) == 0:
         out.min_max_known = True
         return out
@@ -345,7 +347,7 @@ def _data_leaf(table: pa.Table, col: Column) -> _LeafStats:
     elif unit is not None:
         lo, hi = _micros(int(lo), unit), _micros(int(hi), unit)
     else:
-        lo, hi = (lo if isinstance(lo, (str, Decimal)) else int(lo)), (hi if isinstance(hi, (str, Decimal)) else int(hi))
+        lo, hi = (v if isinstance(v, (str, Decimal)) else int(v) for v in (lo, hi))
     out.min, out.max, out.min_max_known = lo, hi, True
     return out
 
@@ -414,7 +416,8 @@ def file_stats(parquet_metadata: pq.FileMetaData, metadata: Metadata, table: pa.
     cols = stats_columns(metadata)
     stats = _footer_stats(parquet_metadata, cols)
     if table is not None:
-        stats = [(_data_leaf(table, c) if _needs_data(c, ls) else ls) for c, ls in zip(cols, stats)]
+        stats = [(_data_leaf(table, c) if _needs_data(c, ls) and _column_data(table, c) is not None else ls)
+                 for c, ls in zip(cols, stats)]
     return _assemble(parquet_metadata.num_rows, cols, stats, tight_bounds)
 
 

@@ -230,7 +230,7 @@ class Transaction:
                 raise InvalidArgumentError(
                     f"a transaction takes single add, remove, domainMetadata or txn actions, got {action!r:.200}")
             kind, body = next(iter(action.items()))
-            required = {"add": ("path", "size", "dataChange"), "remove": ("path", "dataChange"),
+            required = {"add": ("path", "size", "modificationTime", "dataChange"), "remove": ("path", "dataChange"),
                         "domainMetadata": ("domain", "configuration", "removed"),
                         "txn": ("appId", "version")}[kind]
             missing = [k for k in required if not isinstance(body, dict) or k not in body]
@@ -260,10 +260,9 @@ class Transaction:
 
     @property
     def is_blind_append(self) -> bool:
-        """Only data-changing adds, nothing removed (nothing read)."""
+        """Only data-changing adds and nothing removed: the commit read nothing (txn/domain actions aside)."""
         files = list(self._file_actions())
-        return bool(files) and all(k == "add" and body.get("dataChange") for k, body in files) and not any(
-            next(iter(a)) in ("domainMetadata", "txn") for a in self._actions)
+        return bool(files) and all(k == "add" and body.get("dataChange") for k, body in files)
 
     @property
     def isolation_level(self) -> str:
@@ -324,7 +323,7 @@ class Transaction:
         info["readVersion"] = self.read_version
         info["isolationLevel"] = self.isolation_level
         info["isBlindAppend"] = self.is_blind_append
-        info["operationMetrics"] = {str(k): _metric(v) for k, v in (metrics or {}).items()}
+        info["operationMetrics"] = {str(k): _metric(v) for k, v in (metrics or {}).items() if v is not None}
         info["engineInfo"] = self.engine_info
         info["txnId"] = self.txn_id
         return info
@@ -414,8 +413,8 @@ def _normalise_maps(body: dict) -> dict:
         value = out.get(name)
         if isinstance(value, list):
             out[name] = {k: v for k, v in value}
-    if out.get("partitionValues") is None and "partitionValues" in out:
-        out["partitionValues"] = {}
+    if out.get("partitionValues") is None and ("partitionValues" in out or "modificationTime" in out):
+        out["partitionValues"] = {}  # required on add; an empty map for an unpartitioned table
     return out
 
 

@@ -1,0 +1,240 @@
+"""The table-feature gate, on corpus tables and on synthetic protocols."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_delta_maint.delta.actions import Metadata, Protocol
+from airflow_delta_maint.delta.errors import UnsupportedFeatureError
+from airflow_delta_maint.delta.features import (
+    JOBS, KNOWN_WRITER_FEATURES, SUPPORTED_WRITER_FEATURES, check_supported, table_features,
+    unsupported_features,
+)
+from airflow_delta_maint.delta.snapshot import Snapshot
+from tests.conftest import corpus_path
+
+WRITING_JOBS = ("checkpoint", "compact-log", "vacuum", "optimize")
+
+
+def proto(rv: int, wv: int, readers=(), writers=()) -> Protocol:
+    return Protocol(rv, wv, tuple(readers), tuple(writers))
+
+
+def meta(**configuration: str) -> Metadata:
+    return Metadata(id="t", schema_string="", partition_columns=(), configuration=dict(configuration))
+
+
+def load(name: str) -> Snapshot:
+    return Snapshot.load(str(corpus_path(name)))
+
+
+# -- legacy versions imply features ------------------------------------------------------------
+
+@pytest.mark.parametrize("wv, expected", [
+    (1, set()),
+    (2, {"appendOnly", "invariants"}),
+    (3, {"appendOnly", "invariants", "checkConstraints"}),
+    (4, {"appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns"}),
+    (5, {"appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns", "columnMapping"}),
+    (6, {"appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns", "columnMapping",
+         "identityColumns"}),
+])
+def test_legacy_writer_versions_imply_features(wv, expected):
+    reader, writer = table_features(proto(1, wv))
+    assert reader == frozenset()
+    assert writer == expected
+
+
+def test_legacy_reader_2_implies_column_mapping_and_explicit_lists_count_only_at_3_7():
+    assert table_features(proto(2, 5))[0] == {"columnMapping"}
+    # Feature lists below reader 3 / writer 7 are not part of the protocol: ignored.
+    reader, writer = table_features(proto(2, 6, ["deletionVectors"], ["rowTracking"]))
+    assert reader == {"columnMapping"} and "rowTracking" not in writer and "identityColumns" in writer
+    reader, writer = table_features(proto(3, 7, ["deletionVectors"], ["appendOnly"]))
+    assert reader == {"deletionVectors"} and writer == {"deletionVectors", "appendOnly"}
+
+
+def test_every_legacy_protocol_passes_every_job():
+    for rv in (1, 2):
+        for wv in range(1, 7):
+            if rv == 2 and wv < 5:
+                continue
+            for job in JOBS:
+                check_supported(proto(rv, wv), job, meta())
+
+
+# -- versions and unknown names -------------------------------------------------------------------
+
+@pytest.mark.parametrize("job", JOBS)
+def test_reader_version_above_3_is_refused(job):
+    with pytest.raises(UnsupportedFeatureError, match=rf"minReaderVersion 4.*{job}"):
+        check_supported(proto(4, 7), job)
+
+
+@pytest.mark.parametrize("job", WRITING_JOBS)
+def test_writer_version_above_7_is_refused_for_writing_jobs(job):
+    with pytest.raises(UnsupportedFeatureError, match="minWriterVersion 8"):
+        check_supported(proto(1, 8), job)
+
+
+def test_readers_ignore_writer_only_features_and_versions():
+    # The protocol asks readers to check reader features only.
+    for job in ("read", "inspect"):
+        check_supported(proto(1, 8), job)
+        check_supported(proto(3, 7, [], ["someFutureWriterFeature", "rowTracking"]), job)
+
+
+def test_unknown_reader_feature_is_refused_by_every_job():
+    for job in JOBS:
+        with pytest.raises(UnsupportedFeatureError, match="unknown reader feature 'teleport'"):
+            check_supported(proto(3, 7, ["teleport"], ["teleport"]), job)
+
+
+def test_message_names_every_feature_and_the_job():
+    p = proto(3, 7, ["deletionVectors", "variantType"],
+              ["deletionVectors", "variantType", "rowTracking", "clustering", "typeWidening", "mystery"])
+    with pytest.raises(UnsupportedFeatureError) as exc:
+        check_supported(p, "optimize", meta())
+    message = str(exc.value)
+    for name in ("variantType", "rowTracking", "clustering", "typeWidening", "mystery", "optimize"):
+        assert name in message
+    assert "'deletionVectors'" not in message
+
+
+def test_unknown_job_is_a_value_error():
+    with pytest.raises(ValueError, match="unknown job"):
+        check_supported(proto(1, 2), "defrag")
+
+
+# -- per-job decisions on synthetic protocols -------------------------------------------------
+
+@pytest.mark.parametrize("feature", ["rowTracking", "clustering", "collations", "collations-preview"])
+def test_optimize_refuses_writer_features_a_rewrite_cannot_honour(feature):
+    p = proto(1, 7, [], ["appendOnly", feature])
+    with pytest.raises(UnsupportedFeatureError, match=rf"writer feature '{feature}'"):
+        check_supported(p, "optimize", meta())
+    for job in ("vacuum", "compact-log", "checkpoint", "inspect", "read"):
+        check_supported(p, job, meta())
+
+
+@pytest.mark.parametrize("feature", ["typeWidening", "typeWidening-preview", "variantType", "variantShredding"])
+def test_optimize_refuses_reader_writer_type_features(feature):
+    p = proto(3, 7, [feature], [feature])
+    with pytest.raises(UnsupportedFeatureError, match=feature):
+        check_supported(p, "optimize", meta())
+    for job in ("vacuum", "compact-log", "checkpoint", "inspect"):
+        check_supported(p, job, meta())
+
+
+def test_read_converts_widened_types_but_not_variants():
+    check_supported(proto(3, 7, ["typeWidening"], ["typeWidening"]), "read")
+    with pytest.raises(UnsupportedFeatureError, match="variantType"):
+        check_supported(proto(3, 7, ["variantType"], ["variantType"]), "read")
+
+
+def test_optimize_allows_identity_columns_and_deletion_vectors_and_ict():
+    p = proto(3, 7, ["deletionVectors", "columnMapping", "timestampNtz", "vacuumProtocolCheck", "v2Checkpoint"],
+              ["deletionVectors", "columnMapping", "timestampNtz", "vacuumProtocolCheck", "v2Checkpoint",
+               "identityColumns", "inCommitTimestamp", "domainMetadata", "changeDataFeed", "appendOnly",
+               "invariants", "checkConstraints", "generatedColumns", "checkpointProtection"])
+    check_supported(p, "optimize", meta())
+    check_supported(proto(1, 6), "optimize", meta())
+
+
+def test_iceberg_compat_refused_by_optimize_only_while_enabled():
+    p = proto(2, 7, [], ["columnMapping", "icebergCompatV2"])
+    check_supported(p, "optimize", meta(**{"delta.enableIcebergCompatV2": "false"}))
+    with pytest.raises(UnsupportedFeatureError, match="icebergCompatV2.*enabled"):
+        check_supported(p, "optimize", meta(**{"delta.enableIcebergCompatV2": "true"}))
+    with pytest.raises(UnsupportedFeatureError, match="icebergCompatV2"):
+        check_supported(p, "optimize")  # no metadata: assume the worst
+    check_supported(p, "vacuum", meta(**{"delta.enableIcebergCompatV2": "true"}))
+
+
+def test_vacuum_supports_vacuum_protocol_check_and_checks_writer_features():
+    check_supported(proto(3, 7, ["vacuumProtocolCheck"], ["vacuumProtocolCheck"]), "vacuum", meta())
+    with pytest.raises(UnsupportedFeatureError, match="unknown writer feature 'newFileKind'"):
+        check_supported(proto(3, 7, ["vacuumProtocolCheck"], ["vacuumProtocolCheck", "newFileKind"]), "vacuum")
+
+
+def test_checkpoint_refuses_v2_checkpoint_tables_but_log_compaction_does_not():
+    p = proto(3, 7, ["v2Checkpoint"], ["v2Checkpoint"])
+    with pytest.raises(UnsupportedFeatureError, match="checkpoint.*v2Checkpoint|v2Checkpoint.*checkpoint"):
+        check_supported(p, "checkpoint", meta())
+    for job in ("compact-log", "vacuum", "optimize", "read", "inspect"):
+        check_supported(p, job, meta())
+
+
+@pytest.mark.parametrize("job", JOBS)
+def test_catalog_managed_tables_are_refused_by_every_job(job):
+    p = proto(3, 7, ["catalogManaged"], ["catalogManaged", "inCommitTimestamp"])
+    with pytest.raises(UnsupportedFeatureError, match="catalogManaged"):
+        check_supported(p, job, meta())
+
+
+def test_supported_writer_features_are_known_names():
+    assert set(SUPPORTED_WRITER_FEATURES) == set(JOBS)
+    for job, names in SUPPORTED_WRITER_FEATURES.items():
+        assert names <= KNOWN_WRITER_FEATURES, job
+
+
+# -- corpus tables ------------------------------------------------------------------------------
+
+CORPUS_EXPECTATIONS = [
+    # (table, jobs allowed, jobs refused, feature named in the refusal)
+    ("spark/table-with-dv-small", JOBS, (), None),
+    ("rs/table-with-dv-small", JOBS, (), None),
+    ("golden/table-with-columnmapping-mode-name", JOBS, (), None),
+    ("golden/data-reader-timestamp_ntz-id-mode", JOBS, (), None),
+    ("golden/basic-with-vacuum-protocol-check-feature", JOBS, (), None),
+    ("rs/cdc_ict_table", JOBS, (), None),
+    ("golden/v2-checkpoint-json", ("read", "inspect", "compact-log", "vacuum", "optimize"), ("checkpoint",),
+     "v2Checkpoint"),
+    ("rs/table-with-domain-metadata", ("read", "inspect", "checkpoint", "compact-log", "vacuum"), ("optimize",),
+     "rowTracking"),
+    ("golden/type-widening", ("read", "inspect", "checkpoint", "compact-log", "vacuum"), ("optimize",),
+     "typeWidening-preview"),
+    ("golden/collations-table", ("read", "inspect", "checkpoint", "compact-log", "vacuum"), ("optimize",),
+     "collations"),
+    ("golden/table-with-icebegCompatV2Enabled", ("read", "inspect", "checkpoint", "compact-log", "vacuum"),
+     ("optimize",), "icebergCompatV2"),
+    ("rs/spark-variant-stable-feature-checkpoint", ("inspect", "checkpoint", "compact-log", "vacuum"),
+     ("read", "optimize"), "variantType"),
+    # 'liquid' is no feature name the protocol defines: writers refuse it, readers ignore writer-only names.
+    ("rs/table_with_liquid_clustering", ("read", "inspect"), ("checkpoint", "compact-log", "vacuum", "optimize"),
+     "liquid"),
+    # Invalid on purpose: reader version 5 with an unknown reader feature 'blahabl'.
+    ("rs/simple_table_features", (), JOBS, "blahabl"),
+    # Invalid on purpose: reader version 99.
+    ("golden/deltalog-invalid-protocol-version", (), JOBS, "minReaderVersion 99"),
+]
+
+
+@pytest.mark.parametrize("table, allowed, refused, named", CORPUS_EXPECTATIONS,
+                         ids=[c[0] for c in CORPUS_EXPECTATIONS])
+def test_corpus_tables(table, allowed, refused, named):
+    snap = load(table)
+    for job in allowed:
+        check_supported(snap.protocol, job, snap.metadata)
+    for job in refused:
+        with pytest.raises(UnsupportedFeatureError) as exc:
+            check_supported(snap.protocol, job, snap.metadata)
+        assert named in str(exc.value) and job in str(exc.value)
+
+
+def test_every_loadable_corpus_table_is_classified_without_error(manifest):
+    """The gate answers for every table: no crash, and plain tables pass every job."""
+    plain = 0
+    for entry in manifest:
+        oracle = entry["oracle"]
+        if not oracle.get("loaded"):
+            continue
+        p = proto(oracle["min_reader_version"], oracle["min_writer_version"], oracle["reader_features"],
+                  oracle["writer_features"])
+        for job in JOBS:
+            unsupported_features(p, job, None)
+        if oracle["min_reader_version"] == 1 and oracle["min_writer_version"] <= 6:
+            plain += 1
+            for job in JOBS:
+                check_supported(p, job)
+    assert plain > 50

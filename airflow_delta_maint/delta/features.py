@@ -23,9 +23,9 @@ Every job calls :func:`check_supported` before it writes anything. The decision 
   while enabled, Iceberg compatibility (materialised partition values, numRecords stats, no
   deletion vectors). Identity columns are allowed: a rewrite generates no identity values,
   so the high-water mark is untouched.
-- ``checkpoint`` writes classic (V1 spec) checkpoints, so it refuses ``v2Checkpoint`` tables.
-  ``compact-log`` writes log compaction files, which every feature allows; a job that also
-  writes a checkpoint checks ``checkpoint`` as well.
+- ``checkpoint`` and ``compact-log`` copy reconciled state into new log files; every known
+  feature allows that (the checkpoint writer writes V2-spec checkpoints on ``v2Checkpoint``
+  tables). A job that writes both checks each.
 - Catalog-managed tables are refused by every job: their latest commits live in a catalog.
 - Nothing here deletes log files, so ``checkpointProtection`` is allowed everywhere.
 """
@@ -97,7 +97,7 @@ _LOG_ONLY_WRITER = KNOWN_WRITER_FEATURES - _CATALOG
 SUPPORTED_WRITER_FEATURES: dict[str, frozenset[str]] = {
     "read": frozenset(),
     "inspect": frozenset(),
-    "checkpoint": _LOG_ONLY_WRITER - {"v2Checkpoint"},
+    "checkpoint": _LOG_ONLY_WRITER,
     "compact-log": _LOG_ONLY_WRITER,
     "vacuum": _LOG_ONLY_WRITER,
     "optimize": frozenset({

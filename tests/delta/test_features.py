@@ -157,11 +157,9 @@ def test_vacuum_supports_vacuum_protocol_check_and_checks_writer_features():
         check_supported(proto(3, 7, ["vacuumProtocolCheck"], ["vacuumProtocolCheck", "newFileKind"]), "vacuum")
 
 
-def test_checkpoint_refuses_v2_checkpoint_tables_but_log_compaction_does_not():
+def test_v2_checkpoint_tables_are_fine_for_every_job():
     p = proto(3, 7, ["v2Checkpoint"], ["v2Checkpoint"])
-    with pytest.raises(UnsupportedFeatureError, match="checkpoint.*v2Checkpoint|v2Checkpoint.*checkpoint"):
-        check_supported(p, "checkpoint", meta())
-    for job in ("compact-log", "vacuum", "optimize", "read", "inspect"):
+    for job in JOBS:
         check_supported(p, job, meta())
 
 
@@ -188,8 +186,7 @@ CORPUS_EXPECTATIONS = [
     ("golden/data-reader-timestamp_ntz-id-mode", JOBS, (), None),
     ("golden/basic-with-vacuum-protocol-check-feature", JOBS, (), None),
     ("rs/cdc_ict_table", JOBS, (), None),
-    ("golden/v2-checkpoint-json", ("read", "inspect", "compact-log", "vacuum", "optimize"), ("checkpoint",),
-     "v2Checkpoint"),
+    ("golden/v2-checkpoint-json", JOBS, (), None),
     ("rs/table-with-domain-metadata", ("read", "inspect", "checkpoint", "compact-log", "vacuum"), ("optimize",),
      "rowTracking"),
     ("golden/type-widening", ("read", "inspect", "checkpoint", "compact-log", "vacuum"), ("optimize",),

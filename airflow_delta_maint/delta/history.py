@@ -80,6 +80,21 @@ def log_state(storage: Storage) -> LogState:
     return LogState(latest, checkpoint, compaction)
 
 
+def latest_version_cheap(storage: Storage) -> tuple[int, int | None]:
+    """The latest version and the ``_last_checkpoint`` version, without listing the log.
+
+    Gallops existence checks upwards from the checkpoint the hint names (or from version 0), so
+    the cost grows with the logarithm of the commits since that checkpoint, never with the
+    size of ``_delta_log``. Falls back to :func:`log_state` when neither starting point exists.
+    """
+    hint = read_last_checkpoint_hint(storage)
+    start = hint if hint is not None else 0
+    if storage.exists(commit_key(start)):
+        return _gallop_latest(storage, start), hint
+    state = log_state(storage)
+    return state.latest_version, state.last_checkpoint_version
+
+
 def read_commit_info_head(storage: Storage, version: int) -> dict | None:
     """The commitInfo of a commit, reading its first 64 KiB (the whole file only if needed)."""
     key = commit_key(version)
@@ -122,4 +137,4 @@ def last_operation_version(storage: Storage, operations: Iterable[str], latest: 
     return None
 
 
-__all__ = ["LogState", "log_state", "last_operation_version", "read_commit_info_head", "LOG_DIR"]
+__all__ = ["LogState", "log_state", "latest_version_cheap", "last_operation_version", "read_commit_info_head", "LOG_DIR"]

@@ -1,0 +1,453 @@
+"""Submit the bundled Delta maintenance application with spark-submit."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+import uuid
+import zipfile
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import psutil
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
+
+import airflow_delta_maint
+from airflow_delta_maint.app.metrics import read_metrics
+
+PACKAGE_DIR = Path(airflow_delta_maint.__file__).resolve().parent
+APPLICATION = PACKAGE_DIR / "app" / "main.py"
+_EXCLUDED_DIRS = {"__pycache__", "tests", ".pytest_cache"}
+_EXCLUDED_SUFFIXES = (".pyc", ".pyo")
+_PYTHON_CONF_KEYS = ("spark.pyspark.python", "spark.pyspark.driver.python")
+
+
+def default_cache_dir() -> Path:
+    """Where package bundles are cached: ``$DELTA_MAINT_CACHE_DIR`` or a folder in the temp dir."""
+    configured = os.environ.get("DELTA_MAINT_CACHE_DIR")
+    if configured:
+        return Path(configured)
+    return Path(tempfile.gettempdir()) / f"airflow-delta-maint-{os.getuid() if hasattr(os, 'getuid') else 0}"
+
+
+def _package_files() -> list[Path]:
+    files = []
+    for root, dirs, names in os.walk(PACKAGE_DIR):
+        dirs[:] = sorted(d for d in dirs if d not in _EXCLUDED_DIRS and not d.startswith("."))
+        for name in sorted(names):
+            if name.endswith(_EXCLUDED_SUFFIXES) or name.startswith("."):
+                continue
+            files.append(Path(root) / name)
+    return files
+
+
+def build_package_zip(cache_dir: str | os.PathLike | None = None) -> str:
+    """
+    Zip this package for ``--py-files`` and return the zip's path.
+
+    The zip is named after the package version and a hash of the package's content, so it is built
+    once per version and content and reused until either changes. Tests and ``__pycache__``
+    folders are left out. The zip is written whole or not at all (temp file, then rename).
+
+    :param cache_dir: folder to keep the zip in (default: :func:`default_cache_dir`).
+    :return: absolute path of the zip.
+    """
+    files = _package_files()
+    digest = hashlib.sha256()
+    contents: list[tuple[str, bytes]] = []
+    for path in files:
+        arcname = "airflow_delta_maint/" + path.relative_to(PACKAGE_DIR).as_posix()
+        data = path.read_bytes()
+        contents.append((arcname, data))
+        digest.update(arcname.encode() + b"\0" + hashlib.sha256(data).digest())
+    folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"airflow_delta_maint-{airflow_delta_maint.__version__}-{digest.hexdigest()[:16]}.zip"
+    if target.exists():
+        return str(target)
+    tmp = folder / f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+    try:
+        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+            for arcname, data in contents:
+                info = zipfile.ZipInfo(arcname, date_time=(1980, 1, 1, 0, 0, 0))
+                info.compress_type = zipfile.ZIP_DEFLATED
+                info.external_attr = 0o644 << 16
+                zf.writestr(info, data)
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return str(target)
+
+
+def pyspark_home() -> str | None:
+    """The folder of the installed ``pyspark`` package (a valid ``SPARK_HOME``), found without importing it."""
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return str(next(iter(spec.submodule_search_locations)))
+
+
+class DeltaMaintHook(SparkSubmitHook):
+    """
+    Run one job of the Delta maintenance application with spark-submit and return its metrics.
+
+    Builds on the Spark provider's :class:`~airflow.providers.apache.spark.hooks.spark_submit.SparkSubmitHook`
+    and its ``spark`` connection (master ``local[*]``, ``spark://host:port``, ``yarn``,
+    ``k8s://...``; extras ``deploy-mode``, ``queue``, ``namespace``, ``spark-binary``). The
+    application file and a zip of this package (``--py-files``) are submitted; the driver writes
+    the run's metrics JSON, which :meth:`run_job` reads back and returns.
+
+    In client deploy mode (and in local mode) the driver runs on this machine and writes the
+    metrics to a temporary local file. In cluster deploy mode the driver runs elsewhere, so
+    ``metrics_uri`` must name a folder on storage both the driver and this worker can reach
+    (``s3://bucket/delta-maint/metrics``, a shared mount, ...).
+
+    :param conn_id: the :ref:`spark connection id <howto/connection:spark-submit>`.
+    :param conf: extra Spark configuration, passed as ``--conf`` (``spark.pyspark.python`` defaults
+        to this worker's interpreter when neither it nor ``PYSPARK_PYTHON`` is given).
+    :param spark_binary: the command to run (default ``spark-submit``; found on ``PATH``, next to
+        this interpreter, or in ``$SPARK_HOME/bin``).
+    :param metrics_uri: folder URI for the metrics file in cluster deploy mode.
+    :param deploy_mode: ``client`` or ``cluster``; overrides the connection's ``deploy-mode`` extra.
+    :param env_vars: environment variables for spark-submit (and the driver in client mode).
+    :param name: the Spark application name.
+    :param cache_dir: folder for the cached ``--py-files`` zip.
+    :param spark_submit_kwargs: any other :class:`SparkSubmitHook` argument (``executor_memory``,
+        ``driver_memory``, ``num_executors``, ``verbose``, ...).
+    """
+
+    conn_name_attr = "conn_id"
+    default_conn_name = "spark_default"
+    conn_type = "spark"
+    hook_name = "Delta Lake maintenance (Spark)"
+
+    def __init__(
+        self,
+        conn_id: str = default_conn_name,
+        conf: Mapping[str, Any] | None = None,
+        spark_binary: str | None = None,
+        metrics_uri: str | None = None,
+        deploy_mode: str | None = None,
+        env_vars: Mapping[str, Any] | None = None,
+        name: str = "delta-maint",
+        cache_dir: str | os.PathLike | None = None,
+        **spark_submit_kwargs: Any,
+    ) -> None:
+        self._check_connection(conn_id)
+        self.user_env_vars = {k: str(v) for k, v in (env_vars or {}).items()}
+        self.metrics_uri = metrics_uri
+        self.cache_dir = cache_dir
+        super().__init__(
+            conf=self._default_conf(conf, self.user_env_vars),
+            conn_id=conn_id,
+            spark_binary=spark_binary,
+            deploy_mode=deploy_mode,
+            name=name,
+            **spark_submit_kwargs,
+        )
+        if self._connection["master"].startswith("spark://") and self.is_cluster_mode:
+            raise AirflowException(
+                "Spark standalone clusters do not run Python applications in cluster deploy mode; "
+                f"use deploy mode 'client' with master {self._connection['master']}"
+            )
+        if self._is_yarn or self._is_kubernetes:
+            self._add_driver_env_conf()
+        self._extra_py_files = self._py_files
+        self._process_tree: list[psutil.Process] = []
+
+    # -- configuration ------------------------------------------------------------------------
+    @staticmethod
+    def _check_connection(conn_id: str) -> None:
+        try:
+            SparkSubmitHook.get_connection(conn_id)
+        except AirflowNotFoundException:
+            raise AirflowNotFoundException(
+                f"The Spark connection {conn_id!r} is not defined. Create it (connection type 'spark', "
+                "host = the master, e.g. local[*] or spark://host:7077), for example with "
+                f"AIRFLOW_CONN_{conn_id.upper()}='{{\"conn_type\": \"spark\", \"host\": \"local[*]\"}}'"
+            ) from None
+
+    @staticmethod
+    def _default_conf(conf: Mapping[str, Any] | None, env_vars: Mapping[str, str]) -> dict[str, Any]:
+        merged = dict(conf or {})
+        if not any(k in merged for k in _PYTHON_CONF_KEYS) and "PYSPARK_PYTHON" not in env_vars:
+            merged["spark.pyspark.python"] = sys.executable
+        merged.setdefault("spark.ui.showConsoleProgress", "false")
+        return merged
+
+    def _add_driver_env_conf(self) -> None:
+        template = "spark.yarn.appMasterEnv.{}" if self._is_yarn else "spark.kubernetes.driverEnv.{}"
+        for key, value in self.user_env_vars.items():
+            self._conf.setdefault(template.format(key), value)
+
+    @property
+    def master(self) -> str:
+        """The Spark master this hook submits to."""
+        return self._connection["master"]
+
+    @property
+    def is_cluster_mode(self) -> bool:
+        """True when the driver runs on the cluster (deploy mode ``cluster``)."""
+        return self._connection["deploy_mode"] == "cluster"
+
+    @property
+    def is_local_master(self) -> bool:
+        """True for ``local``, ``local[N]`` and ``local[*]`` masters."""
+        return self.master.startswith("local")
+
+    def _get_spark_binary_path(self) -> list[str]:
+        binary = self._connection["spark_binary"] or "spark-submit"
+        return [self._resolve_binary(binary)]
+
+    @staticmethod
+    def _resolve_binary(binary: str) -> str:
+        if os.sep in binary:
+            return binary
+        candidates = [os.environ.get("PATH", ""), os.path.dirname(sys.executable)]
+        spark_home = os.environ.get("SPARK_HOME") or pyspark_home()
+        if spark_home:
+            candidates.append(os.path.join(spark_home, "bin"))
+        return shutil.which(binary, path=os.pathsep.join(p for p in candidates if p)) or binary
+
+    def submit_env(self) -> dict[str, str]:
+        """The environment of the spark-submit process."""
+        env = dict(os.environ)
+        if not env.get("SPARK_HOME"):
+            home = pyspark_home()
+            if home:
+                env["SPARK_HOME"] = home
+        if not self.is_cluster_mode and "PYSPARK_PYTHON" not in self.user_env_vars:
+            python = self._conf.get("spark.pyspark.python")
+            if python:
+                env["PYSPARK_PYTHON"] = str(python)
+        if not (self._is_yarn or self._is_kubernetes) or not self.is_cluster_mode:
+            env.update(self.user_env_vars)
+        return env
+
+    def check_master_reachable(self, timeout_s: float = 10.0) -> None:
+        """
+        Fail fast when a standalone master (``spark://host:port[,host:port]``) accepts no connection.
+
+        spark-submit itself retries an unreachable standalone master for about a minute before it
+        gives up; this check turns that into an immediate, clear error.
+
+        :param timeout_s: how long to wait for each master address.
+        :raises AirflowException: when no master address accepts a TCP connection.
+        """
+        if not self.master.startswith("spark://"):
+            return
+        errors = []
+        for address in self.master[len("spark://"):].split(","):
+            host, _, port = address.strip().rpartition(":")
+            try:
+                with socket.create_connection((host or address, int(port or 7077)), timeout=timeout_s):
+                    return
+            except (OSError, ValueError) as exc:
+                errors.append(f"{address}: {exc}")
+        raise AirflowException(f"the Spark master {self.master} is unreachable ({'; '.join(errors)})")
+
+    # -- command ------------------------------------------------------------------------------
+    def new_metrics_location(self, job: str) -> str:
+        """Where the driver of the next run writes its metrics (a fresh name each call)."""
+        name = f"delta-maint-{job}-{uuid.uuid4().hex}.json"
+        if self.is_cluster_mode:
+            if not self.metrics_uri:
+                raise AirflowException(
+                    "deploy mode 'cluster' needs metrics_uri: a folder on storage that both the Spark driver "
+                    "and the Airflow worker can reach (e.g. s3://bucket/delta-maint/metrics)"
+                )
+            return f"{self.metrics_uri.rstrip('/')}/{name}"
+        folder = Path(tempfile.gettempdir()) / "airflow-delta-maint-metrics"
+        folder.mkdir(parents=True, exist_ok=True)
+        return str(folder / name)
+
+    @staticmethod
+    def application_args(
+        job: str,
+        table_uri: str,
+        job_args: Sequence[str] = (),
+        metrics_out: str | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> list[str]:
+        """
+        The application's command line: ``JOB TABLE [job options] --json --metrics-out URI [--storage-option K=V]...``.
+
+        :param job: the job name (``optimize``, ``vacuum``, ``compact-log``, ``inspect``).
+        :param table_uri: the table's path or URI.
+        :param job_args: the job's own options.
+        :param metrics_out: where the driver writes the metrics JSON.
+        :param storage_options: object-store options for the table.
+        """
+        args = [job, table_uri, *[str(a) for a in job_args], "--json"]
+        if metrics_out:
+            args += ["--metrics-out", metrics_out]
+        for key, value in (storage_options or {}).items():
+            args += ["--storage-option", f"{key}={value}"]
+        return args
+
+    def build_command(
+        self,
+        job: str,
+        table_uri: str,
+        job_args: Sequence[str] = (),
+        metrics_out: str | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> list[str]:
+        """
+        The full spark-submit command for one job (also sets the hook up to submit it).
+
+        :param job: the job name.
+        :param table_uri: the table's path or URI.
+        :param job_args: the job's own options.
+        :param metrics_out: where the driver writes the metrics JSON.
+        :param storage_options: object-store options for the table.
+        """
+        self._py_files = ",".join(filter(None, [build_package_zip(self.cache_dir), self._extra_py_files]))
+        self._application_args = self.application_args(job, table_uri, job_args, metrics_out, storage_options)
+        return self._build_spark_submit_command(str(APPLICATION))
+
+    # -- running ------------------------------------------------------------------------------
+    def run_job(
+        self,
+        job: str,
+        table_uri: str,
+        job_args: Sequence[str] = (),
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """
+        Submit one job and wait for it; return its metrics object.
+
+        :param job: the job name (``optimize``, ``vacuum``, ``compact-log``, ``inspect``).
+        :param table_uri: the table's path or URI.
+        :param job_args: the job's own options.
+        :param storage_options: object-store options for the table (passed to the application and
+            used to read a metrics file from object storage).
+        :raises AirflowException: when the job fails; the message is the application's own error.
+        """
+        self.check_master_reachable()
+        metrics_out = self.new_metrics_location(job)
+        self.build_command(job, table_uri, job_args, metrics_out, storage_options)
+        options = {k: str(v) for k, v in (storage_options or {}).items()}
+        try:
+            try:
+                self.submit(str(APPLICATION), env=self.submit_env(), start_new_session=True)
+            except AirflowException as exc:
+                metrics = self._try_read_metrics(metrics_out, options)
+                if metrics and metrics.get("status") == "failed" and metrics.get("error"):
+                    raise AirflowException(f"delta-maint {job} failed: {metrics['error']}") from exc
+                raise
+            metrics = self._try_read_metrics(metrics_out, options)
+            if metrics is None:
+                raise AirflowException(
+                    f"delta-maint {job}: spark-submit succeeded but the driver wrote no metrics to {metrics_out}"
+                    f"{self._submit_log_tail}"
+                )
+            if metrics.get("status") == "failed":
+                raise AirflowException(f"delta-maint {job} failed: {metrics.get('error', 'unknown error')}")
+            return metrics
+        finally:
+            self._cleanup_processes()
+            if not self.is_cluster_mode:
+                try:
+                    os.unlink(metrics_out)
+                except OSError:
+                    pass
+
+    def _process_spark_submit_log(self, itr: Iterator[Any]) -> None:
+        super()._process_spark_submit_log(self._watch_tree(itr))
+
+    def _watch_tree(self, itr: Iterator[Any]) -> Iterator[Any]:
+        """Pass spark-submit's output through, noting its process tree at most once a second."""
+        last = 0.0
+        for line in itr:
+            now = time.monotonic()
+            if now - last >= 1.0:
+                self._snapshot_tree()
+                last = now
+            yield line
+
+    @staticmethod
+    def _try_read_metrics(uri: str, storage_options: Mapping[str, str]) -> dict[str, Any] | None:
+        try:
+            return read_metrics(uri, storage_options)
+        except (OSError, ValueError, json.JSONDecodeError):
+            return None
+        except Exception:  # object-store errors: the metrics are missing, not the job's failure
+            return None
+
+    # -- killing ------------------------------------------------------------------------------
+    def _snapshot_tree(self) -> list[psutil.Process]:
+        proc = self._submit_sp
+        if proc is None or proc.poll() is not None:
+            return list(self._process_tree)
+        try:
+            parent = psutil.Process(proc.pid)
+            tree = [parent, *parent.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return list(self._process_tree)
+        known = {p.pid for p in self._process_tree}
+        self._process_tree.extend(p for p in tree if p.pid not in known)
+        return list(self._process_tree)
+
+    @staticmethod
+    def _terminate(processes: Sequence[psutil.Process], grace_s: float = 10.0) -> None:
+        alive = []
+        for p in processes:
+            try:
+                p.terminate()
+                alive.append(p)
+            except psutil.NoSuchProcess:
+                pass
+        _, still = psutil.wait_procs(alive, timeout=grace_s)
+        for p in still:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(still, timeout=5)
+
+    def _cleanup_processes(self) -> None:
+        """After spark-submit ends, stop whatever it left (a driver's Python workers, normally none)."""
+        leftovers = []
+        for p in self._process_tree:
+            try:
+                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                    leftovers.append(p)
+            except psutil.NoSuchProcess:
+                pass
+        if leftovers:
+            self._terminate(leftovers, grace_s=5.0)
+        self._process_tree = []
+
+    def on_kill(self) -> None:
+        """
+        Kill the running job.
+
+        In local and client deploy mode the driver runs on this machine: spark-submit, the driver
+        JVM, the Python driver and every Python worker are stopped (SIGTERM, then SIGKILL). In
+        cluster mode the Spark provider's own kill runs (YARN application, Kubernetes pod).
+        """
+        tree = self._snapshot_tree()
+        if self.is_cluster_mode:
+            super().on_kill()
+            self._terminate(tree)
+            return
+        self.log.info("Stopping spark-submit and its %d child processes", max(0, len(tree) - 1))
+        self._terminate(tree)
+        if self._submit_sp is not None:
+            try:
+                os.killpg(self._submit_sp.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        super().on_kill()

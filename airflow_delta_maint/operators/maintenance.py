@@ -1,0 +1,390 @@
+"""Operators that run the Delta maintenance jobs (OPTIMIZE, VACUUM, log compaction) with spark-submit."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_delta_maint.app.jobs import JOB_MODULES
+from airflow_delta_maint.app.metrics import base_metrics, finish
+from airflow_delta_maint.delta.errors import DeltaError
+from airflow_delta_maint.hooks.delta_maint import DeltaMaintHook
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+def available_jobs() -> list[str]:
+    """The jobs the bundled application offers (registered and present), found without importing them."""
+    found = []
+    for name, module in JOB_MODULES.items():
+        try:
+            if importlib.util.find_spec(module) is not None:
+                found.append(name)
+        except ModuleNotFoundError:
+            pass
+    return found
+
+
+def _flag(args: list[str], option: str, value: Any) -> None:
+    if value is None or value == "":
+        return
+    if isinstance(value, bool):
+        if value:
+            args.append(option)
+        return
+    if isinstance(value, (list, tuple)):
+        value = ",".join(str(v) for v in value)
+    args += [option, str(value)]
+
+
+def _as_bool(value: Any) -> bool:
+    """A flag that may arrive as a rendered template string ("True", "false", "1", ...)."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
+
+
+class DeltaMaintenanceOperator(BaseOperator):
+    """
+    Base class: run one job of the Delta maintenance application on a table; return its metrics.
+
+    The task submits the bundled PySpark application with spark-submit through
+    :class:`~airflow_delta_maint.hooks.delta_maint.DeltaMaintHook` and returns the run's metrics
+    object (``operation``, ``table``, ``status``, ``version_read``, ``version_committed``,
+    ``started_at``, ``duration_s`` and the job's own numbers) as its XCom value. When
+    ``skip_if_nothing_to_do`` is set and the job can tell without Spark that the table needs no
+    work, no Spark application is started and the metrics say ``"status": "skipped"`` with a
+    ``reason``.
+
+    :param table_uri: the table's path or URI (``/data/t``, ``s3://bucket/t``, ...). (templated)
+    :param storage_options: object-store options for the table (credentials, endpoint, ...). (templated)
+    :param conn_id: the Spark connection id.
+    :param conf: extra Spark configuration. (templated)
+    :param spark_binary: the spark-submit command (default ``spark-submit``).
+    :param metrics_uri: folder on storage shared by the Spark driver and this worker, needed in
+        cluster deploy mode for the metrics file. (templated)
+    :param deploy_mode: ``client`` or ``cluster`` (default: the connection's ``deploy-mode`` extra).
+    :param env_vars: environment variables for spark-submit and the driver.
+    :param skip_if_nothing_to_do: check cheaply first and skip Spark when there is nothing to do.
+    :param spark_submit_kwargs: further :class:`SparkSubmitHook` arguments (``executor_memory``,
+        ``driver_memory``, ``num_executors``, ``verbose``, ...).
+    """
+
+    job: ClassVar[str] = ""
+    template_fields: Sequence[str] = ("table_uri", "storage_options", "conf", "metrics_uri")
+    ui_color = "#00add4"
+
+    def __init__(
+        self,
+        *,
+        table_uri: str,
+        storage_options: Mapping[str, Any] | None = None,
+        conn_id: str = DeltaMaintHook.default_conn_name,
+        conf: Mapping[str, Any] | None = None,
+        spark_binary: str | None = None,
+        metrics_uri: str | None = None,
+        deploy_mode: str | None = None,
+        env_vars: Mapping[str, Any] | None = None,
+        skip_if_nothing_to_do: bool = True,
+        spark_submit_kwargs: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.table_uri = table_uri
+        self.storage_options = storage_options
+        self.conn_id = conn_id
+        self.conf = conf
+        self.spark_binary = spark_binary
+        self.metrics_uri = metrics_uri
+        self.deploy_mode = deploy_mode
+        self.env_vars = env_vars
+        self.skip_if_nothing_to_do = skip_if_nothing_to_do
+        self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
+        self._hook: DeltaMaintHook | None = None
+
+    # -- what subclasses define ---------------------------------------------------------------
+    def job_args(self) -> list[str]:
+        """The job's own command-line options, from this operator's parameters."""
+        return []
+
+    # -- helpers ------------------------------------------------------------------------------
+    @property
+    def table_storage_options(self) -> dict[str, str]:
+        """The storage options as strings."""
+        return {str(k): str(v) for k, v in (self.storage_options or {}).items()}
+
+    def _job_module(self) -> Any | None:
+        name = JOB_MODULES.get(self.job)
+        if name is None:
+            raise AirflowException(
+                f"the maintenance application has no job {self.job!r} (it offers: {', '.join(available_jobs())})"
+            )
+        try:
+            return importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                return None
+            raise
+
+    def job_params(self, module: Any | None = None) -> dict[str, Any]:
+        """
+        The job's options parsed by the job's own argument parser (every option, defaults included).
+
+        :param module: the job module (default: imported from the application's job registry).
+        :raises AirflowException: when an option is invalid.
+        """
+        module = module if module is not None else self._job_module()
+        if module is None:
+            return {}
+        parser = argparse.ArgumentParser(prog=f"delta-maint {self.job}", exit_on_error=False, add_help=False)
+        module.add_arguments(parser)
+        try:
+            namespace, unknown = parser.parse_known_args([str(a) for a in self.job_args()])
+        except (argparse.ArgumentError, SystemExit) as exc:
+            raise AirflowException(f"invalid options for {self.job}: {exc}") from None
+        if unknown:
+            raise AirflowException(f"invalid options for {self.job}: unknown {' '.join(unknown)}")
+        return vars(namespace)
+
+    def get_hook(self) -> DeltaMaintHook:
+        """The hook that submits the application."""
+        return DeltaMaintHook(
+            conn_id=self.conn_id,
+            conf=self.conf,
+            spark_binary=self.spark_binary,
+            metrics_uri=self.metrics_uri,
+            deploy_mode=self.deploy_mode,
+            env_vars=self.env_vars,
+            name=f"delta-maint-{self.job}-{self.task_id}",
+            **self.spark_submit_kwargs,
+        )
+
+    def check_nothing_to_do(self) -> dict[str, Any] | None:
+        """
+        Run the job's cheap ``nothing_to_do`` check (no Spark) and build "skipped" metrics if it says so.
+
+        :return: the skipped metrics, or None when the job has work to do (or offers no check).
+        """
+        module = self._job_module()
+        check = getattr(module, "nothing_to_do", None) if module is not None else None
+        params = self.job_params(module)
+        if check is None:
+            return None
+        metrics = base_metrics(self.job, self.table_uri)
+        try:
+            reason = check(self.table_uri, self.table_storage_options, params)
+            if not reason:
+                return None
+            from airflow_delta_maint.delta.history import log_state
+            from airflow_delta_maint.delta.storage import Storage
+
+            version = log_state(Storage(self.table_uri, self.table_storage_options)).latest_version
+        except DeltaError as exc:
+            raise AirflowException(f"delta-maint {self.job} failed: {exc}") from exc
+        metrics.update(status="skipped", reason=str(reason), version_read=version)
+        return finish(metrics)
+
+    # -- Airflow ------------------------------------------------------------------------------
+    def execute(self, context: Context) -> dict[str, Any]:
+        if _as_bool(self.skip_if_nothing_to_do):
+            skipped = self.check_nothing_to_do()
+            if skipped is not None:
+                self.log.info("Nothing to do on %s: %s", self.table_uri, skipped["reason"])
+                return skipped
+        else:
+            self.job_params()
+        self._hook = self.get_hook()
+        metrics = self._hook.run_job(self.job, self.table_uri, self.job_args(), self.table_storage_options)
+        self.log.info(
+            "%s on %s: %s (version read %s, committed %s)",
+            self.job, self.table_uri, metrics.get("status"), metrics.get("version_read"),
+            metrics.get("version_committed"),
+        )
+        return metrics
+
+    def on_kill(self) -> None:
+        if self._hook is not None:
+            self._hook.on_kill()
+
+
+class OptimizeOperator(DeltaMaintenanceOperator):
+    """
+    Compact a table's small files into few large ones (OPTIMIZE), optionally Z-ordered.
+
+    The rewrite is committed with ``dataChange=false``, so readers and streaming consumers see no
+    new data. Returns the run's metrics (``numAddedFiles``, ``numRemovedFiles``, ``numAddedBytes``,
+    ``numRemovedBytes``, ...).
+
+    :param where: a partition predicate limiting the files considered, e.g. ``"day >= '2024-01-01'"``. (templated)
+    :param zorder_by: columns to Z-order by (a list or a comma-separated string). (templated)
+    :param min_file_size: files of at least this many bytes are left alone. (templated)
+    :param max_file_size: the target size of the files written, in bytes. (templated)
+    :param max_concurrent_bins: how many bins Spark rewrites at once. (templated)
+    :param batch_bytes: commit once every this many input bytes. (templated)
+    :param dry_run: plan only; commit nothing. (templated)
+
+    Other parameters: see :class:`DeltaMaintenanceOperator`.
+    """
+
+    job = "optimize"
+    template_fields: Sequence[str] = (
+        *DeltaMaintenanceOperator.template_fields,
+        "where", "zorder_by", "min_file_size", "max_file_size", "max_concurrent_bins", "batch_bytes", "dry_run",
+    )
+
+    def __init__(
+        self,
+        *,
+        where: str | None = None,
+        zorder_by: str | Sequence[str] | None = None,
+        min_file_size: int | str | None = None,
+        max_file_size: int | str | None = None,
+        max_concurrent_bins: int | str | None = None,
+        batch_bytes: int | str | None = None,
+        dry_run: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.where = where
+        self.zorder_by = zorder_by
+        self.min_file_size = min_file_size
+        self.max_file_size = max_file_size
+        self.max_concurrent_bins = max_concurrent_bins
+        self.batch_bytes = batch_bytes
+        self.dry_run = dry_run
+
+    def job_args(self) -> list[str]:
+        args: list[str] = []
+        _flag(args, "--where", self.where)
+        _flag(args, "--zorder-by", self.zorder_by)
+        _flag(args, "--min-file-size", self.min_file_size)
+        _flag(args, "--max-file-size", self.max_file_size)
+        _flag(args, "--max-concurrent-bins", self.max_concurrent_bins)
+        _flag(args, "--batch-bytes", self.batch_bytes)
+        _flag(args, "--dry-run", _as_bool(self.dry_run))
+        return args
+
+
+class VacuumOperator(DeltaMaintenanceOperator):
+    """
+    Delete data files that no table version inside the retention window references (VACUUM).
+
+    Returns the run's metrics (``numFilesDeleted``, ...).
+
+    :param retention_hours: keep files needed by versions newer than this many hours (default: the
+        table's ``delta.deletedFileRetentionDuration``, 168 hours). (templated)
+    :param mode: ``full`` (list the table's files) or ``lite`` (use the log only). (templated)
+    :param dry_run: list what would be deleted; delete nothing. (templated)
+    :param ignore_retention_check: allow a retention shorter than the table's own setting. (templated)
+
+    Other parameters: see :class:`DeltaMaintenanceOperator`.
+    """
+
+    job = "vacuum"
+    template_fields: Sequence[str] = (
+        *DeltaMaintenanceOperator.template_fields, "retention_hours", "mode", "dry_run", "ignore_retention_check",
+    )
+
+    def __init__(
+        self,
+        *,
+        retention_hours: float | str | None = None,
+        mode: str | None = None,
+        dry_run: bool = False,
+        ignore_retention_check: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.retention_hours = retention_hours
+        self.mode = mode
+        self.dry_run = dry_run
+        self.ignore_retention_check = ignore_retention_check
+
+    def job_args(self) -> list[str]:
+        args: list[str] = []
+        _flag(args, "--retention-hours", self.retention_hours)
+        _flag(args, "--mode", self.mode)
+        _flag(args, "--dry-run", _as_bool(self.dry_run))
+        _flag(args, "--ignore-retention-check", _as_bool(self.ignore_retention_check))
+        return args
+
+
+class LogCompactionOperator(DeltaMaintenanceOperator):
+    """
+    Write log compaction files (and checkpoints) so readers open few log files instead of many commits.
+
+    :param interval: compact every this many commits. (templated)
+    :param max_window_bytes: the largest log window one compaction file covers, in bytes. (templated)
+    :param checkpoint_interval: also write a checkpoint once this many commits follow the last one. (templated)
+
+    Other parameters: see :class:`DeltaMaintenanceOperator`.
+    """
+
+    job = "compact-log"
+    template_fields: Sequence[str] = (
+        *DeltaMaintenanceOperator.template_fields, "interval", "max_window_bytes", "checkpoint_interval",
+    )
+
+    def __init__(
+        self,
+        *,
+        interval: int | str | None = None,
+        max_window_bytes: int | str | None = None,
+        checkpoint_interval: int | str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.interval = interval
+        self.max_window_bytes = max_window_bytes
+        self.checkpoint_interval = checkpoint_interval
+
+    def job_args(self) -> list[str]:
+        args: list[str] = []
+        _flag(args, "--interval", self.interval)
+        _flag(args, "--max-window-bytes", self.max_window_bytes)
+        _flag(args, "--checkpoint-interval", self.checkpoint_interval)
+        return args
+
+
+class InspectTableOperator(DeltaMaintenanceOperator):
+    """
+    Report a table's health (files, small files, tombstones, log state); changes nothing.
+
+    :param version: inspect this version instead of the latest. (templated)
+    :param small_file_bytes: files below this size count as small. (templated)
+
+    Other parameters: see :class:`DeltaMaintenanceOperator`.
+    """
+
+    job = "inspect"
+    template_fields: Sequence[str] = (*DeltaMaintenanceOperator.template_fields, "version", "small_file_bytes")
+
+    def __init__(
+        self,
+        *,
+        version: int | str | None = None,
+        small_file_bytes: int | str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.version = version
+        self.small_file_bytes = small_file_bytes
+
+    def job_args(self) -> list[str]:
+        args: list[str] = []
+        _flag(args, "--version", self.version)
+        _flag(args, "--small-file-bytes", self.small_file_bytes)
+        return args
+
+
+__all__ = [
+    "DeltaMaintenanceOperator", "OptimizeOperator", "VacuumOperator", "LogCompactionOperator",
+    "InspectTableOperator", "available_jobs",
+]

@@ -1,0 +1,165 @@
+"""Count a Delta table's commits since its last maintenance, cheaply; and the trigger that waits for them."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_delta_maint.delta.errors import DeltaError
+from airflow_delta_maint.delta.history import last_operation_version, latest_version_cheap, log_state
+from airflow_delta_maint.delta.storage import Storage
+
+SINCE_CHOICES = ("last_optimize", "last_checkpoint", "last_compaction", "version")
+
+
+def _optional_int(value: Any) -> int | None:
+    if value is None or (isinstance(value, str) and value.strip() in ("", "None", "null")):
+        return None
+    return int(value)
+
+
+def validate_since(since: str, since_version: Any, min_commits: Any) -> tuple[int | None, int]:
+    """
+    Check the sensor's arguments (after templating) and convert them.
+
+    :param since: what to count from: one of :data:`SINCE_CHOICES`.
+    :param since_version: the version to count from when ``since="version"``.
+    :param min_commits: how many commits are enough.
+    :return: ``(since_version, min_commits)`` as integers.
+    :raises ValueError: when an argument is invalid.
+    """
+    if since not in SINCE_CHOICES:
+        raise ValueError(f"since must be one of {', '.join(SINCE_CHOICES)}; got {since!r}")
+    version = _optional_int(since_version)
+    if since == "version" and version is None:
+        raise ValueError("since='version' needs since_version (e.g. the to_version of a previous run)")
+    needed = int(min_commits)
+    if needed < 1:
+        raise ValueError(f"min_commits must be at least 1; got {needed}")
+    return version, needed
+
+
+def count_commits(
+    table_uri: str,
+    min_commits: int,
+    since: str = "last_optimize",
+    since_version: int | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> dict[str, int]:
+    """
+    The commits a table gathered since a reference point, read cheaply from its log.
+
+    The cost does not grow with the table's history: the latest version is found by existence
+    checks from the checkpoint ``_last_checkpoint`` names; ``last_optimize`` reads the commitInfo
+    of at most ``min_commits`` commits backwards; ``last_compaction`` lists the log from the last
+    checkpoint on (log compaction files can only be found by listing).
+
+    :param table_uri: the table's path or URI.
+    :param min_commits: how many commits are enough (bounds the backwards scan of ``last_optimize``).
+    :param since: ``last_optimize`` (the newest OPTIMIZE commit), ``last_checkpoint``,
+        ``last_compaction`` (the newer of the last checkpoint and the last log compaction file) or
+        ``version`` (``since_version``).
+    :param since_version: the version to count from when ``since="version"``.
+    :param storage_options: object-store options for the table.
+    :return: ``{"from_version", "to_version", "commits"}``: the versions after the reference
+        point up to the latest one, and how many there are. When no OPTIMIZE is found within
+        ``min_commits`` commits, the range is those ``min_commits`` commits.
+    :raises DeltaError: when the table is missing or not a Delta table.
+    """
+    storage = Storage(table_uri, storage_options)
+    if since == "last_compaction":
+        state = log_state(storage)
+        latest = state.latest_version
+        ends = [v for v in (state.last_checkpoint_version, state.last_compaction_end) if v is not None]
+        base = max(ends) if ends else -1
+    else:
+        latest, checkpoint = latest_version_cheap(storage)
+        if since == "version":
+            base = int(since_version) if since_version is not None else -1
+        elif since == "last_checkpoint":
+            base = checkpoint if checkpoint is not None else -1
+        elif since == "last_optimize":
+            found = last_operation_version(storage, ["OPTIMIZE"], latest, max_commits=min_commits)
+            base = found if found is not None else max(-1, latest - min_commits)
+        else:
+            raise ValueError(f"since must be one of {', '.join(SINCE_CHOICES)}; got {since!r}")
+    from_version = base + 1
+    return {"from_version": from_version, "to_version": latest, "commits": max(0, latest - base)}
+
+
+class CommitIntervalTrigger(BaseTrigger):
+    """
+    Fire once a Delta table has gathered ``min_commits`` commits since a reference point.
+
+    Each check runs the cheap log reads of :func:`count_commits` in a worker thread, so the
+    triggerer's event loop never blocks on storage I/O. The event's payload is
+    ``{"status": "success", "from_version", "to_version", "commits"}``, or
+    ``{"status": "error", "message"}`` when the table cannot be read (missing, not a Delta table).
+
+    :param table_uri: the table's path or URI.
+    :param min_commits: how many commits are enough.
+    :param since: ``last_optimize``, ``last_checkpoint``, ``last_compaction`` or ``version``.
+    :param since_version: the version to count from when ``since="version"``.
+    :param storage_options: object-store options for the table (stored with the trigger in the
+        metadata database; prefer credentials the triggerer's environment provides).
+    :param poke_interval: seconds between checks.
+    """
+
+    def __init__(
+        self,
+        table_uri: str,
+        min_commits: int,
+        since: str = "last_optimize",
+        since_version: int | None = None,
+        storage_options: Mapping[str, str] | None = None,
+        poke_interval: float = 60.0,
+    ) -> None:
+        super().__init__()
+        self.table_uri = table_uri
+        self.min_commits = int(min_commits)
+        self.since = since
+        self.since_version = _optional_int(since_version)
+        self.storage_options = dict(storage_options or {})
+        self.poke_interval = float(poke_interval)
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        """Serialize the trigger's arguments and class path."""
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "table_uri": self.table_uri,
+                "min_commits": self.min_commits,
+                "since": self.since,
+                "since_version": self.since_version,
+                "storage_options": self.storage_options,
+                "poke_interval": self.poke_interval,
+            },
+        )
+
+    async def check(self) -> dict[str, int]:
+        """One check, off the event loop."""
+        return await asyncio.to_thread(
+            count_commits, self.table_uri, self.min_commits, self.since, self.since_version, self.storage_options
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        """Check every ``poke_interval`` seconds until enough commits are there."""
+        while True:
+            try:
+                seen = await self.check()
+            except (DeltaError, ValueError) as exc:
+                yield TriggerEvent({"status": "error", "message": f"{self.table_uri}: {exc}"})
+                return
+            if seen["commits"] >= self.min_commits:
+                self.log.info("%s: %d commits (versions %d..%d)", self.table_uri, seen["commits"],
+                              seen["from_version"], seen["to_version"])
+                yield TriggerEvent({"status": "success", **seen})
+                return
+            self.log.debug("%s: %d of %d commits", self.table_uri, seen["commits"], self.min_commits)
+            await asyncio.sleep(self.poke_interval)
+
+
+__all__ = ["CommitIntervalTrigger", "count_commits", "validate_since", "SINCE_CHOICES"]

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import io
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
+from urllib.parse import unquote
 
 import numpy as np
 import pyarrow as pa
@@ -28,10 +30,47 @@ _CHECKPOINT_COLUMNS = ("add", "remove", "metaData", "protocol", "txn", "domainMe
                        "checkpointMetadata")
 
 
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):(.*)$", re.S)
+#: Paths whose reconciliation key differs from the path itself: absolute, with a scheme, or escaped.
+_NEEDS_CANONICAL = r"^/|^[A-Za-z][A-Za-z0-9+.\-]*:|%"
+_SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3", "gcs": "gs"}
+
+
+def canonical_path(path: str, root: str) -> str:
+    """The reconciliation key of a file path as the log stores it.
+
+    Log paths are URIs: relative to the table root (URL-encoded) or absolute. The same file may
+    be written as ``/a/b``, ``file:/a/b`` or ``file:///a/b``, or as an absolute URI under the
+    table root where another action used the relative form. All spellings of one file map to
+    one key: the decoded path relative to ``root`` when the file is inside the table, else the
+    decoded absolute URI (scheme-less absolute paths qualified with the root's file system).
+    """
+    m = _SCHEME.match(path)
+    if m is None:
+        if not path.startswith("/"):
+            return unquote(path)
+        scheme, rest = root.split(":", 1)
+        authority = rest[2:].split("/", 1)[0] if rest.startswith("//") else ""
+        absolute = f"{scheme}://{authority}{unquote(path)}"
+    else:
+        scheme, rest = _SCHEME_ALIASES.get(m.group(1).lower(), m.group(1).lower()), m.group(2)
+        if rest.startswith("//"):
+            authority, _, tail = rest[2:].partition("/")
+            tail = "/" + tail
+        else:
+            authority, tail = "", rest
+        if scheme == "file" and authority == "localhost":
+            authority = ""
+        absolute = f"{scheme}://{authority}{unquote(tail)}"
+    base = unquote(root).rstrip("/") + "/"
+    return absolute[len(base):] if absolute.startswith(base) else absolute
+
+
 @dataclass
 class _Replay:
-    """Accumulates reconciled state while replaying log files."""
+    """Accumulates reconciled state while replaying log files (file keys: canonical path, dv id)."""
 
+    root: str = ""
     protocol: dict | None = None
     metadata: dict | None = None
     txns: dict[str, dict] = field(default_factory=dict)
@@ -42,10 +81,11 @@ class _Replay:
         for action in actions:
             if "add" in action and action["add"] is not None:
                 a = action["add"]
-                self.files[(a["path"], dv_unique_id(a.get("deletionVector")))] = ("add", a)
+                self.files[(canonical_path(a["path"], self.root), dv_unique_id(a.get("deletionVector")))] = ("add", a)
             elif "remove" in action and action["remove"] is not None:
                 r = action["remove"]
-                self.files[(r["path"], dv_unique_id(r.get("deletionVector")))] = ("remove", r)
+                self.files[(canonical_path(r["path"], self.root), dv_unique_id(r.get("deletionVector")))] = \
+                    ("remove", r)
             elif "metaData" in action and action["metaData"] is not None:
                 self.metadata = action["metaData"]
             elif "protocol" in action and action["protocol"] is not None:
@@ -167,18 +207,26 @@ def _read(storage: Storage, key: str) -> bytes:
         raise CorruptLogError(f"log file listed but missing or unreadable: {key}") from None
 
 
-def _drop_keys(table: pa.Table, keys: set[tuple[str, str]]) -> pa.Table:
-    """Rows of an add/remove table whose (path, dv id) is not in ``keys``."""
+def _drop_keys(table: pa.Table, keys: set[tuple[str, str]], root: str) -> pa.Table:
+    """Rows of an add/remove table whose (canonical path, dv id) is not in ``keys``.
+
+    Only rows whose path equals a key's path, or whose path is not already canonical (absolute,
+    with a scheme, or escaped), can match; just those are canonicalised in Python.
+    """
     if not keys or table.num_rows == 0:
         return table
+    path_col = table.column("path")
     paths = {p for p, _ in keys}
-    hit = pc.is_in(table.column("path"), value_set=pa.array(list(paths), pa.string()))
-    hit_idx = pc.indices_nonzero(hit).to_pylist()
+    candidate = pc.or_(pc.is_in(path_col, value_set=pa.array(list(paths), pa.string())),
+                       pc.match_substring_regex(path_col, _NEEDS_CANONICAL))
+    hit_idx = pc.indices_nonzero(candidate.combine_chunks() if isinstance(candidate, pa.ChunkedArray)
+                                 else candidate).to_pylist()
     if not hit_idx:
         return table
     dvs = table.column("deletionVector").take(hit_idx).to_pylist()
-    path_col = table.column("path").take(hit_idx).to_pylist()
-    drop = [i for i, p, dv in zip(hit_idx, path_col, dvs) if (p, dv_unique_id(dv)) in keys]
+    hit_paths = path_col.take(hit_idx).to_pylist()
+    drop = [i for i, p, dv in zip(hit_idx, hit_paths, dvs)
+            if (canonical_path(p, root), dv_unique_id(dv)) in keys]
     if not drop:
         return table
     keep = np.ones(table.num_rows, dtype=bool)
@@ -225,7 +273,7 @@ class Snapshot:
             cp = read_checkpoint(storage, segment.checkpoint)
         else:
             cp = CheckpointData(ADD_SCHEMA.empty_table(), REMOVE_SCHEMA.empty_table(), None, None, {}, {})
-        replay = _Replay(protocol=cp.protocol, metadata=cp.metadata, txns=dict(cp.txns), domains=dict(cp.domains))
+        replay = _Replay(root=storage.root, protocol=cp.protocol, metadata=cp.metadata, txns=dict(cp.txns), domains=dict(cp.domains))
         commit_ts = None
         for start, end, f in segment.replay:
             actions = parse_json_lines(_read(storage, f.key), f.key)
@@ -252,11 +300,11 @@ class Snapshot:
         new_adds = [a for kind, a in replay.files.values() if kind == "add"]
         new_removes = [a for kind, a in replay.files.values() if kind == "remove"]
         files = pa.concat_tables([
-            _drop_keys(cp.adds, touched),
+            _drop_keys(cp.adds, touched, storage.root),
             pa.Table.from_struct_array(pa.array(new_adds, type=ADD)) if new_adds else ADD_SCHEMA.empty_table(),
         ])
         tombstones = pa.concat_tables([
-            _drop_keys(cp.removes, touched),
+            _drop_keys(cp.removes, touched, storage.root),
             pa.Table.from_struct_array(pa.array(new_removes, type=REMOVE)) if new_removes else REMOVE_SCHEMA.empty_table(),
         ])
         domains = {d: v for d, v in replay.domains.items() if not v.get("removed")}
@@ -301,4 +349,4 @@ def _strip_nulls(d: dict) -> dict:
             for k, v in d.items() if v is not None}
 
 
-__all__ = ["CheckpointData", "Snapshot", "read_checkpoint", "FileInfo"]
+__all__ = ["CheckpointData", "Snapshot", "canonical_path", "read_checkpoint", "FileInfo"]

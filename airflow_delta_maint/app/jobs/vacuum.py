@@ -10,6 +10,7 @@ so they never conflict with writers) and then record the watermark in ``_last_va
 from __future__ import annotations
 
 import argparse
+import copy
 import logging
 import math
 import threading
@@ -17,12 +18,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
-from airflow_delta_maint.delta.errors import InvalidArgumentError
+from airflow_delta_maint.delta.errors import CommitFailedError, InvalidArgumentError
 from airflow_delta_maint.delta.features import check_supported
 from airflow_delta_maint.delta.log import list_log
 from airflow_delta_maint.delta.snapshot import Snapshot
 from airflow_delta_maint.delta.storage import FileInfo, Storage
-from airflow_delta_maint.delta.transaction import ConflictError, Transaction
+from airflow_delta_maint.delta.transaction import ConflictError, Transaction, winning_commits
 from airflow_delta_maint.delta.vacuum import (
     VacuumPlan, delete_files, is_hidden, lite_candidates, plan_vacuum, remove_empty_dirs, select_candidates,
     table_retention_ms, write_last_vacuum_info,
@@ -36,6 +37,7 @@ DELETE_BATCH = 1000
 DRIVER_DELETE_MAX = 1000  # full mode: fewer files than this are deleted on the driver
 LITE_DRIVER_DELETE_MAX = 20000  # lite mode never starts Spark below this many files
 _PROGRESS_EVERY_S = 5.0
+_MARKER_ROUNDS = 30
 
 log = logging.getLogger("delta_maint.vacuum")
 
@@ -179,23 +181,49 @@ def delete_parallel(ctx: JobContext, storage: Storage, keys: list[str], driver_m
 
 
 # -- commits -----------------------------------------------------------------------------------------
-def _commit_marker(snapshot: Snapshot, operation: str, parameters: dict, metrics: dict,
-                   plan: VacuumPlan | None = None) -> int:
-    """Commit a VACUUM marker (no file actions). Only a protocol or metadata change can conflict:
-    reload, re-check the table (and for START the retention), and commit again."""
-    for _ in range(10):
-        try:
-            return Transaction(snapshot, operation, parameters, job="vacuum").commit(metrics)
-        except ConflictError as exc:
-            log.info("%s: %s; reloading the table and committing again", operation, exc)
-            snapshot = Snapshot.load(snapshot.storage)
-            check_supported(snapshot.protocol, "vacuum", snapshot.metadata)
+def _fast_forward(snapshot: Snapshot, plan: VacuumPlan | None) -> Snapshot:
+    """The snapshot moved to the latest version when the commits since only touched files (a
+    marker commit cannot conflict with them); reloaded and re-checked when one changed the
+    protocol or metadata."""
+    storage = snapshot.storage
+    later = [v for v in list_log(storage, snapshot.version + 1).commits if v > snapshot.version]
+    if not later:
+        return snapshot
+    latest = max(later)
+    for winner in winning_commits(storage, snapshot.version, latest):
+        if winner.protocol_changed or winner.metadata_changed:
+            fresh = Snapshot.load(storage)
+            check_supported(fresh.protocol, "vacuum", fresh.metadata)
             if plan is not None and plan.retention_check_enabled \
-                    and plan.retention_ms < table_retention_ms(snapshot.metadata):
+                    and plan.retention_ms < table_retention_ms(fresh.metadata):
                 raise InvalidArgumentError(
                     "the table's delta.deletedFileRetentionDuration grew longer than this VACUUM's retention while "
-                    "it was planning; nothing was deleted, run it again") from None
-    raise InvalidArgumentError(f"could not commit {operation}: the table metadata kept changing")
+                    "it was planning; nothing was deleted, run it again")
+            return fresh
+    moved = copy.copy(snapshot)
+    moved.version = latest
+    return moved
+
+
+def _commit_marker(snapshot: Snapshot, operation: str, parameters: dict, metrics: dict,
+                   plan: VacuumPlan | None = None) -> tuple[int, Snapshot]:
+    """Commit a VACUUM marker (no file actions) on top of whatever others committed meanwhile.
+
+    Returns the committed version and a snapshot to base the next marker on.
+    """
+    last_error: Exception | None = None
+    for _ in range(_MARKER_ROUNDS):
+        snapshot = _fast_forward(snapshot, plan)
+        try:
+            version = Transaction(snapshot, operation, parameters, job="vacuum", max_retries=3).commit(metrics)
+        except (ConflictError, CommitFailedError) as exc:
+            log.info("%s lost to concurrent commits (%s); trying again on top of them", operation, exc)
+            last_error = exc
+            continue
+        moved = copy.copy(snapshot)
+        moved.version = version
+        return version, moved
+    raise CommitFailedError(f"could not commit {operation} in {_MARKER_ROUNDS} rounds: {last_error}")
 
 
 # -- the job -----------------------------------------------------------------------------------------
@@ -253,8 +281,8 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
                        numDeletedDirectories=0, reason="no file to delete")
         return metrics
 
-    start_version = _commit_marker(snapshot, "VACUUM START", plan.commit_parameters(),
-                                   {"numFilesToDelete": len(files), "sizeOfDataToDelete": size}, plan)
+    start_version, base = _commit_marker(snapshot, "VACUUM START", plan.commit_parameters(),
+                                         {"numFilesToDelete": len(files), "sizeOfDataToDelete": size}, plan)
     metrics["version_vacuum_start"] = start_version
     keys = [f.key for f in files]
     try:
@@ -262,9 +290,9 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
                                   DRIVER_DELETE_MAX if plan.mode == "full" else LITE_DRIVER_DELETE_MAX)
         removed_dirs = remove_empty_dirs(storage, keys, plan.cutoff_ms, plan.partition_columns)
     except BaseException:
-        _commit_marker(snapshot, "VACUUM END", {"status": "FAILED"}, {})
+        _commit_marker(base, "VACUUM END", {"status": "FAILED"}, {})
         raise
-    end_version = _commit_marker(snapshot, "VACUUM END", {"status": "COMPLETED"},
+    end_version, _ = _commit_marker(base, "VACUUM END", {"status": "COMPLETED"},
                                  {"numDeletedFiles": deleted, "numVacuumedDirectories": dirs_vacuumed})
     if watermark is not None:
         write_last_vacuum_info(storage, watermark)

@@ -10,4 +10,5 @@ JOB_MODULES = {
     "inspect": "airflow_delta_maint.app.jobs.inspect",
     "vacuum": "airflow_delta_maint.app.jobs.vacuum",
     "optimize": "airflow_delta_maint.app.jobs.optimize",
+    "compact-log": "airflow_delta_maint.app.jobs.compact_log",
 }

@@ -1,0 +1,56 @@
+"""Write log compaction files (and optionally a checkpoint) so readers open few log files.
+
+The work is planning and rewriting small JSON files on the driver, with the core alone; it
+does not start Spark.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from airflow_delta_maint.delta.log_compaction import DEFAULT_MAX_WINDOW_BYTES, compact_log
+
+from ..context import JobContext
+
+NAME = "compact-log"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--interval", type=int, metavar="N",
+                        help="commits per compaction file (default: table property "
+                             "delta.logCompactionInterval, else 5)")
+    parser.add_argument("--max-window-bytes", type=int, default=DEFAULT_MAX_WINDOW_BYTES, metavar="B",
+                        help="skip (and report) a window whose commit files total more (default 1 GiB)")
+    parser.add_argument("--checkpoint-interval", type=int, metavar="M",
+                        help="first write a checkpoint when M commits follow the last one")
+
+
+def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
+    """Compact the log of ``ctx.table``; returns the job's metrics."""
+    return compact_log(ctx.storage, interval=args.interval, max_window_bytes=args.max_window_bytes,
+                       checkpoint_interval=args.checkpoint_interval)
+
+
+def format_human(m: dict[str, Any]) -> str:
+    """A short report of one run."""
+    lines = [
+        f"table            {m['table']}",
+        f"status           {m['status']} (version {m['version_read']}, interval {m['interval']})",
+    ]
+    cp = m.get("checkpoint")
+    if cp:
+        state = "already existed" if cp.get("already_existed") else f"written ({cp.get('size_bytes')} bytes)"
+        lines.append(f"checkpoint       version {cp.get('version')}: {state}")
+    lines.append(f"windows written  {m['numWindowsWritten']} ({m['numCommitsReconciled']} commits, "
+                 f"{m['numActionsReconciled']} actions -> {m['numActionsWritten']}, {m['numBytesWritten']} bytes)")
+    for w in m["windows_written"]:
+        lines.append(f"  {w['start']}..{w['end']}  {w['numActions']} actions, {w['bytes']} bytes")
+    if m["numWindowsAlreadyPresent"]:
+        lines.append(f"already present  {m['numWindowsAlreadyPresent']}")
+    lines.append(f"windows skipped  {m['numWindowsSkipped']}")
+    for w in m["windows_skipped"]:
+        lines.append(f"  {w['start']}..{w['end']}  {w['reason']}")
+    lines.append(f"files cleaned    {m['numFilesCleaned']}")
+    lines.append(f"duration         {m['duration_s']} s")
+    return "\n".join(lines)

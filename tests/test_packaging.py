@@ -1,0 +1,82 @@
+"""Packaging: provider discovery and the import boundaries between the layers."""
+
+from __future__ import annotations
+
+import json
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import airflow_delta_maint
+from airflow_delta_maint.provider_info import get_provider_info
+
+PACKAGE_DIR = Path(airflow_delta_maint.__file__).resolve().parent
+AIRFLOW_SIDE = ("hooks", "operators", "sensors", "triggers")
+
+
+def modules_of(subpackage: str) -> list[str]:
+    """Every module of ``airflow_delta_maint.<subpackage>``, the package itself included."""
+    base = f"airflow_delta_maint.{subpackage}"
+    names = [base]
+    for info in pkgutil.walk_packages([str(PACKAGE_DIR / subpackage)], prefix=base + "."):
+        names.append(info.name)
+    return names
+
+
+def imported_after(modules: list[str]) -> set[str]:
+    """Top-level packages loaded by importing ``modules`` in a fresh interpreter."""
+    code = (
+        "import importlib, json, sys\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def test_provider_info_names_the_distribution():
+    info = get_provider_info()
+    assert info["package-name"] == "airflow-delta-maint"
+    assert info["name"] and info["description"]
+    assert airflow_delta_maint.__version__ in info["versions"]
+
+
+def test_provider_info_modules_exist():
+    info = get_provider_info()
+    for kind in ("hooks", "operators", "sensors", "triggers"):
+        for entry in info.get(kind, []):
+            for module in entry["python-modules"]:
+                relative = module.split(".", 1)[1].replace(".", "/") + ".py"
+                assert (PACKAGE_DIR / relative).is_file(), module
+
+
+def test_provider_entry_point_is_registered():
+    from importlib.metadata import entry_points
+
+    found = [ep for ep in entry_points(group="apache_airflow_provider") if ep.value.startswith("airflow_delta_maint")]
+    assert len(found) == 1
+    assert found[0].load()()["package-name"] == "airflow-delta-maint"
+
+
+def test_delta_core_imports_neither_spark_nor_airflow():
+    modules = modules_of("delta")
+    assert "airflow_delta_maint.delta.snapshot" in modules and "airflow_delta_maint.delta.log" in modules
+    loaded = imported_after(modules)
+    assert "pyspark" not in loaded
+    assert "airflow" not in loaded
+    assert "py4j" not in loaded
+
+
+def test_airflow_side_never_imports_pyspark():
+    modules = [m for sub in AIRFLOW_SIDE for m in modules_of(sub)]
+    loaded = imported_after(modules)
+    assert "pyspark" not in loaded
+    assert "py4j" not in loaded
+
+
+def test_application_cli_imports_without_spark_until_a_job_needs_it():
+    loaded = imported_after(["airflow_delta_maint.app.cli", "airflow_delta_maint.app.jobs.inspect"])
+    assert "pyspark" not in loaded
+    assert "airflow" not in loaded

@@ -446,7 +446,8 @@ def _typed_add_columns(snapshot: Snapshot, files: pa.Table) -> dict[str, pa.Arra
         logical = parse_schema(snapshot.metadata)
     except DeltaError:
         return {}
-    partition_physical = {logical.field(c).physical_name for c in snapshot.partition_columns if c in logical.names()}
+    names = {f.name for f in logical}
+    partition_physical = {logical.field(c).physical_name for c in snapshot.partition_columns if c in names}
     if partition_physical:
         part_fields = [(f.name, f.type) for f in full if f.name in partition_physical]
         try:

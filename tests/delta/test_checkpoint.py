@@ -4,6 +4,7 @@ back by delta-rs and by our own reader with the same state as before."""
 from __future__ import annotations
 
 import json
+from datetime import date
 import os
 import shutil
 import time
@@ -419,3 +420,33 @@ def _metadata(configuration: dict, partitioned: bool = False) -> dict:
 
 def _add(path: str) -> dict:
     return {"add": {"path": path, "partitionValues": {}, "size": 1, "modificationTime": 1, "dataChange": True}}
+
+
+def test_typed_stats_and_partition_values_when_the_table_asks(tmp_path):
+    table = tmp_path / "t"
+    schema = {"type": "struct", "fields": [
+        {"name": "x", "type": "long", "nullable": True, "metadata": {}},
+        {"name": "ts", "type": "timestamp", "nullable": True, "metadata": {}},
+        {"name": "d", "type": "date", "nullable": True, "metadata": {}},
+        {"name": "n", "type": "integer", "nullable": True, "metadata": {}}]}
+    meta = _metadata({"delta.checkpoint.writeStatsAsStruct": "true"})
+    meta["metaData"].update(schemaString=json.dumps(schema), partitionColumns=["d", "n"])
+    stats = {"numRecords": 2, "minValues": {"x": 1, "ts": "2024-01-02T03:04:05.678Z"},
+             "maxValues": {"x": 9, "ts": "2024-01-03T00:00:00.000Z"}, "nullCount": {"x": 0, "ts": 1}}
+    _commit(table, 0, [_protocol(1, 2), meta,
+                       {"add": {"path": "d=2024-01-02/n=7/a.parquet", "partitionValues": {"d": "2024-01-02", "n": "7"},
+                                "size": 1, "modificationTime": 1, "dataChange": True, "stats": json.dumps(stats)}},
+                       {"add": {"path": "d=__HIVE_DEFAULT_PARTITION__/n=1/b.parquet",
+                                "partitionValues": {"d": None, "n": "1"}, "size": 1, "modificationTime": 1,
+                                "dataChange": True}}])
+    metrics = write_checkpoint(Snapshot.load(str(table)))
+    adds = sorted((a for a in pq.read_table(table / metrics["path"]).column("add").to_pylist() if a),
+                  key=lambda a: a["path"])
+    assert [a["partitionValues_parsed"] for a in adds] == [{"d": date(2024, 1, 2), "n": 7}, {"d": None, "n": 1}]
+    parsed = adds[0]["stats_parsed"]
+    assert parsed["numRecords"] == 2 and parsed["minValues"]["x"] == 1 and parsed["nullCount"]["ts"] == 1
+    assert parsed["minValues"]["ts"].isoformat() == "2024-01-02T03:04:05.678000+00:00"
+    assert [a["stats"] is None for a in adds] == [a["stats_parsed"] is None for a in adds]
+    rs = deltalake.DeltaTable(str(table))
+    assert sorted(pa.table(rs.get_add_actions(flatten=True)).column("num_records").to_pylist(),
+                  key=lambda v: v or 0) == [None, 2]

@@ -15,6 +15,13 @@ Which file is written:
   name instead, which the protocol allows and recommends now and then so that clients without
   V2 support find a checkpoint, read its protocol and fail cleanly.
 
+Statistics are written as the JSON ``stats`` string. Tables with
+``delta.checkpoint.writeStatsAsStruct=true`` also get ``stats_parsed`` and
+``partitionValues_parsed`` (best effort: a value that does not parse leaves that column out).
+``stats`` is kept even when ``delta.checkpoint.writeStatsAsJson=false``, so that no statistics are
+lost; JSON stats missing from the snapshot because the source checkpoint held only
+``stats_parsed`` are rebuilt from it.
+
 The file is created with put-if-absent of the complete bytes, so it is written whole or not at
 all and never overwrites. A checkpoint that already exists at the version is success
 (``already_existed``). ``_last_checkpoint`` is then replaced whole, unless it names a newer
@@ -48,7 +55,7 @@ from .snapshot import Snapshot
 from .storage import AlreadyExistsError, Storage
 
 __all__ = [
-    "CHECKPOINT_SCHEMA_V1", "CHECKPOINT_SCHEMA_V2", "DEFAULT_DELETED_FILE_RETENTION",
+    "CHECKPOINT_SCHEMA_V1", "CHECKPOINT_SCHEMA_V2", "DEFAULT_DELETED_FILE_RETENTION", "build_checkpoint_table",
     "last_checkpoint_checksum", "parse_interval_ms", "tombstone_retention_ms", "write_checkpoint",
 ]
 

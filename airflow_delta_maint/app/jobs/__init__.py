@@ -10,5 +10,6 @@ JOB_MODULES = {
     "inspect": "airflow_delta_maint.app.jobs.inspect",
     "vacuum": "airflow_delta_maint.app.jobs.vacuum",
     "optimize": "airflow_delta_maint.app.jobs.optimize",
+    "checkpoint": "airflow_delta_maint.app.jobs.checkpoint",
     "compact-log": "airflow_delta_maint.app.jobs.compact_log",
 }

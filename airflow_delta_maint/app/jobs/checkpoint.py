@@ -1,0 +1,34 @@
+"""Write a checkpoint of the table's latest version (no Spark)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from airflow_delta_maint.delta.checkpoint import write_checkpoint
+from airflow_delta_maint.delta.features import check_supported
+from airflow_delta_maint.delta.snapshot import Snapshot
+
+from ..context import JobContext
+
+NAME = "checkpoint"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--version", type=int, help="checkpoint this version (default: the latest)")
+
+
+def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
+    snapshot = Snapshot.load(ctx.storage, args.version)
+    check_supported(snapshot.protocol, "checkpoint", snapshot.metadata)
+    result = write_checkpoint(snapshot)
+    return {"status": "skipped" if result["already_existed"] else "committed",
+            "version_read": snapshot.version,
+            "version_committed": None, "checkpoint_version": result["version"], "checkpoint": result}
+
+
+def format_human(m: dict[str, Any]) -> str:
+    c = m["checkpoint"]
+    state = "already existed" if c["already_existed"] else "written"
+    return (f"checkpoint of {m['table']} at version {c['version']} {state}: {c['path']} "
+            f"({c['kind']}, {c['num_add_files']} files, {c['size_bytes']} bytes)")

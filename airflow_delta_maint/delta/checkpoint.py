@@ -49,6 +49,7 @@ import pyarrow.parquet as pq
 
 from .actions import DELETION_VECTOR, STR_MAP
 from .errors import DeltaError, InvalidArgumentError, UnsupportedFeatureError
+from .features import check_supported
 from .log import LAST_CHECKPOINT, LOG_DIR, classic_checkpoint_key, list_log
 from .schema import parse_schema, to_arrow_schema
 from .snapshot import Snapshot
@@ -128,17 +129,6 @@ CHECKPOINT_SCHEMA_V2 = pa.schema(list(CHECKPOINT_SCHEMA_V1) + [
     ("checkpointMetadata", _CHECKPOINT_METADATA), ("sidecar", _SIDECAR),
 ])
 """Columns of a V2-spec checkpoint (adds ``checkpointMetadata`` and ``sidecar``)."""
-
-# Features whose presence changes nothing in a checkpoint we write, or that we handle here.
-_CHECKPOINT_SAFE_FEATURES = frozenset({
-    "appendOnly", "invariants", "checkConstraints", "generatedColumns", "allowColumnDefaults",
-    "changeDataFeed", "columnMapping", "identityColumns", "deletionVectors", "rowTracking",
-    "timestampNtz", "domainMetadata", "v2Checkpoint", "icebergCompatV1", "icebergCompatV2",
-    "clustering", "liquid", "vacuumProtocolCheck", "inCommitTimestamp", "typeWidening",
-    "typeWidening-preview", "variantType", "variantType-preview", "variantShredding",
-    "variantShredding-preview", "collations", "collations-preview", "checkpointProtection",
-    "icebergWriterCompatV1", "icebergWriterCompatV3",
-})
 
 _CODECS = {"uncompressed": "none", "none": "none", "snappy": "snappy", "gzip": "gzip",
            "lz4_raw": "lz4", "zstd": "zstd"}
@@ -239,15 +229,6 @@ def last_checkpoint_checksum(hint: dict) -> str:
 
 
 # -- building the checkpoint table ------------------------------------------------------------
-
-def _check_features(snapshot: Snapshot) -> None:
-    features = set(snapshot.protocol.writer_features) | set(snapshot.protocol.reader_features)
-    unknown = sorted(features - _CHECKPOINT_SAFE_FEATURES)
-    if unknown:
-        raise UnsupportedFeatureError(
-            f"cannot write a checkpoint: the table uses the feature(s) {', '.join(unknown)}, "
-            "which this writer does not implement")
-
 
 def _uses_v2_spec(snapshot: Snapshot) -> bool:
     p = snapshot.protocol
@@ -564,7 +545,7 @@ def write_checkpoint(snapshot: Snapshot, *, now_ms: int | None = None,
     """
     if naming not in ("auto", "classic", "uuid"):
         raise InvalidArgumentError(f"invalid naming {naming!r}: expected 'auto', 'classic' or 'uuid'")
-    _check_features(snapshot)
+    check_supported(snapshot.protocol, "checkpoint", snapshot.metadata)
     storage = snapshot.storage
     version = snapshot.version
     v2_spec = _uses_v2_spec(snapshot)

@@ -22,11 +22,12 @@ from airflow_delta_maint.delta.checkpoint import (
     CHECKPOINT_SCHEMA_V1, last_checkpoint_checksum, parse_interval_ms, tombstone_retention_ms,
     write_checkpoint)
 from airflow_delta_maint.delta.errors import InvalidArgumentError, UnsupportedFeatureError
+from airflow_delta_maint.delta.features import unsupported_features
 from airflow_delta_maint.delta.log import LAST_CHECKPOINT, build_segment
 from airflow_delta_maint.delta.snapshot import Snapshot, _clean
 from airflow_delta_maint.delta.storage import Storage
 
-from tests.conftest import load_manifest
+from tests.conftest import corpus_path, load_manifest
 
 deltalake = pytest.importorskip("deltalake")
 
@@ -38,7 +39,27 @@ WEEK = 7 * DAY
 # pyarrow rejects) the rows are not compared; the file list, stats and deletion vectors are
 # still checked through delta-rs's log and through our reader, and the logical row count
 # (numRecords minus deleted rows) through our reader.
-CORPUS = [t for t in load_manifest() if t["oracle"].get("loaded")]
+_LOADED = [t for t in load_manifest() if t["oracle"].get("loaded")]
+
+
+def _gate_allows(entry: dict) -> bool:
+    snap = Snapshot.load(str(corpus_path(entry["table"])))
+    return not unsupported_features(snap.protocol, "checkpoint", snap.metadata)
+
+
+# Tables whose writer features the gate refuses (e.g. the unknown `liquid` feature) get no
+# checkpoint: the protocol forbids writers to write tables with features they do not know.
+CORPUS = [t for t in _LOADED if _gate_allows(t)]
+REFUSED = [t for t in _LOADED if not _gate_allows(t)]
+
+
+@pytest.mark.parametrize("entry", REFUSED, ids=[t["table"] for t in REFUSED])
+def test_checkpoint_refuses_tables_with_unsupported_writer_features(entry, copy_table):
+    table = copy_table(entry["table"])
+    listing = sorted(os.listdir(_log(table)))
+    with pytest.raises(UnsupportedFeatureError, match="checkpoint"):
+        write_checkpoint(Snapshot.load(str(table)))
+    assert sorted(os.listdir(_log(table))) == listing
 
 
 def _log(path: Path) -> Path:

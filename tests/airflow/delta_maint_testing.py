@@ -1,0 +1,80 @@
+"""Helpers of the Airflow-side tests: small Delta tables, ``airflow dags test`` runs and their results."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+LOCAL_SPARK = json.dumps({"conn_type": "spark", "host": "local[2]"})
+
+
+def write_appends(path: Path, commits: int, partitions: int = 2, rows: int = 20, start: int = 0) -> None:
+    """Append ``commits`` small commits (one file per partition each) with delta-rs."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    for i in range(start, start + commits):
+        ids = list(range(i * rows, (i + 1) * rows))
+        table = pa.table({
+            "id": pa.array(ids, pa.int64()),
+            "part": pa.array([f"p{j % partitions}" for j in range(rows)]),
+            "value": pa.array([float(x) for x in ids]),
+        })
+        write_deltalake(str(path), table, mode="append", partition_by=["part"])
+
+
+def log_files(path: Path) -> list[str]:
+    """The names in the table's ``_delta_log`` (to prove a failed run changed nothing)."""
+    return sorted(os.listdir(path / "_delta_log"))
+
+
+def airflow_env(home: Path, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+        "AIRFLOW_CONN_SPARK_DEFAULT": LOCAL_SPARK,
+        "PYSPARK_PYTHON": sys.executable,
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+    })
+    env.update(extra)
+    return env
+
+
+def dags_test(home: Path, dag_id: str, conf: dict | None = None, timeout: float = 400,
+              **env: str) -> subprocess.CompletedProcess:
+    """Run ``airflow dags test`` in a subprocess (real executors of nothing: tasks run in-process)."""
+    cmd = [str(BIN / "airflow"), "dags", "test", dag_id]
+    if conf:
+        cmd += ["-c", json.dumps(conf)]
+    return subprocess.run(cmd, env=airflow_env(home, **env), capture_output=True, text=True, timeout=timeout)
+
+
+def task_results(home: Path, dag_id: str) -> tuple[str, dict[tuple[str, int], dict]]:
+    """The latest run of ``dag_id``: its state, and per (task_id, map_index) the state and XCom value."""
+    with sqlite3.connect(home / "airflow.db") as conn:
+        run_id, state = conn.execute(
+            "SELECT run_id, state FROM dag_run WHERE dag_id = ? ORDER BY id DESC LIMIT 1", (dag_id,)).fetchone()
+        tis = conn.execute("SELECT task_id, map_index, state FROM task_instance WHERE dag_id = ? AND run_id = ?",
+                           (dag_id, run_id)).fetchall()
+        xcoms = dict(((t, m), v) for t, m, v in conn.execute(
+            "SELECT task_id, map_index, value FROM xcom WHERE dag_id = ? AND run_id = ? AND key = 'return_value'",
+            (dag_id, run_id)))
+    out = {}
+    for task_id, map_index, ti_state in tis:
+        value = xcoms.get((task_id, map_index))
+        while isinstance(value, (str, bytes)):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                break
+        out[(task_id, map_index)] = {"state": ti_state, "value": value}
+    return state, out

@@ -45,6 +45,7 @@ def state(path: str | Path, version: int | None = None, use_compactions: bool = 
         "domain_tombstones": snap.domain_tombstones,
         "protocol": snap.protocol.raw,
         "metadata": snap.metadata.raw,
+        "commit_timestamp": snap.commit_timestamp,
     }
 
 

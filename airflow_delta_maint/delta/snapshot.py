@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -108,13 +109,20 @@ class CheckpointData:
     domains: dict[str, dict]
 
 
-def _read_parquet_actions(data: bytes, what: str) -> pa.Table:
+def _read_parquet_actions(storage: Storage, key: str) -> pa.Table:
+    """The action columns of a parquet checkpoint file (memory-mapped when local)."""
+    if storage.is_local:
+        source = storage.local_path(key)
+        if not os.path.isfile(source):
+            raise CorruptLogError(f"log file listed but missing or unreadable: {key}")
+    else:
+        source = io.BytesIO(_read(storage, key))
     try:
-        pf = pq.ParquetFile(io.BytesIO(data))
+        pf = pq.ParquetFile(source, memory_map=storage.is_local)
         names = [c for c in _CHECKPOINT_COLUMNS if c in pf.schema_arrow.names]
         return pf.read(columns=names)
     except (pa.ArrowException, OSError) as exc:
-        raise CorruptLogError(f"corrupt checkpoint {what}: {exc}") from None
+        raise CorruptLogError(f"corrupt checkpoint {key}: {exc}") from None
 
 
 def _json_actions_table(actions: list[dict]) -> tuple[pa.Table, pa.Table]:
@@ -123,21 +131,38 @@ def _json_actions_table(actions: list[dict]) -> tuple[pa.Table, pa.Table]:
     return pa.table({"add": pa.array(adds, type=ADD)}), pa.table({"remove": pa.array(removes, type=REMOVE)})
 
 
+_MAX_RUNS = 64
+
+
+def _valid_pieces(chunk: pa.Array) -> list[pa.Array]:
+    """The non-null rows of one chunk: zero-copy slices when they form a few runs, else a filter."""
+    nulls = chunk.null_count
+    if nulls == 0:
+        return [chunk]
+    if nulls == len(chunk):
+        return []
+    valid = chunk.is_valid().to_numpy(zero_copy_only=False)
+    edges = np.flatnonzero(np.diff(np.concatenate(([False], valid, [False])).astype(np.int8)))
+    if len(edges) // 2 > _MAX_RUNS:
+        return [chunk.filter(chunk.is_valid())]
+    return [chunk.slice(int(lo), int(hi - lo)) for lo, hi in zip(edges[::2], edges[1::2])]
+
+
 def _file_actions(table: pa.Table, column: str, target: pa.StructType) -> pa.Table:
+    """The add or remove actions of a checkpoint table, one row each, in ``target``'s schema."""
+    schema = pa.schema(list(target))
     if column not in table.column_names:
-        return pa.Table.from_batches([], schema=pa.schema(list(target)))
-    col = table.column(column)
-    col = col.filter(col.is_valid())
-    arr = conform(col, target) if len(col) else pa.array([], type=target)
-    return pa.Table.from_struct_array(arr)
+        return schema.empty_table()
+    batches = [pa.RecordBatch.from_struct_array(conform(piece, target))
+               for chunk in table.column(column).chunks for piece in _valid_pieces(chunk)]
+    return pa.Table.from_batches(batches, schema=schema) if batches else schema.empty_table()
 
 
 def _dict_actions(table: pa.Table, column: str) -> list[dict]:
     if column not in table.column_names:
         return []
-    col = table.column(column)
-    col = col.filter(col.is_valid())
-    return [_clean(v) for v in col.to_pylist()]
+    return [_clean(v) for chunk in table.column(column).chunks for piece in _valid_pieces(chunk)
+            for v in piece.to_pylist()]
 
 
 def _clean(value):
@@ -160,15 +185,14 @@ def read_checkpoint(storage: Storage, checkpoint: Checkpoint) -> CheckpointData:
     domains: dict[str, dict] = {}
     sidecars: list[str] = []
     for f in checkpoint.files:
-        data = _read(storage, f.key)
         if f.key.endswith(".json"):
-            actions = parse_json_lines(data, f.key)
+            actions = parse_json_lines(_read(storage, f.key), f.key)
             adds, removes = _json_actions_table(actions)
             add_parts.append(_file_actions(adds, "add", ADD))
             remove_parts.append(_file_actions(removes, "remove", REMOVE))
             dicts = {c: [a[c] for a in actions if a.get(c) is not None] for c in _CHECKPOINT_COLUMNS}
         else:
-            table = _read_parquet_actions(data, f.key)
+            table = _read_parquet_actions(storage, f.key)
             add_parts.append(_file_actions(table, "add", ADD))
             remove_parts.append(_file_actions(table, "remove", REMOVE))
             dicts = {c: _dict_actions(table, c) for c in ("metaData", "protocol", "txn", "domainMetadata", "sidecar")}
@@ -185,13 +209,12 @@ def read_checkpoint(storage: Storage, checkpoint: Checkpoint) -> CheckpointData:
         key = path if "/" in path and not path.startswith("_sidecars") else f"{LOG_DIR}_sidecars/{path.split('/')[-1]}"
         if "://" in path:
             key = storage.key_for_path(path) or path
-        data = _read(storage, key)
         if key.endswith(".json"):
-            adds, removes = _json_actions_table(parse_json_lines(data, key))
+            adds, removes = _json_actions_table(parse_json_lines(_read(storage, key), key))
             add_parts.append(_file_actions(adds, "add", ADD))
             remove_parts.append(_file_actions(removes, "remove", REMOVE))
         else:
-            table = _read_parquet_actions(data, key)
+            table = _read_parquet_actions(storage, key)
             add_parts.append(_file_actions(table, "add", ADD))
             remove_parts.append(_file_actions(table, "remove", REMOVE))
     return CheckpointData(
@@ -207,26 +230,54 @@ def _read(storage: Storage, key: str) -> bytes:
         raise CorruptLogError(f"log file listed but missing or unreadable: {key}") from None
 
 
-def _drop_keys(table: pa.Table, keys: set[tuple[str, str]], root: str) -> pa.Table:
+def _maybe_noncanonical(paths: pa.Array) -> np.ndarray:
+    """Rows whose path may differ from its canonical key: it has '%' or ':', or starts with '/'.
+
+    A byte scan of the string data (no per-row Python), as fast as memory allows.
+    """
+    n = len(paths)
+    flags = np.zeros(n, dtype=bool)
+    if n == 0 or paths.null_count == n:
+        return flags
+    width = np.int64 if pa.types.is_large_string(paths.type) else np.int32
+    _, offset_buf, data_buf = paths.buffers()
+    offsets = np.frombuffer(offset_buf, dtype=width, count=n + 1, offset=paths.offset * np.dtype(width).itemsize)
+    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    lo, hi = int(offsets[0]), int(offsets[-1])
+    segment = data[lo:hi]
+    hits = np.flatnonzero((segment == 0x25) | (segment == 0x3A)) + lo
+    if len(hits):
+        flags[np.searchsorted(offsets, hits, side="right") - 1] = True
+    starts = offsets[:-1]
+    nonempty = offsets[1:] > starts
+    flags[nonempty] |= data[starts[nonempty]] == 0x2F
+    return flags
+
+
+def _drop_keys(table: pa.Table, keys: set[tuple[str, str]], spellings: set[str], root: str) -> pa.Table:
     """Rows of an add/remove table whose (canonical path, dv id) is not in ``keys``.
 
-    Only rows whose path equals a key's path, or whose path is not already canonical (absolute,
-    with a scheme, or escaped), can match; just those are canonicalised in Python.
+    ``spellings`` holds the paths as the replayed actions wrote them. A row can match only if
+    its path is one of those or one of the canonical keys, or is not canonical itself (see
+    :func:`_maybe_noncanonical`); only such rows are canonicalised in Python.
     """
     if not keys or table.num_rows == 0:
         return table
-    path_col = table.column("path")
-    paths = {p for p, _ in keys}
-    candidate = pc.or_(pc.is_in(path_col, value_set=pa.array(list(paths), pa.string())),
-                       pc.match_substring_regex(path_col, _NEEDS_CANONICAL))
-    hit_idx = pc.indices_nonzero(candidate.combine_chunks() if isinstance(candidate, pa.ChunkedArray)
-                                 else candidate).to_pylist()
-    if not hit_idx:
-        return table
-    dvs = table.column("deletionVector").take(hit_idx).to_pylist()
-    hit_paths = path_col.take(hit_idx).to_pylist()
-    drop = [i for i, p, dv in zip(hit_idx, hit_paths, dvs)
-            if (canonical_path(p, root), dv_unique_id(dv)) in keys]
+    value_set = pa.array(sorted(spellings | {p for p, _ in keys}), pa.string())
+    drop: list[int] = []
+    base = 0
+    for batch in table.to_batches():
+        path_col = batch.column(batch.schema.get_field_index("path"))
+        candidate = pc.is_in(path_col, value_set=value_set).to_numpy(zero_copy_only=False)
+        candidate = candidate | _maybe_noncanonical(path_col)
+        idx = np.flatnonzero(candidate)
+        if len(idx):
+            taken = pa.array(idx, pa.int64())
+            hit_paths = path_col.take(taken).to_pylist()
+            dvs = batch.column(batch.schema.get_field_index("deletionVector")).take(taken).to_pylist()
+            drop.extend(base + int(i) for i, p, dv in zip(idx, hit_paths, dvs)
+                        if p is not None and (canonical_path(p, root), dv_unique_id(dv)) in keys)
+        base += batch.num_rows
     if not drop:
         return table
     keep = np.ones(table.num_rows, dtype=bool)
@@ -303,14 +354,15 @@ class Snapshot:
             raise CorruptLogError(f"invalid protocol or metaData action: {exc}") from None
 
         touched = set(replay.files)
+        spellings = {a["path"] for _, a in replay.files.values()}
         new_adds = [a for kind, a in replay.files.values() if kind == "add"]
         new_removes = [a for kind, a in replay.files.values() if kind == "remove"]
         files = pa.concat_tables([
-            _drop_keys(cp.adds, touched, storage.root),
+            _drop_keys(cp.adds, touched, spellings, storage.root),
             pa.Table.from_struct_array(pa.array(new_adds, type=ADD)) if new_adds else ADD_SCHEMA.empty_table(),
         ])
         tombstones = pa.concat_tables([
-            _drop_keys(cp.removes, touched, storage.root),
+            _drop_keys(cp.removes, touched, spellings, storage.root),
             pa.Table.from_struct_array(pa.array(new_removes, type=REMOVE)) if new_removes else REMOVE_SCHEMA.empty_table(),
         ])
         domains = {d: v for d, v in replay.domains.items() if not v.get("removed")}

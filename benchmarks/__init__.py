@@ -1,0 +1,1 @@
+"""Benchmarks of the Delta core and the maintenance jobs against delta-rs (``make bench``)."""

@@ -132,6 +132,7 @@ def _json_actions_table(actions: list[dict]) -> tuple[pa.Table, pa.Table]:
 
 
 _MAX_RUNS = 64
+_MAX_SLICES = 10_000
 
 
 def _valid_pieces(chunk: pa.Array) -> list[pa.Array]:
@@ -280,9 +281,24 @@ def _drop_keys(table: pa.Table, keys: set[tuple[str, str]], spellings: set[str],
         base += batch.num_rows
     if not drop:
         return table
-    keep = np.ones(table.num_rows, dtype=bool)
-    keep[drop] = False
-    return table.filter(pa.array(keep))
+    return _without_rows(table, drop)
+
+
+def _without_rows(table: pa.Table, rows: list[int]) -> pa.Table:
+    """``table`` without the rows at ``rows`` (ascending): zero-copy slices around a few rows,
+    a filter (which copies) around many."""
+    if len(rows) > _MAX_SLICES:
+        keep = np.ones(table.num_rows, dtype=bool)
+        keep[rows] = False
+        return table.filter(pa.array(keep))
+    pieces, start = [], 0
+    for row in rows:
+        if row > start:
+            pieces.append(table.slice(start, row - start))
+        start = row + 1
+    if start < table.num_rows:
+        pieces.append(table.slice(start))
+    return pa.concat_tables(pieces) if pieces else table.schema.empty_table()
 
 
 class Snapshot:

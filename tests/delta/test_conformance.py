@@ -597,3 +597,47 @@ def test_corpus_copy_is_independent(copy_table):
     with pytest.raises(NotADeltaTableError):
         Snapshot.load(str(dest))
     assert Snapshot.load(str(corpus_path("rs/simple_table"))).version == MANIFEST["rs/simple_table"]["version"]
+
+
+# -- large checkpoints: interleaved actions, many and few superseded rows -----------------------
+
+def write_checkpoint(root: Path, version: int, actions: list[dict]) -> None:
+    """A classic checkpoint of ``actions`` (dicts keyed by action name), one row per action."""
+    from airflow_delta_maint.delta.actions import ADD, REMOVE
+
+    protocol_t = pa.struct([("minReaderVersion", pa.int32()), ("minWriterVersion", pa.int32())])
+    str_map = pa.map_(pa.string(), pa.string())
+    metadata_t = pa.struct([("id", pa.string()),
+                            ("format", pa.struct([("provider", pa.string()), ("options", str_map)])),
+                            ("schemaString", pa.string()), ("partitionColumns", pa.list_(pa.string())),
+                            ("configuration", pa.map_(pa.string(), pa.string()))])
+    columns = {"add": ADD, "remove": REMOVE, "metaData": metadata_t, "protocol": protocol_t}
+    table = pa.table({name: pa.array([a.get(name) for a in actions], type) for name, type in columns.items()})
+    (root / "_delta_log").mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, root / "_delta_log" / f"{version:020d}.checkpoint.parquet", row_group_size=4000)
+
+
+@pytest.mark.parametrize("removed", [3, 10_001], ids=["few", "many"])
+def test_large_interleaved_checkpoint(tmp_path, removed):
+    rows: list[dict] = [protocol_action(), metadata_action()]
+    for i in range(12_000):
+        rows.append(add(f"f{i}", i))
+        if i % 50 == 0:
+            rows.append({"remove": {"path": f"gone{i}", "deletionTimestamp": 1, "dataChange": True}})
+    write_checkpoint(tmp_path, 0, rows)
+    victims = list(range(0, 12_000, 12_000 // removed))[:removed]
+    assert len(victims) == removed
+    write_commits(tmp_path, {
+        1: [remove(f"f{i}") for i in victims],
+        2: [add("gone50", 7), add("new", 8), remove(f"f{11_999}")],
+    })
+    snap = Snapshot.load(str(tmp_path))
+    expected = {f"f{i}" for i in range(12_000)} - {f"f{i}" for i in victims} - {"f11999"} | {"gone50", "new"}
+    assert snap.segment.checkpoint_version == 0
+    assert set(snap.paths) == expected and snap.num_files == len(expected)
+    sizes = dict(zip(snap.paths, snap.files.column("size").to_pylist()))
+    assert sizes["gone50"] == 7 and sizes["new"] == 8 and sizes["f11000"] == 11_000
+    tombstones = set(snap.tombstones.column("path").to_pylist())
+    assert tombstones == ({f"gone{i}" for i in range(0, 12_000, 50)} - {"gone50"}) | \
+        {f"f{i}" for i in victims} | {"f11999"}
+    assert snapshot_keys(snap) == rs_keys(tmp_path)

@@ -177,6 +177,16 @@ def _clean(value):
     return value
 
 
+def sidecar_key(path: str) -> str:
+    """The storage key of a V2 checkpoint's sidecar file.
+
+    Sidecars always live in ``_delta_log/_sidecars``; the action's path is URI-encoded and is
+    usually the bare file name, but may carry a scheme or parent folders. Only the decoded
+    file name counts.
+    """
+    return f"{LOG_DIR}_sidecars/{unquote(path.rstrip('/').rsplit('/', 1)[-1])}"
+
+
 def read_checkpoint(storage: Storage, checkpoint: Checkpoint) -> CheckpointData:
     """Read every file of a checkpoint (parts, V2 top-level file and its sidecars)."""
     add_parts: list[pa.Table] = []
@@ -207,9 +217,7 @@ def read_checkpoint(storage: Storage, checkpoint: Checkpoint) -> CheckpointData:
             domains[d["domain"]] = d
         sidecars.extend(s["path"] for s in dicts.get("sidecar", []))
     for path in sidecars:
-        key = path if "/" in path and not path.startswith("_sidecars") else f"{LOG_DIR}_sidecars/{path.split('/')[-1]}"
-        if "://" in path:
-            key = storage.key_for_path(path) or path
+        key = sidecar_key(path)
         if key.endswith(".json"):
             adds, removes = _json_actions_table(parse_json_lines(_read(storage, key), key))
             add_parts.append(_file_actions(adds, "add", ADD))
@@ -423,4 +431,4 @@ def _strip_nulls(d: dict) -> dict:
             for k, v in d.items() if v is not None}
 
 
-__all__ = ["CheckpointData", "Snapshot", "canonical_path", "read_checkpoint", "FileInfo"]
+__all__ = ["CheckpointData", "Snapshot", "canonical_path", "read_checkpoint", "sidecar_key", "FileInfo"]

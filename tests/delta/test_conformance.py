@@ -495,8 +495,13 @@ def test_delta_rs_reads_our_handcrafted_compacted_log_the_same(tmp_path):
 
 # -- V2 checkpoints ----------------------------------------------------------------------------
 
-def make_v2_checkpoint(root: Path, version: int, sidecars: int, json_manifest: bool = False) -> list[Path]:
-    """Rewrite the classic checkpoint at ``version`` as a V2 checkpoint with parquet sidecars."""
+def make_v2_checkpoint(root: Path, version: int, sidecars: int, json_manifest: bool = False,
+                       spelling: str = "name") -> list[Path]:
+    """Rewrite the classic checkpoint at ``version`` as a V2 checkpoint with parquet sidecars.
+
+    ``spelling`` is how the sidecar actions name their files: ``name`` (the bare file name),
+    ``uri`` (an absolute file URI) or ``encoded`` (a name with a space, URI-encoded).
+    """
     classic = checkpoint_table(root, version)
     log = root / "_delta_log"
     (log / f"{version:020d}.checkpoint.parquet").unlink()
@@ -506,11 +511,12 @@ def make_v2_checkpoint(root: Path, version: int, sidecars: int, json_manifest: b
     step = -(-files.num_rows // sidecars)
     sidecar_rows, written = [], []
     for i in range(sidecars):
-        name = f"{uuid.uuid4()}.parquet"
+        name = f"{'side car ' if spelling == 'encoded' else ''}{uuid.uuid4()}.parquet"
         path = log / "_sidecars" / name
         pq.write_table(files.select(["add", "remove"]).slice(i * step, step), path)
         written.append(path)
-        sidecar_rows.append({"path": name, "sizeInBytes": path.stat().st_size, "modificationTime": 1})
+        stored = {"name": name, "uri": path.as_uri(), "encoded": name.replace(" ", "%20")}[spelling]
+        sidecar_rows.append({"path": stored, "sizeInBytes": path.stat().st_size, "modificationTime": 1})
     top_name = f"{version:020d}.checkpoint.{uuid.uuid4()}.{'json' if json_manifest else 'parquet'}"
     if json_manifest:
         rows = [{"checkpointMetadata": {"version": version}}]
@@ -570,6 +576,16 @@ def test_v2_checkpoint_with_sidecars(tmp_path, json_manifest):
     assert state(snap) == state(reference)
     assert snap.tombstones.num_rows == reference.tombstones.num_rows > 0
     assert state(Snapshot.load(str(root), version=6)) == state(at_five)
+
+
+@pytest.mark.parametrize("spelling", ["uri", "encoded"])
+def test_v2_checkpoint_sidecar_path_spellings(tmp_path, spelling):
+    root = rs_table(tmp_path / "t", 5, checkpoints=(3,), partitioned=True)
+    reference = Snapshot.load(str(root))
+    make_v2_checkpoint(root, 3, sidecars=2, spelling=spelling)
+    snap = Snapshot.load(str(root))
+    assert snap.segment.checkpoint is not None and snap.segment.checkpoint.kind == "v2"
+    assert state(snap) == state(reference)
 
 
 def test_v2_checkpoint_with_a_missing_sidecar_is_corrupt(tmp_path):

@@ -16,6 +16,8 @@ from obstore.store import LocalStore, from_url
 
 from .errors import TableNotFoundError
 
+_CLIENT_KEYS = {"allow_http", "aws_allow_http"}
+
 __all__ = ["FileInfo", "Storage", "AlreadyExistsError", "normalize_table_uri"]
 
 
@@ -61,11 +63,12 @@ class Storage:
             self._store = from_url(self.root, config=self._config(), client_options=self._client_options())
 
     def _config(self) -> dict[str, str]:
-        return {k: v for k, v in self.options.items() if not k.startswith("client.")}
+        return {k: v for k, v in self.options.items()
+                if not k.startswith("client.") and k.lower() not in _CLIENT_KEYS}
 
     def _client_options(self) -> dict[str, str]:
         opts = {k[len("client."):]: v for k, v in self.options.items() if k.startswith("client.")}
-        if self.options.get("allow_http") in ("true", True) or self.options.get("AWS_ALLOW_HTTP") in ("true", True):
+        if any(str(v).lower() == "true" for k, v in self.options.items() if k.lower() in _CLIENT_KEYS):
             opts.setdefault("allow_http", True)
         return opts
 
@@ -80,7 +83,14 @@ class Storage:
 
     # -- reading --------------------------------------------------------------------------
     def list_from(self, prefix: str, start_after: str | None = None) -> Iterator[FileInfo]:
-        """Objects whose key starts with ``prefix``, sorted, after ``start_after`` when given."""
+        """Objects whose key starts with ``prefix``, sorted, after ``start_after`` when given.
+
+        On local disk only the prefix's own folder is read (``os.scandir``: no recursion into
+        sub-folders, a few times faster than a generic listing); object stores list with a
+        start-after offset.
+        """
+        if self.is_local:
+            return iter(self._scan_local(prefix, start_after))
         kwargs = {"offset": start_after} if start_after else {}
         items: list[FileInfo] = []
         for chunk in obstore.list(self._store, prefix, **kwargs):
@@ -88,6 +98,29 @@ class Storage:
                 items.append(_info(meta))
         items.sort(key=lambda f: f.key)
         return iter(items)
+
+    def _scan_local(self, prefix: str, start_after: str | None) -> list[FileInfo]:
+        folder, _, stem = prefix.rpartition("/")
+        base = f"{folder}/" if folder else ""
+        try:
+            entries = os.scandir(os.path.join(self.local_root, folder))
+        except FileNotFoundError:
+            return []
+        items = []
+        with entries:
+            for entry in entries:
+                key = base + entry.name
+                if not entry.name.startswith(stem) or (start_after is not None and key <= start_after):
+                    continue
+                try:
+                    if not entry.is_file():
+                        continue
+                    st = entry.stat()
+                except FileNotFoundError:  # deleted while listing
+                    continue
+                items.append(FileInfo(key, st.st_size, int(st.st_mtime * 1000)))
+        items.sort(key=lambda f: f.key)
+        return items
 
     def list_recursive(self, prefix: str = "") -> Iterator[FileInfo]:
         """Every object under ``prefix`` (unsorted, streamed)."""

@@ -19,3 +19,5 @@ with DAG(dag_id="delta_maint_failures", schedule=None, start_date=datetime(2024,
                      skip_if_nothing_to_do=False)
     OptimizeOperator(task_id="missing_table", table_uri=TABLE + "_missing")
     InspectTableOperator(task_id="bad_option", table_uri=TABLE, small_file_bytes="lots")
+    # spark-submit runs; the application fails and reports why
+    InspectTableOperator(task_id="missing_table_in_spark", table_uri=TABLE + "_gone")

@@ -133,6 +133,7 @@ def _json_actions_table(actions: list[dict]) -> tuple[pa.Table, pa.Table]:
 
 _MAX_RUNS = 64
 _MAX_SLICES = 10_000
+_SCAN_BLOCK = 1 << 20
 
 
 def _valid_pieces(chunk: pa.Array) -> list[pa.Array]:
@@ -253,10 +254,13 @@ def _maybe_noncanonical(paths: pa.Array) -> np.ndarray:
     offsets = np.frombuffer(offset_buf, dtype=width, count=n + 1, offset=paths.offset * np.dtype(width).itemsize)
     data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
     lo, hi = int(offsets[0]), int(offsets[-1])
-    segment = data[lo:hi]
-    hits = np.flatnonzero((segment == 0x25) | (segment == 0x3A)) + lo
-    if len(hits):
-        flags[np.searchsorted(offsets, hits, side="right") - 1] = True
+    for start in range(lo, hi, _SCAN_BLOCK):  # cache-sized blocks: no full-size temporaries
+        block = data[start:min(hi, start + _SCAN_BLOCK)]
+        mask = block == 0x25
+        mask |= block == 0x3A
+        if mask.any():
+            hits = np.flatnonzero(mask) + start
+            flags[np.searchsorted(offsets, hits, side="right") - 1] = True
     starts = offsets[:-1]
     nonempty = offsets[1:] > starts
     flags[nonempty] |= data[starts[nonempty]] == 0x2F

@@ -25,6 +25,7 @@ from airflow_delta_maint.delta.errors import (
     UnsupportedFeatureError,
 )
 from airflow_delta_maint.delta.features import check_supported
+from airflow_delta_maint.delta.history import log_state
 from airflow_delta_maint.delta.log import LOG_DIR, build_segment
 from airflow_delta_maint.delta.snapshot import Snapshot, canonical_path
 from airflow_delta_maint.delta.storage import Storage
@@ -264,6 +265,17 @@ def test_canonical_path_on_object_store_root():
     assert canonical_path("/elsewhere/f.parquet", root) == "s3://bucket/elsewhere/f.parquet"
 
 
+def test_noncanonical_path_scan_flags_every_candidate():
+    from airflow_delta_maint.delta.snapshot import _maybe_noncanonical
+
+    paths = ["ab", "/x", "c%20d", "", None, "file:/e", "plain", "p=1/q"] * 3 + ["y" * 3_000_000 + "%"]
+    flags = _maybe_noncanonical(pa.array(paths))
+    assert [i for i, f in enumerate(flags) if f] == \
+        [i for i, p in enumerate(paths) if p and (p.startswith("/") or "%" in p or ":" in p)]
+    sliced = _maybe_noncanonical(pa.array(paths).slice(2, 5))
+    assert sliced.tolist() == [True, False, False, True, False]
+
+
 def test_remove_by_absolute_uri_cancels_relative_add_in_checkpoint(tmp_path):
     root = rs_table(tmp_path / "t", 3, checkpoints=(2,))
     snap = Snapshot.load(str(root))
@@ -365,6 +377,9 @@ def test_last_checkpoint_hint_never_breaks_reads(tmp_path, hint):
     assert snap.segment.checkpoint_version == 5
     for version in (1, 3, 6, 7):
         assert snapshot_keys(Snapshot.load(str(root), version=version)) == expected[version]
+    state_now = log_state(Storage(str(root)))
+    assert (state_now.latest_version, state_now.last_checkpoint_version) == (7, 5)
+    assert state_now.commits_since_checkpoint == 2
 
 
 def test_last_checkpoint_naming_a_deleted_checkpoint(tmp_path):

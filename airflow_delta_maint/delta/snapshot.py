@@ -267,6 +267,16 @@ def _maybe_noncanonical(paths: pa.Array) -> np.ndarray:
     return flags
 
 
+def _file_name(path: str) -> str:
+    """The last segment of ``canonical_path(path, root)`` for any root, computed cheaply.
+
+    Escapes never straddle a literal '/', so it is the raw last segment, decoded (and cut again
+    if the decoding produced a '/').
+    """
+    name = path.rpartition("/")[2]
+    return unquote(name).rpartition("/")[2] if "%" in name else name
+
+
 def _drop_keys(table: pa.Table, keys: set[tuple[str, str]], spellings: set[str], root: str) -> pa.Table:
     """Rows of an add/remove table whose (canonical path, dv id) is not in ``keys``.
 
@@ -276,7 +286,9 @@ def _drop_keys(table: pa.Table, keys: set[tuple[str, str]], spellings: set[str],
     """
     if not keys or table.num_rows == 0:
         return table
-    value_set = pa.array(sorted(spellings | {p for p, _ in keys}), pa.string())
+    key_paths = {p for p, _ in keys}
+    key_names = {p.rpartition("/")[2] for p in key_paths}
+    value_set = pa.array(sorted(spellings | key_paths), pa.string())
     drop: list[int] = []
     base = 0
     for batch in table.to_batches():
@@ -285,11 +297,14 @@ def _drop_keys(table: pa.Table, keys: set[tuple[str, str]], spellings: set[str],
         candidate = candidate | _maybe_noncanonical(path_col)
         idx = np.flatnonzero(candidate)
         if len(idx):
-            taken = pa.array(idx, pa.int64())
-            hit_paths = path_col.take(taken).to_pylist()
-            dvs = batch.column(batch.schema.get_field_index("deletionVector")).take(taken).to_pylist()
-            drop.extend(base + int(i) for i, p, dv in zip(idx, hit_paths, dvs)
-                        if p is not None and (canonical_path(p, root), dv_unique_id(dv)) in keys)
+            hit_paths = path_col.take(pa.array(idx, pa.int64())).to_pylist()
+            canonical = [(int(i), canonical_path(p, root)) for i, p in zip(idx, hit_paths)
+                         if p is not None and _file_name(p) in key_names]
+            matched = [(i, c) for i, c in canonical if c in key_paths]
+            if matched:
+                rows = pa.array([i for i, _ in matched], pa.int64())
+                dvs = batch.column(batch.schema.get_field_index("deletionVector")).take(rows).to_pylist()
+                drop.extend(base + i for (i, c), dv in zip(matched, dvs) if (c, dv_unique_id(dv)) in keys)
         base += batch.num_rows
     if not drop:
         return table

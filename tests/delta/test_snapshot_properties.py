@@ -123,3 +123,19 @@ def test_checkpoint_then_commits_equals_commits_alone(ops: list[tuple]):
         assert replayed.protocol == with_checkpoints.protocol
         assert sorted(replayed.tombstones.column("path").to_pylist()) == \
             sorted(with_checkpoints.tombstones.column("path").to_pylist())
+
+
+segments = st.lists(st.sampled_from(["a", "p=1", "%20", "%2F", "%25", "x y", ":", "%3A", "part-0.parquet", "é"]),
+                    min_size=1, max_size=4).map("".join)
+log_paths = st.tuples(st.sampled_from(["", "/", "file:/", "file:///", "file:///tbl/root/", "s3://b/t/",
+                                       "s3a://b/t/"]),
+                      st.lists(segments, min_size=1, max_size=3).map("/".join)).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(path=log_paths, root=st.sampled_from(["file:///tbl/root", "s3://b/t"]))
+def test_cheap_file_name_is_the_canonical_path_s_last_segment(path: str, root: str):
+    """The pre-filter of checkpoint rows never rejects a row whose canonical path could match."""
+    from airflow_delta_maint.delta.snapshot import _file_name, canonical_path
+
+    assert _file_name(path) == canonical_path(path, root).rpartition("/")[2]

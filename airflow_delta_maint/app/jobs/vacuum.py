@@ -15,6 +15,7 @@ import logging
 import math
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
@@ -33,11 +34,12 @@ from ..context import JobContext
 
 NAME = "vacuum"
 DRY_RUN_LIST_CAP = 1000
-DELETE_BATCH = 1000
+DELETE_BATCH = 500
 DRIVER_DELETE_MAX = 1000  # full mode: fewer files than this are deleted on the driver
 LITE_DRIVER_DELETE_MAX = 20000  # lite mode never starts Spark below this many files
 _PROGRESS_EVERY_S = 5.0
 _MARKER_ROUNDS = 30
+_TASK_THREADS = 4
 
 log = logging.getLogger("delta_maint.vacuum")
 
@@ -72,11 +74,16 @@ def _scan(storage: Storage, files: Sequence[FileInfo], valid: frozenset[str] | s
 
 
 def _list_subtrees(prefixes: Iterator[str], shared: Any) -> Iterator[tuple]:
-    """Spark task: list the subtrees under ``prefixes`` and keep the files to delete."""
+    """Spark task: list the subtrees under ``prefixes`` (a few at a time, on threads, as listing
+    waits on storage) and keep the files to delete."""
     storage, valid, cutoff_ms, partition_columns = shared.value
-    for prefix in prefixes:
+
+    def one(prefix: str) -> tuple:
         listed = [f for f in storage.list_recursive(prefix + "/") if not is_hidden(f.key, partition_columns)]
-        yield _scan(storage, listed, valid, cutoff_ms, partition_columns)
+        return _scan(storage, listed, valid, cutoff_ms, partition_columns)
+
+    with ThreadPoolExecutor(max_workers=_TASK_THREADS) as pool:
+        yield from pool.map(one, list(prefixes))
 
 
 def list_candidates(ctx: JobContext, storage: Storage, plan: VacuumPlan) -> Listing:
@@ -130,20 +137,15 @@ def list_candidates(ctx: JobContext, storage: Storage, plan: VacuumPlan) -> List
 
 # -- deleting ----------------------------------------------------------------------------------------
 def _delete_partition(keys: Iterator[str], storage: Storage, counter: Any) -> Iterator[int]:
-    """Spark task: delete its keys in batches; report progress through an accumulator."""
-    batch: list[str] = []
+    """Spark task: delete its keys in batches on a few threads; report progress through an accumulator."""
+    keys = list(keys)
+    batches = [keys[i:i + DELETE_BATCH] for i in range(0, len(keys), DELETE_BATCH)]
+
     total = 0
-    for key in keys:
-        batch.append(key)
-        if len(batch) >= DELETE_BATCH:
-            n = delete_files(storage, batch)
+    with ThreadPoolExecutor(max_workers=min(_TASK_THREADS, max(1, len(batches)))) as pool:
+        for n in pool.map(lambda batch: delete_files(storage, batch), batches):
             counter.add(n)
             total += n
-            batch = []
-    if batch:
-        n = delete_files(storage, batch)
-        counter.add(n)
-        total += n
     yield total
 
 
@@ -157,7 +159,7 @@ def delete_parallel(ctx: JobContext, storage: Storage, keys: list[str], driver_m
         log.info("deleted %d / %d files", deleted, total)
         return deleted
     sc = ctx.spark().sparkContext
-    slices = max(1, min(math.ceil(total / DELETE_BATCH), sc.defaultParallelism * 8))
+    slices = max(1, min(math.ceil(total / (DELETE_BATCH * _TASK_THREADS)), sc.defaultParallelism * 4))
     counter = sc.accumulator(0)
     result: dict[str, Any] = {}
 

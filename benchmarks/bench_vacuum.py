@@ -1,0 +1,216 @@
+"""VACUUM benchmark (not a test): full mode against delta-rs, and lite against full.
+
+Table: 100 partition folders x 1,000 tiny files = 100,000 files, all 30 days old. The log (commit
+JSON written directly, then a delta-rs checkpoint at version 1) adds 75,000 of them in version 0 and removes 25,000 in version 1 (20 days
+ago); 25,000 more are untracked. So 50,000 files are orphans: 25,000 tombstoned, 25,000 untracked.
+
+1. full mode (``--retention-hours 0 --ignore-retention-check``) vs delta-rs
+   ``DeltaTable.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False, full=True)``
+   on identical copies. Ours runs in-process on a SparkSession started beforehand, so JVM
+   start-up is excluded; the first Spark job still pays for starting Python workers.
+2. lite vs full on a nightly-style table: 100,000 referenced files, a watermark at version 0, and
+   version 1 removing 1,000 files 20 days ago (default 7-day retention).
+
+Usage: python benchmarks/bench_vacuum.py [--workdir DIR] [--out docs/benchmarks.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+DAY_MS = 86_400_000
+PARTITIONS = 100
+PER_PARTITION = 1000
+
+
+def _write_commit(log: Path, version: int, actions: list[dict], when_ms: int) -> None:
+    path = log / f"{version:020d}.json"
+    path.write_text("\n".join(json.dumps(a, separators=(",", ":")) for a in actions) + "\n")
+    os.utime(path, (when_ms / 1000, when_ms / 1000))
+
+
+def build(root: Path, tracked: int, removed: int, watermark: int | None = None) -> dict:
+    """Create the files and the log; return counts. ``tracked`` files are added in version 0,
+    the first ``removed`` of them removed in version 1; the rest of the 100,000 are untracked."""
+    now = int(time.time() * 1000)
+    old_s = (now - 30 * DAY_MS) / 1000
+    root.mkdir(parents=True)
+    log = root / "_delta_log"
+    log.mkdir()
+    names = []
+    for p in range(PARTITIONS):
+        folder = root / f"p={p}"
+        folder.mkdir()
+        for i in range(PER_PARTITION):
+            name = f"p={p}/part-{i:05d}-{uuid.uuid4()}.parquet"
+            with open(root / name, "wb") as fh:
+                fh.write(b"PAR1tinyPAR1")
+            os.utime(root / name, (old_s, old_s))
+            names.append(name)
+    schema = {"type": "struct", "fields": [{"name": "id", "type": "long", "nullable": True, "metadata": {}},
+                                           {"name": "p", "type": "string", "nullable": True, "metadata": {}}]}
+    v0 = [{"commitInfo": {"timestamp": now - 30 * DAY_MS, "operation": "WRITE", "operationParameters": {}}},
+          {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}},
+          {"metaData": {"id": str(uuid.uuid4()), "format": {"provider": "parquet", "options": {}},
+                        "schemaString": json.dumps(schema), "partitionColumns": ["p"], "configuration": {},
+                        "createdTime": now - 30 * DAY_MS}}]
+    for name in names[:tracked]:
+        part = name.split("/", 1)[0].split("=", 1)[1]
+        v0.append({"add": {"path": name, "partitionValues": {"p": part}, "size": 12,
+                           "modificationTime": now - 30 * DAY_MS, "dataChange": True}})
+    _write_commit(log, 0, v0, now - 30 * DAY_MS)
+    v1 = [{"commitInfo": {"timestamp": now - 20 * DAY_MS, "operation": "DELETE", "operationParameters": {}}}]
+    for name in names[:removed]:
+        part = name.split("/", 1)[0].split("=", 1)[1]
+        v1.append({"remove": {"path": name, "deletionTimestamp": now - 20 * DAY_MS, "dataChange": True,
+                              "partitionValues": {"p": part}, "size": 12}})
+    _write_commit(log, 1, v1, now - 20 * DAY_MS)
+    from deltalake import DeltaTable
+
+    DeltaTable(str(root)).create_checkpoint()  # a table this size has checkpoints; both sides read it
+    if watermark is not None:
+        (log / "_last_vacuum_info").write_text(json.dumps({"latestCommitVersionOutsideOfRetentionWindow": watermark}))
+    return {"files": len(names), "tracked": tracked, "removed": removed, "untracked": len(names) - tracked}
+
+
+def copy(src: Path, dest: Path) -> Path:
+    subprocess.run(["cp", "-a", str(src), str(dest)], check=True)
+    return dest
+
+
+def count_files(root: Path) -> int:
+    return sum(len(files) for d, _, files in os.walk(root) if "_delta_log" not in d)
+
+
+def run_delta_rs(path: Path) -> tuple[float, int]:
+    code = (
+        "import sys, time\n"
+        "from deltalake import DeltaTable\n"
+        "t = time.perf_counter()\n"
+        f"dt = DeltaTable({str(path)!r})\n"
+        "n = len(dt.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False, full=True))\n"
+        "print(time.perf_counter() - t, n)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.split()
+    return float(out[0]), int(out[1])
+
+
+def run_ours(path: Path, *args: str) -> tuple[float, dict]:
+    from airflow_delta_maint.app.cli import run
+
+    t = time.perf_counter()
+    code, metrics = run(["vacuum", str(path), "--json", *args])
+    elapsed = time.perf_counter() - t
+    if code:
+        raise RuntimeError(metrics)
+    return elapsed, metrics
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workdir", default=None)
+    parser.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"))
+    args = parser.parse_args()
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="bench-vacuum-"))
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    import logging
+
+    logging.basicConfig(level=logging.WARNING)
+
+    t = time.perf_counter()
+    orphans = work / "orphans"
+    shutil.rmtree(orphans, ignore_errors=True)
+    counts = build(orphans, tracked=75_000, removed=25_000)
+    print(f"built {counts} in {time.perf_counter() - t:.1f}s", flush=True)
+
+    from airflow_delta_maint.app.spark_session import get_spark
+
+    t = time.perf_counter()
+    spark = get_spark("local[2]", "bench-vacuum")
+    startup = time.perf_counter() - t
+    print(f"SparkSession start-up (excluded): {startup:.1f}s", flush=True)
+
+    results: dict[str, float | int] = {}
+    rs_copy = copy(orphans, work / "rs")
+    results["delta_rs_s"], results["delta_rs_deleted"] = run_delta_rs(rs_copy)
+    print(f"delta-rs full vacuum: {results['delta_rs_s']:.2f}s, {results['delta_rs_deleted']} files", flush=True)
+    shutil.rmtree(rs_copy)
+
+    for label in ("cold", "warm"):
+        ours = copy(orphans, work / f"ours-{label}")
+        elapsed, m = run_ours(ours, "--retention-hours", "0", "--ignore-retention-check")
+        assert count_files(ours) == 50_000, count_files(ours)
+        results[f"ours_full_{label}_s"] = elapsed
+        results["ours_full_deleted"] = m["numDeletedFiles"]
+        print(f"ours full ({label} Python workers): {elapsed:.2f}s, {m['numDeletedFiles']} files", flush=True)
+        shutil.rmtree(ours)
+
+    # lite vs full on the same orphan table (lite sees only the 25,000 tombstoned files)
+    lite_copy = copy(orphans, work / "lite-orphans")
+    results["ours_lite_orphans_s"], m = run_ours(lite_copy, "--retention-hours", "0", "--ignore-retention-check",
+                                                 "--mode", "lite")
+    results["ours_lite_orphans_deleted"] = m["numDeletedFiles"]
+    print(f"ours lite on the orphan table: {results['ours_lite_orphans_s']:.2f}s, {m['numDeletedFiles']} files", flush=True)
+    shutil.rmtree(lite_copy)
+    shutil.rmtree(orphans)
+
+    nightly = work / "nightly"
+    shutil.rmtree(nightly, ignore_errors=True)
+    build(nightly, tracked=100_000, removed=1_000, watermark=0)
+    for mode in ("full", "lite"):
+        c = copy(nightly, work / f"nightly-{mode}")
+        elapsed, m = run_ours(c, "--mode", mode)
+        results[f"nightly_{mode}_s"] = elapsed
+        results[f"nightly_{mode}_deleted"] = m["numDeletedFiles"]
+        print(f"nightly {mode}: {elapsed:.2f}s, {m['numDeletedFiles']} files", flush=True)
+        shutil.rmtree(c)
+    shutil.rmtree(nightly)
+    spark.stop()
+
+    ratio_cold = results["ours_full_cold_s"] / results["delta_rs_s"]
+    ratio_warm = results["ours_full_warm_s"] / results["delta_rs_s"]
+    speedup = results["nightly_full_s"] / results["nightly_lite_s"]
+    load = os.getloadavg()[0]
+    section = f"""
+## VACUUM
+
+`python benchmarks/bench_vacuum.py` on {time.strftime('%Y-%m-%d')}, 2 cores, `local[2]`, load average
+{load:.1f} when it finished (other work was running on the machine). Table: 100 partition folders x 1,000 tiny
+files = 100,000 files; 50,000 orphans (25,000 removed 20 days ago, 25,000 never committed), all 30 days old.
+SparkSession start-up ({startup:.1f} s) is excluded; "cold" includes starting Spark's Python workers.
+
+| run | time (s) | files deleted |
+|---|---:|---:|
+| delta-rs 1.6.0 `vacuum(retention_hours=0, enforce_retention_duration=False, full=True)` | {results['delta_rs_s']:.2f} | {results['delta_rs_deleted']} |
+| ours, full, cold Python workers | {results['ours_full_cold_s']:.2f} | {results['ours_full_deleted']} |
+| ours, full, warm Python workers | {results['ours_full_warm_s']:.2f} | {results['ours_full_deleted']} |
+| ours, lite, same table (sees only the tombstoned files) | {results['ours_lite_orphans_s']:.2f} | {results['ours_lite_orphans_deleted']} |
+
+Full mode / delta-rs: {ratio_cold:.2f} (cold), {ratio_warm:.2f} (warm); target <= 1.0.
+
+Nightly run, 100,000 referenced files, watermark at version 0, version 1 removed 1,000 files 20 days ago,
+default 7-day retention:
+
+| mode | time (s) | files deleted |
+|---|---:|---:|
+| full (lists 100,000 files) | {results['nightly_full_s']:.2f} | {results['nightly_full_deleted']} |
+| lite (reads version 1) | {results['nightly_lite_s']:.2f} | {results['nightly_lite_deleted']} |
+
+Lite is {speedup:.1f}x faster than full; target >= 10x.
+"""
+    print(section)
+    with open(args.out, "a") as fh:
+        fh.write(section)
+
+
+if __name__ == "__main__":
+    main()

@@ -24,7 +24,7 @@ from airflow_delta_maint.delta.actions import Metadata
 from airflow_delta_maint.delta.deletion_vectors import live_row_mask, read_deletion_vector
 from airflow_delta_maint.delta.errors import CorruptLogError
 from airflow_delta_maint.delta.schema import to_arrow_schema
-from airflow_delta_maint.delta.stats import file_stats, stats_json
+from airflow_delta_maint.delta.stats import parquet_file_stats, stats_json
 from airflow_delta_maint.delta.storage import Storage
 
 DEFAULT_ROW_GROUP_BYTES = 128 << 20
@@ -205,13 +205,13 @@ class DataFileWriter:
         """Finish the file (upload it to an object store) and return its add action."""
         self._flush()
         self.writer.close()
-        md = pq.read_metadata(self.local)
+        # The footer lacks what it cannot prove (float min/max, for one): those columns are read back.
+        stats = parquet_file_stats(self.local, self.spec.metadata)
         size = os.path.getsize(self.local)
         if self._tmp is not None:
             with open(self._tmp, "rb") as fh:
                 self.spec.storage.put(self.key, fh.read())
             os.unlink(self._tmp)
-        stats = file_stats(md, self.spec.metadata)
         return {
             "path": self.rel_path,
             "partitionValues": dict(self.partition_values),

@@ -1,19 +1,29 @@
 """Z-order on Spark: per-column range ids from a sample, rows ordered by their interleaved bits.
 
-1. A Spark job samples the Z-order columns of every input file; the driver turns the sample into
-   per-column range boundaries (up to ``MAX_RANGES`` ranges, as delta-spark's range ids).
-2. Spark tasks read the files (deletion vectors applied), tag each row with its group (the
-   table partition) and Z-value, Spark range-partitions by (group, Z-value) and sorts.
-3. Each sorted Spark partition is written as target-size files, a new file at each group
-   boundary, and returns add actions.
+1. A Spark job samples the Z-order columns of every input file (random rows, vectorised). On
+   the driver the sample gives per-column range boundaries (up to ``MAX_RANGES`` ranges, as
+   delta-spark's range ids) and, per group (table partition), Z-value cut points: the group
+   is split into as many output files as its bytes need, each made of sub-ranges of at most
+   ``SUB_RANGE_BYTES`` input bytes.
+2. Spark tasks read the files (deletion vectors applied), compute each row's Z-value and
+   sub-range, and emit the rows of each sub-range as compressed Arrow IPC. A Python RDD
+   shuffle with an exact partitioner sends every sub-range to the task of its output file; the
+   rows never become Spark SQL rows, and the shuffle runs in the Python workers the sampling
+   job already started.
+3. Each task sorts its sub-ranges by Z-value one at a time (spilling what it received to local
+   disk beyond ``SPILL_BYTES``), writes them in order into one file and returns its add action.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
-import random
-from typing import Any, Iterator
+import os
+import shutil
+import tempfile
+import time
+from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -22,12 +32,14 @@ import pyarrow.compute as pc
 from airflow_delta_maint.delta.optimize_plan import OptimizePlan
 from airflow_delta_maint.delta.schema import Column
 
-from .rewrite import RewriteSpec, output_dir, read_data_file, write_sorted_groups
+from .rewrite import DataFileWriter, RewriteSpec, output_dir, read_data_file
 
 MAX_RANGES = 1000
 SAMPLE_ROWS = 100_000
-GROUP_COL = "__delta_maint_group"
+SUB_RANGE_BYTES = 64 << 20  # input bytes of one sub-range (sorted in memory at once)
+SPILL_BYTES = 256 << 20  # shuffled bytes a writing task holds in memory before spilling
 Z_COL = "__delta_maint_z"
+log = logging.getLogger("delta_maint.optimize")
 
 
 def _leaf(table: pa.Table, col: Column) -> pa.Array:
@@ -51,9 +63,10 @@ def sortable(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
         values = arr.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
     elif pa.types.is_floating(arr.type):
         values = arr.fill_null(0).to_numpy(zero_copy_only=False).astype(np.float64)
-    elif pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type) or pa.types.is_binary(arr.type) \
-            or pa.types.is_large_binary(arr.type) or pa.types.is_string_view(arr.type):
-        values = np.array(["" if v is None else v for v in arr.to_pylist()], dtype=object)
+    elif pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type) or pa.types.is_string_view(arr.type):
+        values = arr.cast(pa.string()).fill_null("").to_numpy(zero_copy_only=False).astype(object)
+    elif pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type) or pa.types.is_binary_view(arr.type):
+        values = arr.cast(pa.binary()).fill_null(b"").to_numpy(zero_copy_only=False).astype(object)
     else:
         raise TypeError(f"cannot Z-order by a column of type {t}")
     return values, nulls
@@ -92,98 +105,205 @@ def bits_per_column(num_columns: int, max_ranges: int = MAX_RANGES) -> int:
     return max(1, min(math.ceil(math.log2(max_ranges + 2)), 62 // num_columns))
 
 
-def _sample_files(spec: RewriteSpec, columns: list[Column], adds: list[dict], per_task: int) -> list[list[Any]]:
+# -- sampling --------------------------------------------------------------------------------------
+def _sample_files(spec: RewriteSpec, columns: list[Column], files: list[tuple[int, dict]],
+                  per_task: int, seed: int) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]]:
+    """A uniform random sample of up to ``per_task`` rows of the files: (group ids, per column
+    (sortable values, null mask))."""
     needed = sorted({c.physical_path[0] for c in columns})
-    rng = random.Random(len(adds))
-    samples: list[list[Any]] = [[] for _ in columns]
-    seen = 0
-    for add in adds:
+    gids: list[np.ndarray] = []
+    leaves: list[list[pa.Array]] = [[] for _ in columns]
+    for gid, add in files:
         table = read_data_file(spec, add, columns=needed)
-        leaves = [_leaf(table, c) for c in columns]
-        for row in range(table.num_rows):  # reservoir sample of rows
-            seen += 1
-            slot = len(samples[0]) if len(samples[0]) < per_task else rng.randrange(seen)
-            if slot >= per_task:
-                continue
-            for j, leaf in enumerate(leaves):
-                value = leaf[row].as_py()
-                if value is None:
-                    continue
-                if slot < len(samples[j]):
-                    samples[j][slot] = value
-                else:
-                    samples[j].append(value)
-    return samples
+        if table.num_rows == 0:
+            continue
+        gids.append(np.full(table.num_rows, gid, dtype=np.int32))
+        for j, c in enumerate(columns):
+            leaves[j].append(_leaf(table, c))
+    if not gids:
+        return np.empty(0, dtype=np.int32), [(np.empty(0), np.empty(0, dtype=bool)) for _ in columns]
+    all_gids = np.concatenate(gids)
+    total = len(all_gids)
+    rng = np.random.default_rng(seed)
+    pick = np.sort(rng.choice(total, size=per_task, replace=False)) if total > per_task else np.arange(total)
+    index = pa.array(pick)
+    out = []
+    for j in range(len(columns)):
+        arr = pa.chunked_array(leaves[j]).combine_chunks() if len(leaves[j]) > 1 else leaves[j][0]
+        out.append(sortable(arr.take(index)))
+    return all_gids[pick], out
 
 
-def _to_sortable_list(values: list[Any], arrow_type: pa.DataType) -> np.ndarray:
-    vals, nulls = sortable(pa.array(values, type=arrow_type))
-    return vals[~nulls]
+def zorder_cuts(z: np.ndarray, gids: np.ndarray, parts: list[int]) -> list[np.ndarray]:
+    """Per group: Z-value cut points splitting its sampled rows into ``parts[g]`` equal parts."""
+    cuts: list[np.ndarray] = []
+    for g, n in enumerate(parts):
+        zg = np.sort(z[gids == g])
+        if n <= 1 or zg.size == 0:
+            cuts.append(np.empty(0, dtype=np.int64))
+            continue
+        idx = (np.arange(1, n) * zg.size) // n
+        cuts.append(np.unique(zg[idx]))
+    return cuts
+
+
+def _ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema, options=_IPC_OPTIONS) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def _from_ipc(blobs: list[bytes]) -> pa.Table:
+    return pa.concat_tables([pa.ipc.open_stream(pa.py_buffer(b)).read_all() for b in blobs])
+
+
+_IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
+
+
+class _Layout:
+    """Where rows go: per group Z cuts into sub-ranges (sorted in memory one at a time), and
+    which output file (Spark partition) each sub-range belongs to."""
+
+    def __init__(self, cuts: list[np.ndarray], files_per_group: list[int]):
+        self.cuts = cuts
+        subs = [c.size + 1 for c in cuts]
+        self.sub_offsets = np.concatenate([[0], np.cumsum(subs)]).astype(np.int64)
+        files = [min(f, n) for f, n in zip(files_per_group, subs)]
+        file_offsets = np.concatenate([[0], np.cumsum(files)]).astype(np.int64)
+        self.num_files = int(file_offsets[-1])
+        self.sub_to_file = np.concatenate(
+            [file_offsets[g] + (np.arange(n) * files[g]) // n for g, n in enumerate(subs)]).astype(np.int64)
+        self.file_to_group = np.repeat(np.arange(len(cuts)), files)
+
+    def sub_ids(self, gid: int, z: np.ndarray) -> np.ndarray:
+        return self.sub_offsets[gid] + np.searchsorted(self.cuts[gid], z, side="right")
+
+
+def _split_rows(spec: RewriteSpec, columns: list[Column], bounds: list[np.ndarray], bits: int, layout: _Layout,
+                files: list[tuple[int, dict]]) -> Iterator[tuple[int, bytes]]:
+    """Read files and emit their rows as (sub-range id, Arrow IPC bytes with a Z column)."""
+    for gid, add in files:
+        table = read_data_file(spec, add)
+        if table.num_rows == 0:
+            continue
+        ids = [range_ids(*sortable(_leaf(table, c)), bounds[j]) for j, c in enumerate(columns)]
+        z = interleave(ids, bits)
+        subs = layout.sub_ids(gid, z)
+        table = table.append_column(Z_COL, pa.array(z))
+        order = np.argsort(subs, kind="stable")
+        table, subs = table.take(pa.array(order)), subs[order]
+        cuts = np.flatnonzero(np.diff(subs)) + 1
+        for s, e in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [len(subs)]])):
+            yield int(subs[s]), _ipc(table.slice(int(s), int(e - s)))
+
+
+def _write_output(spec: RewriteSpec, groups: dict[int, tuple[str, dict]], layout: _Layout,
+                  records: Iterator[tuple[int, bytes]]) -> Iterator[tuple[int, str]]:
+    """Write one output file from its sub-ranges, each sorted by Z-value in memory in turn.
+
+    Incoming blobs stay in memory up to ``SPILL_BYTES``, then go to local files per sub-range.
+    Yields (output file id, add action JSON).
+    """
+    memory: dict[int, list[bytes]] = {}
+    held = 0
+    spill_dir: str | None = None
+    spilled: set[int] = set()
+    file_id: int | None = None
+
+    def spill() -> None:
+        nonlocal held, spill_dir
+        if spill_dir is None:
+            spill_dir = tempfile.mkdtemp(prefix="delta-maint-zorder-")
+        for sub, blobs in memory.items():
+            with open(os.path.join(spill_dir, str(sub)), "ab") as fh:
+                for b in blobs:
+                    fh.write(len(b).to_bytes(8, "little"))
+                    fh.write(b)
+            spilled.add(sub)
+        memory.clear()
+        held = 0
+
+    def blobs_of(sub: int) -> list[bytes]:
+        out: list[bytes] = []
+        if sub in spilled:
+            with open(os.path.join(spill_dir, str(sub)), "rb") as fh:
+                data = fh.read()
+            pos = 0
+            while pos < len(data):
+                n = int.from_bytes(data[pos:pos + 8], "little")
+                out.append(data[pos + 8:pos + 8 + n])
+                pos += 8 + n
+        return out + memory.pop(sub, [])
+
+    writer: DataFileWriter | None = None
+    try:
+        for sub, blob in records:
+            file_id = int(layout.sub_to_file[sub])
+            memory.setdefault(sub, []).append(blob)
+            held += len(blob)
+            if held > SPILL_BYTES:
+                spill()
+        if file_id is None:
+            return
+        for sub in sorted(set(memory) | spilled):
+            table = _from_ipc(blobs_of(sub))
+            table = table.take(pc.sort_indices(table.column(Z_COL))).drop_columns([Z_COL])
+            if writer is None:
+                out_dir, pv = groups[int(layout.file_to_group[file_id])]
+                writer = DataFileWriter(spec, out_dir, pv)
+            writer.write(table)
+            del table
+        if writer is not None and writer.rows:
+            add = writer.close()
+            writer = None
+            yield file_id, json.dumps(add)
+    finally:
+        if writer is not None:
+            writer.abort()
+        if spill_dir is not None:
+            shutil.rmtree(spill_dir, ignore_errors=True)
 
 
 def execute_zorder(spark, spec: RewriteSpec, plan: OptimizePlan) -> list[list[dict]]:
     """Z-order every group (bin) of the plan; returns the add actions per bin."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
     columns = plan.zorder_columns
     sc = spark.sparkContext
     files = [(gid, add) for gid, b in enumerate(plan.bins) for add in b.files]
     slices = max(1, min(len(files), sc.defaultParallelism * 2))
     per_task = max(100, SAMPLE_ROWS // slices)
-    sampled = (sc.parallelize([a for _, a in files], slices)
-               .mapPartitions(lambda it: [_sample_files(spec, columns, list(it), per_task)])
+    chunks = [files[i::slices] for i in range(slices)]
+    started = time.perf_counter()
+    sampled = (sc.parallelize(list(enumerate(chunks)), slices)
+               .map(lambda item: _sample_files(spec, columns, item[1], per_task, seed=item[0]))
                .collect())
-    types = [_leaf_type(spec.write_schema, c) for c in columns]
-    bounds = [boundaries_from_sample([_to_sortable_list(s[j], types[j]) for s in sampled if s[j]])
-              for j in range(len(columns))]
+    sample_gids = np.concatenate([s[0] for s in sampled])
+    bounds = []
+    sample_ids = []
+    for j in range(len(columns)):
+        values = [s[1][j][0][~s[1][j][1]] for s in sampled if len(s[0])]
+        bounds.append(boundaries_from_sample([v for v in values if v.size]))
+        vals = np.concatenate([s[1][j][0] for s in sampled]) if len(sample_gids) else np.empty(0)
+        nulls = np.concatenate([s[1][j][1] for s in sampled]) if len(sample_gids) else np.empty(0, dtype=bool)
+        sample_ids.append(range_ids(vals, nulls, bounds[j]))
     bits = bits_per_column(len(columns))
-    schema = spec.write_schema
-    out_schema = pa.schema(list(_plain(schema)) + [pa.field(GROUP_COL, pa.int32()), pa.field(Z_COL, pa.int64())])
-
-    def read_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            for gid, add_json in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
-                table = read_data_file(spec, json.loads(add_json))
-                if table.num_rows == 0:
-                    continue
-                ids = [range_ids(*sortable(_leaf(table, c)), bounds[j]) for j, c in enumerate(columns)]
-                z = interleave(ids, bits)
-                table = _plain_table(table, out_schema, gid, z)
-                yield from table.to_batches(max_chunksize=10_000)
-
-    groups = {gid: (output_dir(spec.storage, b.files), b.partition_values) for gid, b in enumerate(plan.bins)}
-
-    def write_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        adds = list(write_sorted_groups(spec, batches, GROUP_COL, groups, [GROUP_COL, Z_COL]))
-        yield pa.RecordBatch.from_pydict({"gid": [int(a.pop("_gid")) for a in adds] if adds else [],
-                                          "add": [json.dumps(a) for a in adds]},
-                                         schema=pa.schema([("gid", pa.int32()), ("add", pa.string())]))
-
-    num_out = max(1, plan.predicted_output_files())
-    file_df = spark.createDataFrame([(gid, json.dumps(add)) for gid, add in files], "g int, f string") \
-        .repartition(slices)
-    rows = file_df.mapInArrow(read_rows, from_arrow_schema(out_schema))
-    ordered = rows.repartitionByRange(num_out, GROUP_COL, Z_COL).sortWithinPartitions(GROUP_COL, Z_COL)
-    results = ordered.mapInArrow(write_rows, "gid int, add string").collect()
+    sample_z = interleave(sample_ids, bits) if len(sample_gids) else np.empty(0, dtype=np.int64)
+    files_per_group = [max(1, math.ceil(b.input_bytes / plan.max_file_size)) for b in plan.bins]
+    sub_bytes = min(plan.max_file_size, SUB_RANGE_BYTES)
+    subs_per_group = [max(f, math.ceil(b.input_bytes / sub_bytes)) for f, b in zip(files_per_group, plan.bins)]
+    layout = _Layout(zorder_cuts(sample_z, sample_gids, subs_per_group), files_per_group)
+    log.info("Z-order: sampled %d rows of %d files in %.1fs; %d output files", len(sample_gids), len(files),
+             time.perf_counter() - started, layout.num_files)
+    started = time.perf_counter()
+    groups = {g: (output_dir(spec.storage, b.files), b.partition_values) for g, b in enumerate(plan.bins)}
+    to_file = layout.sub_to_file
+    results = (sc.parallelize(chunks, slices)
+               .flatMap(lambda chunk: _split_rows(spec, columns, bounds, bits, layout, chunk))
+               .partitionBy(layout.num_files, lambda sub: int(to_file[sub]))
+               .mapPartitions(lambda records: _write_output(spec, groups, layout, records))
+               .collect())
+    log.info("Z-order: rewrote %d files in %.1fs", len(files), time.perf_counter() - started)
     per_bin: list[list[dict]] = [[] for _ in plan.bins]
-    for row in results:
-        per_bin[row["gid"]].append(json.loads(row["add"]))
+    for file_id, add in results:
+        per_bin[int(layout.file_to_group[file_id])].append(json.loads(add))
     return per_bin
-
-
-def _leaf_type(schema: pa.Schema, col: Column) -> pa.DataType:
-    t = schema.field(col.physical_path[0]).type
-    for name in col.physical_path[1:]:
-        t = t.field(name).type
-    return t
-
-
-def _plain(schema: pa.Schema) -> pa.Schema:
-    """The schema without field metadata (Spark's Arrow conversion does not carry it)."""
-    return pa.schema([pa.field(f.name, f.type, True) for f in schema])
-
-
-def _plain_table(table: pa.Table, out_schema: pa.Schema, gid: int, z: np.ndarray) -> pa.Table:
-    cols = [table.column(i) for i in range(table.num_columns)]
-    cols += [pa.array(np.full(table.num_rows, gid, dtype=np.int32)), pa.array(z)]
-    return pa.Table.from_arrays(cols, schema=out_schema)

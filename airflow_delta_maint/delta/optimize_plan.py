@@ -172,6 +172,8 @@ def plan_optimize(snapshot: Snapshot, *, predicate: str | None = None, zorder_by
                   dv_ratio: float = DEFAULT_DV_RATIO) -> OptimizePlan:
     """Plan the rewrite of ``snapshot``; raises InvalidArgumentError for bad input."""
     min_size, max_size = file_size_settings(snapshot, min_file_size, max_file_size)
+    if not 0 <= dv_ratio <= 1:
+        raise InvalidArgumentError(f"dv ratio must be between 0 and 1, got {dv_ratio}")
     zorder = validate_zorder(snapshot, zorder_by) if zorder_by else []
     matches = _partition_filter(snapshot, predicate)
     plan = OptimizePlan(snapshot.version, min_size, max_size, [c.name for c in zorder], predicate,

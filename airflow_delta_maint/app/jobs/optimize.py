@@ -198,7 +198,7 @@ def run_optimize(ctx: JobContext, params: dict[str, Any], spark_factory: Callabl
     snapshot = Snapshot.load(ctx.storage)
     check_supported(snapshot.protocol, "optimize", snapshot.metadata)
     plan = plan_from_params(snapshot, params)
-    batch_bytes = int(params.get("batch_bytes") or DEFAULT_BATCH_BYTES)
+    batch_bytes = int(params["batch_bytes"]) if params.get("batch_bytes") is not None else DEFAULT_BATCH_BYTES
     if batch_bytes <= 0:
         raise InvalidArgumentError(f"batch bytes must be positive, got {batch_bytes}")
     if params.get("max_concurrent_bins") is not None and int(params["max_concurrent_bins"]) <= 0:

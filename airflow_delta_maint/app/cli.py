@@ -52,7 +52,7 @@ def run(argv: Sequence[str] | None = None) -> tuple[int, dict[str, Any]]:
         metrics.update(module.run(args, ctx))
     except DeltaError as exc:
         metrics.update(status="failed", error=str(exc), error_type=type(exc).__name__)
-        log.error("%s failed: %s", args.job, exc)
+        log.debug("%s failed: %s", args.job, exc)  # reported once, on stderr, below
         code = 2
     except Exception as exc:  # unexpected: still report it, then fail loudly
         metrics.update(status="failed", error=f"{type(exc).__name__}: {exc}", error_type=type(exc).__name__)

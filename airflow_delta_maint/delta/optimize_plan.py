@@ -127,8 +127,9 @@ def _partition_filter(snapshot: Snapshot, predicate: str | None):
         try:
             return parse_partition_value(str(literal).lower() if isinstance(literal, bool) else str(literal),
                                          types[column])
-        except (ValueError, TypeError) as exc:
-            raise InvalidArgumentError(f"invalid literal {literal!r} for column {column}: {exc}") from None
+        except (ValueError, TypeError, InvalidArgumentError) as exc:
+            raise InvalidArgumentError(f"invalid literal {literal!r} for column {column} in predicate "
+                                       f"{predicate!r}: {exc}") from None
 
     def matches(values: dict[str, str | None]) -> bool:
         typed = {c: parse_partition_value(values.get(mapping[c]), types[c]) for c in mapping}

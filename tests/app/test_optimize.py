@@ -619,3 +619,16 @@ def test_missing_table_and_not_a_delta_table(tmp_path: Path) -> None:
     code, m = optimize(plain)
     assert code == 2 and m["error_type"] == "NotADeltaTableError"
     assert listing(plain) == files
+
+
+def test_missing_data_file_fails_cleanly_and_commits_nothing(tmp_path: Path, spark) -> None:
+    path = make_table(tmp_path / "t", ["a", "b"], 3, 20)
+    snap = Snapshot.load(str(path))
+    victim = snap.add_actions()[0]["path"]
+    os.remove(path / unquote(victim))
+    log_before = sorted(os.listdir(path / "_delta_log"))
+    for args in ([], ["--zorder-by", "x"]):
+        code, m = optimize(path, *args)
+        assert code == 2 and m["error_type"] == "CorruptLogError", m.get("error")
+        assert "missing" in m["error"] and victim in m["error"] and "\n" not in m["error"]
+        assert sorted(os.listdir(path / "_delta_log")) == log_before

@@ -6,11 +6,13 @@ import argparse
 import json
 import logging
 import math
+import re
 import threading
 import time
 import uuid
 from typing import Any, Callable, Sequence
 
+from airflow_delta_maint.delta import errors
 from airflow_delta_maint.delta.errors import InvalidArgumentError
 from airflow_delta_maint.delta.features import check_supported
 from airflow_delta_maint.delta.optimize_plan import (DEFAULT_DV_RATIO, Bin, OptimizePlan, plan_optimize,
@@ -115,6 +117,19 @@ class _Progress:
                          self.total_bytes / 2**20)
 
 
+_WORKER_ERROR = re.compile(r"airflow_delta_maint\.delta\.errors\.(\w+): ([^\n]*)")
+
+
+def raise_worker_error(exc: BaseException) -> None:
+    """Re-raise a core error a Spark task raised as itself (one clear message); else return."""
+    found = _WORKER_ERROR.findall(str(exc))
+    if found:
+        name, message = found[-1]
+        cls = getattr(errors, name, None)
+        if isinstance(cls, type) and issubclass(cls, errors.DeltaError):
+            raise cls(message) from None
+
+
 def _execute_bins(spark, spec: RewriteSpec, bins: list[Bin], max_concurrent: int | None,
                   label: str) -> list[list[dict]]:
     """Rewrite bins as Spark tasks (largest first); returns the add actions per bin, in order."""
@@ -127,9 +142,13 @@ def _execute_bins(spark, spec: RewriteSpec, bins: list[Bin], max_concurrent: int
         group = f"delta-maint-optimize-{uuid.uuid4().hex[:8]}"
         sc.setJobGroup(group, f"OPTIMIZE {spec.storage.root}: {label}", interruptOnCancel=True)
         with _Progress(spark, group, label, sum(bins[i].input_bytes for i in wave)):
-            out = (sc.parallelize(payload, numSlices=len(payload))
-                   .map(lambda item: (item[0], rewrite_bin(spec, item[1], item[2])))
-                   .collect())
+            try:
+                out = (sc.parallelize(payload, numSlices=len(payload))
+                       .map(lambda item: (item[0], rewrite_bin(spec, item[1], item[2])))
+                       .collect())
+            except Exception as exc:
+                raise_worker_error(exc)
+                raise
         results.update(out)
     return [results[i] for i in range(len(bins))]
 
@@ -233,7 +252,11 @@ def run_optimize(ctx: JobContext, params: dict[str, Any], spark_factory: Callabl
     for n, batch in enumerate(batches, 1):
         label = f"batch {n}/{len(batches)}"
         if plan.zorder_by:
-            outputs = execute_zorder(spark, spec, plan)
+            try:
+                outputs = execute_zorder(spark, spec, plan)
+            except Exception as exc:
+                raise_worker_error(exc)
+                raise
         else:
             outputs = _execute_bins(spark, spec, batch, params.get("max_concurrent_bins"), label)
         version, dropped = _commit_batch(snapshot, plan, batch, outputs, parameters)

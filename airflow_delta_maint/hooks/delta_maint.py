@@ -56,7 +56,8 @@ def build_package_zip(cache_dir: str | os.PathLike | None = None) -> str:
     Zip this package for ``--py-files`` and return the zip's path.
 
     The zip is named after the package version and a hash of the package's content, so it is built
-    once per version and content and reused until either changes. Tests and ``__pycache__``
+    once per version and content and reused until either changes; bundles of other contents are
+    removed once they are a day old. Tests and ``__pycache__``
     folders are left out. The zip is written whole or not at all (temp file, then rename).
 
     :param cache_dir: folder to keep the zip in (default: :func:`default_cache_dir`).
@@ -87,7 +88,19 @@ def build_package_zip(cache_dir: str | os.PathLike | None = None) -> str:
     finally:
         if tmp.exists():
             tmp.unlink()
+    _prune_bundles(folder, keep=target)
     return str(target)
+
+
+def _prune_bundles(folder: Path, keep: Path, max_age_s: float = 86400.0) -> None:
+    """Remove bundles of other versions or content once they are a day old (no submit still reads them)."""
+    now = time.time()
+    for old in folder.glob("airflow_delta_maint-*.zip"):
+        try:
+            if old != keep and now - old.stat().st_mtime > max_age_s:
+                old.unlink()
+        except OSError:
+            pass
 
 
 def pyspark_home() -> str | None:

@@ -51,7 +51,7 @@ def airflow_env(home: Path, **extra: str) -> dict[str, str]:
 
 def dags_test(home: Path, dag_id: str, conf: dict | None = None, timeout: float = 400,
               **env: str) -> subprocess.CompletedProcess:
-    """Run ``airflow dags test`` in a subprocess (real executors of nothing: tasks run in-process)."""
+    """Run ``airflow dags test`` in a subprocess (it runs the DAG's tasks in-process, without an executor)."""
     cmd = [str(BIN / "airflow"), "dags", "test", dag_id]
     if conf:
         cmd += ["-c", json.dumps(conf)]

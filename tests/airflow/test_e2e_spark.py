@@ -16,7 +16,7 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 from airflow.sdk.exceptions import AirflowException
-from delta_maint_testing import BIN, log_files, write_appends
+from delta_maint_testing import log_files, write_appends
 from deltalake import DeltaTable
 
 from airflow_delta_maint.hooks.delta_maint import pyspark_home
@@ -165,7 +165,7 @@ def test_kill_leaves_no_spark_process(tmp_path):
                     break
             time.sleep(0.2)
         assert _python_driver(tree) and runner.is_alive(), "the job never started"
-        # then until Spark runs the job's tasks in Python workers (forked by pyspark.daemon)
+        # then until Spark runs the job in Python workers (forked by pyspark.daemon)
         while time.monotonic() < deadline and runner.is_alive() and not _python_workers(tree):
             time.sleep(0.1)
             try:

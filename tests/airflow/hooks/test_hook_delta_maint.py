@@ -95,6 +95,14 @@ def test_package_zip_is_built_once_and_complete(tmp_path):
     from airflow_delta_maint import __version__
 
     assert Path(first).name.startswith(f"airflow_delta_maint-{__version__}-")
+    # a bundle of older content is removed once it is a day old, a recent one is kept
+    stale, recent = tmp_path / "airflow_delta_maint-0.0.1-aaaa.zip", tmp_path / "airflow_delta_maint-0.0.1-bbbb.zip"
+    stale.write_bytes(b"x")
+    recent.write_bytes(b"x")
+    os.utime(stale, (time.time() - 2 * 86400, time.time() - 2 * 86400))
+    os.unlink(first)
+    assert build_package_zip(tmp_path) == first
+    assert not stale.exists() and recent.exists()
 
 
 def test_cluster_mode_needs_metrics_uri(monkeypatch, tmp_path):

@@ -25,7 +25,7 @@ from airflow_delta_maint.delta.log_compaction import (
 from airflow_delta_maint.delta.snapshot import Snapshot
 from airflow_delta_maint.delta.storage import Storage
 
-from conftest import corpus_path, load_manifest
+from tests.conftest import corpus_path, load_manifest
 
 DAY_MS = 24 * 3600 * 1000
 

@@ -78,11 +78,13 @@ def _nullable_type(t: pa.DataType) -> pa.DataType:
 
 # -- reading ---------------------------------------------------------------------------------------
 def conform_array(arr: pa.Array | pa.ChunkedArray, target: pa.DataType) -> pa.Array:
-    """Cast file data to the table's type: nested fields the file lacks become nulls."""
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
+    """Cast file data to the table's type: nested fields the file lacks become nulls.
+
+    Data already of the target type is returned as is (chunks kept: no copy)."""
     if arr.type == target:
         return arr
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
     if pa.types.is_struct(target) and pa.types.is_struct(arr.type):
         present = {arr.type.field(i).name: i for i in range(arr.type.num_fields)}
         children = [conform_array(arr.field(present[f.name]), f.type) if f.name in present

@@ -261,39 +261,5 @@ def rewrite_bin(spec: RewriteSpec, adds: list[dict], partition_values: dict[str,
         raise
 
 
-def write_sorted_groups(spec: RewriteSpec, batches: Iterable[pa.RecordBatch], group_col: str,
-                        groups: dict[int, tuple[str, dict]], drop: list[str]) -> Iterator[dict]:
-    """Write batches sorted by ``group_col`` into files: a new file at each group change and
-    whenever a file reaches the target size. Yields add actions, each with its group as ``_gid``."""
-    writer: DataFileWriter | None = None
-    current: int | None = None
-    try:
-        for batch in batches:
-            if batch.num_rows == 0:
-                continue
-            gids = batch.column(group_col).to_numpy()
-            cuts = np.flatnonzero(np.diff(gids)) + 1
-            starts = np.concatenate([[0], cuts])
-            ends = np.concatenate([cuts, [len(gids)]])
-            for s, e in zip(starts, ends):
-                gid = int(gids[s])
-                part = pa.Table.from_batches([batch.slice(int(s), int(e - s))]).drop_columns(drop)
-                part = conform_table(part, spec.write_schema)
-                if writer is not None and (gid != current or writer.bytes_in >= spec.target_file_bytes * 2):
-                    yield {**writer.close(), "_gid": current}
-                    writer = None
-                if writer is None:
-                    out_dir, pv = groups[gid]
-                    writer = DataFileWriter(spec, out_dir, pv)
-                    current = gid
-                writer.write(part)
-        if writer is not None and writer.rows:
-            yield {**writer.close(), "_gid": current}
-            writer = None
-    finally:
-        if writer is not None:
-            writer.abort()
-
-
 def to_json_lines(adds: Iterable[dict]) -> list[str]:
     return [json.dumps(a, separators=(",", ":")) for a in adds]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import sys
@@ -14,6 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 CORPUS = Path(os.environ.get("DELTA_MAINT_CORPUS", REPO.parent / "shared" / "conformance")).resolve()
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+logging.getLogger("py4j").setLevel(logging.WARNING)  # py4j logs while the interpreter shuts down
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 

@@ -47,7 +47,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
-from .actions import DELETION_VECTOR, STR_MAP
+from .actions import ADD, DELETION_VECTOR, REMOVE, STR_MAP
 from .errors import DeltaError, InvalidArgumentError, UnsupportedFeatureError
 from .features import check_supported
 from .log import LAST_CHECKPOINT, LOG_DIR, classic_checkpoint_key, list_log
@@ -66,32 +66,10 @@ DEFAULT_DELETED_FILE_RETENTION = "interval 1 week"
 
 _TXN = pa.struct([("appId", pa.string()), ("version", pa.int64()), ("lastUpdated", pa.int64())])
 
-_ADD = pa.struct([
-    ("path", pa.string()),
-    ("partitionValues", STR_MAP),
-    ("size", pa.int64()),
-    ("modificationTime", pa.int64()),
-    ("dataChange", pa.bool_()),
-    ("stats", pa.string()),
-    ("tags", STR_MAP),
-    ("deletionVector", DELETION_VECTOR),
-    ("baseRowId", pa.int64()),
-    ("defaultRowCommitVersion", pa.int64()),
-    ("clusteringProvider", pa.string()),
-])
+_ADD = ADD
 
 # Tombstones in a checkpoint carry no stats or tags (protocol, "Checkpoints").
-_REMOVE = pa.struct([
-    ("path", pa.string()),
-    ("deletionTimestamp", pa.int64()),
-    ("dataChange", pa.bool_()),
-    ("extendedFileMetadata", pa.bool_()),
-    ("partitionValues", STR_MAP),
-    ("size", pa.int64()),
-    ("deletionVector", DELETION_VECTOR),
-    ("baseRowId", pa.int64()),
-    ("defaultRowCommitVersion", pa.int64()),
-])
+_REMOVE = pa.struct([f for f in REMOVE if f.name not in ("stats", "tags")])
 
 _METADATA = pa.struct([
     ("id", pa.string()),

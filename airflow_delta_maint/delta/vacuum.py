@@ -538,12 +538,13 @@ def delete_files(storage: Storage, keys: Sequence[str]) -> int:
 
 
 def remove_empty_dirs(storage: Storage, emptied: Iterable[str], cutoff_ms: int,
-                      partition_columns: Iterable[str] = ()) -> int:
+                      partition_columns: Iterable[str] = (), walk: bool = True) -> int:
     """Remove empty folders under a local table root, deepest first; return how many went.
 
     A folder goes when it is empty, not hidden, and either held a file this run deleted (or
     such a folder) or was last modified before the cutoff, so a folder another writer just
-    created stays. Object stores have no folders: returns 0.
+    created stays. Without ``walk`` only the folders of ``emptied`` keys are tried (no listing).
+    Object stores have no folders: returns 0.
     """
     if not storage.is_local:
         return 0
@@ -555,6 +556,17 @@ def remove_empty_dirs(storage: Storage, emptied: Iterable[str], cutoff_ms: int,
         for i in range(1, len(parts) + 1):
             allowed.add("/".join(parts[:i]))
     removed = 0
+    if not walk:
+        for rel in sorted(allowed, key=lambda d: d.count("/"), reverse=True):
+            parts = rel.split("/")
+            if parts[0] == "_delta_log" or any(_hidden_name(p, prefixes) for p in parts):
+                continue
+            try:
+                os.rmdir(os.path.join(root, rel))
+            except OSError:
+                continue
+            removed += 1
+        return removed
     for dirpath, _dirnames, _files in os.walk(root, topdown=False):
         if dirpath == root:
             continue

@@ -26,7 +26,7 @@ from airflow_delta_maint.delta.snapshot import Snapshot
 from airflow_delta_maint.delta.storage import FileInfo, Storage
 from airflow_delta_maint.delta.transaction import ConflictError, Transaction, winning_commits
 from airflow_delta_maint.delta.vacuum import (
-    VacuumPlan, delete_files, is_hidden, lite_candidates, plan_vacuum, remove_empty_dirs, select_candidates,
+    VacuumPlan, delete_files, is_hidden, lite_candidates, plan_vacuum, remove_empty_dirs,
     table_retention_ms, write_last_vacuum_info,
 )
 
@@ -66,21 +66,27 @@ class Listing:
     dirs: int
 
 
-def _scan(storage: Storage, files: Sequence[FileInfo], valid: frozenset[str] | set[str], cutoff_ms: int,
-          partition_columns: Sequence[str]) -> tuple[list[tuple[str, int, int]], int, int, set[str]]:
-    found = select_candidates(files, valid, cutoff_ms, partition_columns)
-    dirs = {f.key.rpartition("/")[0] for f in files if "/" in f.key}
-    return ([(f.key, f.size, f.mtime_ms) for f in found], len(files), sum(f.size for f in files), dirs)
+_SEP = "\0"  # cannot occur in a file name
 
 
-def _list_subtrees(prefixes: Iterator[str], shared: Any) -> Iterator[tuple]:
+def _old_files(files: Sequence[FileInfo], cutoff_ms: int, partition_columns: Sequence[str]) -> tuple:
+    """Compact summary of listed files: the visible ones older than the cutoff (keys joined,
+    sizes, times), how many visible files and bytes there were, and their folders."""
+    visible = [f for f in files if not is_hidden(f.key, partition_columns)]
+    old = [f for f in visible if f.mtime_ms < cutoff_ms]
+    dirs = {f.key.rpartition("/")[0] for f in visible if "/" in f.key}
+    return (_SEP.join(f.key for f in old), [f.size for f in old], [f.mtime_ms for f in old],
+            len(visible), sum(f.size for f in visible), dirs)
+
+
+def _list_subtrees(prefixes: Iterator[str], storage: Storage, cutoff_ms: int,
+                   partition_columns: Sequence[str]) -> Iterator[tuple]:
     """Spark task: list the subtrees under ``prefixes`` (a few at a time, on threads, as listing
-    waits on storage) and keep the files to delete."""
-    storage, valid, cutoff_ms, partition_columns = shared.value
+    waits on storage) and return the old visible files. The valid set stays on the driver:
+    shipping it to every task costs more than shipping the old files back."""
 
     def one(prefix: str) -> tuple:
-        listed = [f for f in storage.list_recursive(prefix + "/") if not is_hidden(f.key, partition_columns)]
-        return _scan(storage, listed, valid, cutoff_ms, partition_columns)
+        return _old_files(list(storage.list_recursive(prefix + "/")), cutoff_ms, partition_columns)
 
     with ThreadPoolExecutor(max_workers=_TASK_THREADS) as pool:
         yield from pool.map(one, list(prefixes))
@@ -90,22 +96,21 @@ def list_candidates(ctx: JobContext, storage: Storage, plan: VacuumPlan) -> List
     """List every file under the table root in parallel and pick full mode's candidates.
 
     The driver lists the top folders (and one or two levels more while there are fewer folders
-    than Spark has cores to keep busy); Spark tasks list the subtrees and filter them against the
-    valid set, so only candidates travel back to the driver.
+    than twice Spark's parallelism); Spark tasks list the subtrees and send back the visible files
+    older than the cutoff; the driver takes out the valid set.
     """
     spark = ctx.spark()
     sc = spark.sparkContext
     parallelism = max(1, sc.defaultParallelism)
     partition_columns = list(plan.partition_columns)
     driver_files: list[FileInfo] = []
-    folders: list[str] = []
     frontier = [""]
     all_dirs: set[str] = set()
-    for depth in range(3):
+    for _ in range(3):
         nxt: list[str] = []
         for prefix in frontier:
             sub, files = storage.list_dir(prefix + "/" if prefix else "")
-            driver_files.extend(f for f in files if not is_hidden(f.key, partition_columns))
+            driver_files.extend(files)
             for d in sub:
                 d = d.rstrip("/")
                 if not is_hidden(d, partition_columns):
@@ -114,25 +119,27 @@ def list_candidates(ctx: JobContext, storage: Storage, plan: VacuumPlan) -> List
         frontier = nxt
         if len(frontier) >= 2 * parallelism or not frontier:
             break
-    folders = frontier
-    candidates, n_files, n_bytes, dirs = _scan(storage, driver_files, plan.valid, plan.cutoff_ms, partition_columns)
-    all_dirs.update(dirs)
-    log.info("listed %d files in the top folders; listing %d subtrees with Spark", n_files, len(folders))
-    if folders:
-        shared = sc.broadcast((storage, frozenset(plan.valid), plan.cutoff_ms, partition_columns))
-        try:
-            slices = min(len(folders), parallelism * 4)
-            rdd = sc.parallelize(folders, slices).mapPartitions(lambda it: _list_subtrees(it, shared))
-            for found, count, size, sub_dirs in rdd.collect():
-                candidates.extend(found)
-                n_files += count
-                n_bytes += size
-                all_dirs.update(sub_dirs)
-        finally:
-            shared.unpersist()
+    results = [_old_files(driver_files, plan.cutoff_ms, partition_columns)]
+    log.info("listed %d files in the top folders; listing %d subtrees with Spark", results[0][3], len(frontier))
+    if frontier:
+        slices = min(len(frontier), parallelism * 2)
+        cutoff = plan.cutoff_ms
+        rdd = sc.parallelize(frontier, slices).mapPartitions(
+            lambda it: _list_subtrees(it, storage, cutoff, partition_columns))
+        results.extend(rdd.collect())
+    candidates: list[FileInfo] = []
+    n_files = n_bytes = 0
+    valid = plan.valid
+    for keys, sizes, mtimes, count, size, dirs in results:
+        n_files += count
+        n_bytes += size
+        all_dirs.update(dirs)
+        if keys:
+            candidates.extend(FileInfo(k, sz, mt) for k, sz, mt in zip(keys.split(_SEP), sizes, mtimes)
+                              if k not in valid)
     log.info("listed %d files (%d bytes) in %d folders; %d are untracked and older than the cutoff",
              n_files, n_bytes, len(all_dirs) + 1, len(candidates))
-    return Listing([FileInfo(k, s, m) for k, s, m in candidates], n_files, n_bytes, len(all_dirs))
+    return Listing(candidates, n_files, n_bytes, len(all_dirs))
 
 
 # -- deleting ----------------------------------------------------------------------------------------
@@ -290,7 +297,8 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     try:
         deleted = delete_parallel(ctx, storage, keys,
                                   DRIVER_DELETE_MAX if plan.mode == "full" else LITE_DRIVER_DELETE_MAX)
-        removed_dirs = remove_empty_dirs(storage, keys, plan.cutoff_ms, plan.partition_columns)
+        removed_dirs = remove_empty_dirs(storage, keys, plan.cutoff_ms, plan.partition_columns,
+                                         walk=plan.mode == "full")
     except BaseException:
         _commit_marker(base, "VACUUM END", {"status": "FAILED"}, {})
         raise

@@ -83,7 +83,7 @@ def _list_subtrees(prefixes: Iterator[str], storage: Storage, cutoff_ms: int,
                    partition_columns: Sequence[str]) -> Iterator[tuple]:
     """Spark task: list the subtrees under ``prefixes`` (a few at a time, on threads, as listing
     waits on storage) and return the old visible files. The valid set stays on the driver:
-    shipping it to every task costs more than shipping the old files back."""
+    shipping it to every Spark task costs more than shipping the old files back."""
 
     def one(prefix: str) -> tuple:
         return _old_files(list(storage.list_recursive(prefix + "/")), cutoff_ms, partition_columns)

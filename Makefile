@@ -25,6 +25,7 @@ test: $(STAMP) check-java
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 bench: $(STAMP) check-java
+	$(VENV)/bin/uv pip install --quiet --python $(PY) -e '.[test,bench]'
 	$(PY) -m benchmarks.run $(BENCH_ARGS)
 
 clean:

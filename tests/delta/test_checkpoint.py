@@ -29,7 +29,7 @@ from airflow_delta_maint.delta.storage import Storage
 
 from tests.conftest import corpus_path, load_manifest
 
-deltalake = pytest.importorskip("deltalake")
+import deltalake  # noqa: E402
 
 DAY = 24 * 3600 * 1000
 WEEK = 7 * DAY

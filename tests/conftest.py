@@ -29,6 +29,28 @@ def corpus_path(name: str) -> Path:
     return CORPUS / "tables" / name
 
 
+# Every corpus table whose snapshot has files with deletion vectors, with (live rows, a value
+# column, the values the tables' own DELETE predicates removed), taken from their commit history.
+CORPUS_DV_TABLES = {
+    "golden/dv-partitioned-with-checkpoint": (35, "col1", [26, 28]),
+    "rs/table-with-dv-small": (8, "value", [0, 9]),
+    "rs/table_with_deletion_logs": (98, "id", [12, 89]),
+    "spark/table-with-dv-large": (1993, "value", [0, 180, 250, 300, 300, 350, 700, 900, 1353, 1567, 1800]),
+    "spark/table-with-dv-small": (8, "value", [0, 9]),
+}
+
+# delta-spark's test suites wrote the spark/ tables' DV files with a test-only name prefix that the
+# log does not name; the protocol places them at "deletion_vector_<uuid>.bin".
+SPARK_TEST_PREFIX = "test%dv%prefix-"
+
+
+def restore_dv_file_names(path: Path) -> None:
+    """In a copied table, move prefixed DV files to the names the protocol gives them."""
+    for f in os.listdir(path):
+        if f.startswith(SPARK_TEST_PREFIX):
+            os.rename(path / f, path / f[len(SPARK_TEST_PREFIX):])
+
+
 @pytest.fixture(scope="session")
 def manifest() -> list[dict]:
     if not (CORPUS / "manifest.json").exists():

@@ -7,6 +7,7 @@ driver or a test.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -227,10 +228,8 @@ class DataFileWriter:
         try:
             self.writer.close()
         finally:
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(self.local)
-            except OSError:
-                pass
 
 
 def output_dir(storage: Storage, adds: list[dict]) -> str:

@@ -30,6 +30,7 @@ version.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import io
 import json
@@ -416,15 +417,11 @@ def _typed_add_columns(snapshot: Snapshot, files: pa.Table) -> dict[str, pa.Arra
     partition_physical = {logical.field(c).physical_name for c in snapshot.partition_columns if c in names}
     if partition_physical:
         part_fields = [(f.name, f.type) for f in full if f.name in partition_physical]
-        try:
+        with contextlib.suppress(pa.ArrowException, ValueError):  # unparsable: leave the column out
             out["partitionValues_parsed"] = _partition_values_parsed(files, part_fields)
-        except (pa.ArrowException, ValueError):
-            pass
     data_schema = pa.schema([f for f in full if f.name not in partition_physical])
-    try:
+    with contextlib.suppress(pa.ArrowException, ValueError):  # unparsable: leave the column out
         out["stats_parsed"] = _stats_parsed(files, data_schema)
-    except (pa.ArrowException, ValueError):
-        pass
     return out
 
 

@@ -218,7 +218,7 @@ def _decode_raw(raw: Any, physical: str, descr: Any, col: Column) -> Any:
 
 
 class _Unknown(Exception):
-    pass
+    """A footer value that cannot be trusted as a bound."""
 
 
 def _footer_leaf(md: pq.FileMetaData, col: Column, leaves: list[int], parquet_mr: bool) -> _LeafStats:

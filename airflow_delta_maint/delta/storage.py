@@ -5,6 +5,7 @@ Keys are relative to the table root and use ``/``: ``_delta_log/0000000000000000
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from typing import Iterator, Mapping
@@ -167,10 +168,8 @@ class Storage:
     def delete_many(self, keys: list[str]) -> None:
         """Delete objects; keys already gone are ignored."""
         for key in keys:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 obstore.delete(self._store, key)
-            except FileNotFoundError:
-                pass
 
     # -- paths ----------------------------------------------------------------------------
     def key_for_path(self, path: str) -> str | None:

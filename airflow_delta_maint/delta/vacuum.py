@@ -19,6 +19,7 @@ Pure planning over the log and a listing; no Spark. The application lists and de
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -513,11 +514,9 @@ def delete_files(storage: Storage, keys: Sequence[str]) -> int:
     if storage.is_local:
         deleted = 0
         for key in keys:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(storage.local_path(key))
                 deleted += 1
-            except FileNotFoundError:
-                pass
         return deleted
     import obstore
 
@@ -529,11 +528,9 @@ def delete_files(storage: Storage, keys: Sequence[str]) -> int:
             deleted += len(chunk)
         except FileNotFoundError:
             for key in chunk:
-                try:
+                with contextlib.suppress(FileNotFoundError):
                     obstore.delete(storage.store, key)
                     deleted += 1
-                except FileNotFoundError:
-                    pass
     return deleted
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -96,11 +97,9 @@ def _prune_bundles(folder: Path, keep: Path, max_age_s: float = 86400.0) -> None
     """Remove bundles of other versions or content once they are a day old (no submit still reads them)."""
     now = time.time()
     for old in folder.glob("airflow_delta_maint-*.zip"):
-        try:
+        with contextlib.suppress(OSError):
             if old != keep and now - old.stat().st_mtime > max_age_s:
                 old.unlink()
-        except OSError:
-            pass
 
 
 def pyspark_home() -> str | None:
@@ -372,10 +371,8 @@ class DeltaMaintHook(SparkSubmitHook):
         finally:
             self._cleanup_processes()
             if not self.is_cluster_mode:
-                try:
+                with contextlib.suppress(OSError):
                     os.unlink(metrics_out)
-                except OSError:
-                    pass
 
     def _process_spark_submit_log(self, itr: Iterator[Any]) -> None:
         super()._process_spark_submit_log(self._watch_tree(itr))
@@ -417,28 +414,22 @@ class DeltaMaintHook(SparkSubmitHook):
     def _terminate(processes: Sequence[psutil.Process], grace_s: float = 10.0) -> None:
         alive = []
         for p in processes:
-            try:
+            with contextlib.suppress(psutil.NoSuchProcess):
                 p.terminate()
                 alive.append(p)
-            except psutil.NoSuchProcess:
-                pass
         _, still = psutil.wait_procs(alive, timeout=grace_s)
         for p in still:
-            try:
+            with contextlib.suppress(psutil.NoSuchProcess):
                 p.kill()
-            except psutil.NoSuchProcess:
-                pass
         psutil.wait_procs(still, timeout=5)
 
     def _cleanup_processes(self) -> None:
         """After spark-submit ends, stop whatever it left (a driver's Python workers, normally none)."""
         leftovers = []
         for p in self._process_tree:
-            try:
+            with contextlib.suppress(psutil.NoSuchProcess):
                 if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
                     leftovers.append(p)
-            except psutil.NoSuchProcess:
-                pass
         if leftovers:
             self._terminate(leftovers, grace_s=5.0)
         self._process_tree = []
@@ -459,8 +450,6 @@ class DeltaMaintHook(SparkSubmitHook):
         self.log.info("Stopping spark-submit and its %d child processes", max(0, len(tree) - 1))
         self._terminate(tree)
         if self._submit_sp is not None:
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self._submit_sp.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
         super().on_kill()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import argparse
 import importlib
 import importlib.util
@@ -24,11 +25,9 @@ def available_jobs() -> list[str]:
     """The jobs the bundled application offers (registered and present), found without importing them."""
     found = []
     for name, module in JOB_MODULES.items():
-        try:
+        with contextlib.suppress(ModuleNotFoundError):
             if importlib.util.find_spec(module) is not None:
                 found.append(name)
-        except ModuleNotFoundError:
-            pass
     return found
 
 

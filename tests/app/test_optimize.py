@@ -41,13 +41,12 @@ from airflow_delta_maint.delta.log import commit_key, read_commit
 from airflow_delta_maint.delta.optimize_plan import plan_optimize
 from airflow_delta_maint.delta.snapshot import Snapshot
 from airflow_delta_maint.delta.storage import Storage
-from tests.conftest import corpus_path, load_manifest
+from tests.conftest import CORPUS_DV_TABLES, corpus_path, load_manifest, restore_dv_file_names
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFEST: dict[str, dict] = {t["table"]: t["oracle"] for t in load_manifest()}
 # delta-spark's test suites wrote the spark/ DV tables with a test-only DV file name prefix that
 # the log does not name; copies get the files at their protocol names (see test_deletion_vectors).
-SPARK_TEST_PREFIX = "test%dv%prefix-"
 
 
 # -- reading rows ------------------------------------------------------------------------------
@@ -187,9 +186,7 @@ SUPPORTED, UNSUPPORTED, INVALID = _classify()
 def copy_corpus(name: str, tmp_path: Path) -> Path:
     dest = tmp_path / name.replace("/", "__")
     shutil.copytree(corpus_path(name), dest)
-    for f in os.listdir(dest):
-        if f.startswith(SPARK_TEST_PREFIX):
-            os.rename(dest / f, dest / f[len(SPARK_TEST_PREFIX):])
+    restore_dv_file_names(dest)
     return dest
 
 
@@ -263,14 +260,6 @@ def test_corpus_invalid_log_refused(name: str, tmp_path: Path) -> None:
     assert listing(path) == files_before
 
 
-# (live rows, value column, values the table's DELETEs removed) - from the tables' own history.
-CORPUS_DV_TABLES = {
-    "golden/dv-partitioned-with-checkpoint": (35, "col1", [26, 28]),
-    "rs/table-with-dv-small": (8, "value", [0, 9]),
-    "rs/table_with_deletion_logs": (98, "id", [12, 89]),
-    "spark/table-with-dv-large": (1993, "value", [0, 180, 250, 300, 300, 350, 700, 900, 1353, 1567, 1800]),
-    "spark/table-with-dv-small": (8, "value", [0, 9]),
-}
 
 
 @pytest.mark.parametrize("name", list(CORPUS_DV_TABLES))

@@ -33,7 +33,7 @@ from airflow_delta_maint.delta.errors import CorruptLogError, DeltaError, Invali
 from airflow_delta_maint.delta.snapshot import Snapshot
 from airflow_delta_maint.delta.storage import Storage
 
-from tests.conftest import corpus_path, load_manifest
+from tests.conftest import CORPUS_DV_TABLES, SPARK_TEST_PREFIX, corpus_path, load_manifest, restore_dv_file_names
 
 # -- helpers built from the protocol text, independent of the module under test ----------------------
 
@@ -334,24 +334,16 @@ def test_invalid_descriptors(dv, message):
 
 # -- the conformance corpus --------------------------------------------------------------------
 
-# Every corpus table whose snapshot has files with DVs. Expected values come from the tables' own
-# commit history (commitInfo operationMetrics and DELETE predicates), not from the DV files:
-# live rows = sum(numOutputRows) - sum(numDeletedRows), and the values of the rows the active DVs
-# remove are among the values the DELETE predicates name (files emptied by a DELETE are removed
-# whole, so their rows show up in no DV).
-CORPUS_DV_TABLES = {
-    "golden/dv-partitioned-with-checkpoint": (35, "col1", [26, 28]),
-    "rs/table-with-dv-small": (8, "value", [0, 9]),
-    "rs/table_with_deletion_logs": (98, "id", [12, 89]),
-    "spark/table-with-dv-large": (1993, "value", [0, 180, 250, 300, 300, 350, 700, 900, 1353, 1567, 1800]),
-    "spark/table-with-dv-small": (8, "value", [0, 9]),
-}
+# CORPUS_DV_TABLES (conftest) holds every corpus table whose snapshot has files with DVs. Expected
+# values come from the tables' own commit history (commitInfo operationMetrics and DELETE
+# predicates), not from the DV files: live rows = sum(numOutputRows) - sum(numDeletedRows), and the
+# values of the rows the active DVs remove are among the values the DELETE predicates name (files
+# emptied by a DELETE are removed whole, so their rows show up in no DV).
 
 # delta-spark's own test suites wrote the spark/ tables with a test-only file name prefix: the DV
 # files are named "test%dv%prefix-deletion_vector_<uuid>.bin" while the log names no prefix, so the
 # protocol places them at "deletion_vector_<uuid>.bin". Reading them from the corpus is expected to
 # fail as a missing file; the data checks run on a copy with the files at their protocol names.
-SPARK_TEST_PREFIX = "test%dv%prefix-"
 
 
 def _readable_copy(name: str, tmp_path: Path) -> Path:
@@ -360,9 +352,7 @@ def _readable_copy(name: str, tmp_path: Path) -> Path:
         return src
     dest = tmp_path / name.replace("/", "__")
     shutil.copytree(src, dest)
-    for f in os.listdir(dest):
-        if f.startswith(SPARK_TEST_PREFIX):
-            os.rename(dest / f, dest / f[len(SPARK_TEST_PREFIX):])
+    restore_dv_file_names(dest)
     return dest
 
 

@@ -14,7 +14,7 @@ from deltalake import DeltaTable, write_deltalake
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import corpus_path
+from tests.conftest import corpus_path, restore_dv_file_names
 
 from airflow_delta_maint.delta.actions import Metadata
 from airflow_delta_maint.delta.errors import DeltaError, InvalidArgumentError
@@ -57,15 +57,12 @@ def age_commit(table: Path, version: int, when_ms: int) -> None:
     os.utime(log_file, (when_ms / 1000, when_ms / 1000))
 
 
-SPARK_TEST_PREFIX = "test%dv%prefix-"
 
 
 def protocol_names(path: Path) -> None:
     """delta-spark's test suites wrote the spark/ DV files with a test-only name prefix the log does
     not name; move them to the names the protocol gives them."""
-    for f in os.listdir(path):
-        if f.startswith(SPARK_TEST_PREFIX):
-            os.rename(path / f, path / f[len(SPARK_TEST_PREFIX):])
+    restore_dv_file_names(path)
 
 
 def _table(tmp_path: Path, versions: int = 3, partition: bool = False) -> Path:

@@ -273,6 +273,10 @@ def _file_name(path: str) -> str:
     Escapes never straddle a literal '/', so it is the raw last segment, decoded (and cut again
     if the decoding produced a '/').
     """
+    m = _SCHEME.match(path)
+    if m is not None:  # the scheme and authority are never part of the last segment
+        rest = m.group(2)
+        path = "/" + rest[2:].partition("/")[2] if rest.startswith("//") else rest
     name = path.rpartition("/")[2]
     return unquote(name).rpartition("/")[2] if "%" in name else name
 

@@ -19,7 +19,6 @@ Pure planning over the log and a listing; no Spark. The application lists and de
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import time
@@ -38,6 +37,7 @@ from .errors import DeltaError, InvalidArgumentError, MissingVersionError
 from .log import LOG_DIR, LogListing, commit_key, list_log, parse_json_lines
 from .snapshot import Snapshot
 from .storage import FileInfo, Storage, normalize_table_uri
+from .vacuum_files import delete_files, hidden_name, is_hidden, partition_prefixes
 
 __all__ = [
     "DEFAULT_RETENTION_MS", "LAST_VACUUM_INFO", "LiteRange", "VacuumLiteUnavailableError", "VacuumPlan",
@@ -52,7 +52,6 @@ LAST_VACUUM_INFO = LOG_DIR + "_last_vacuum_info"
 _WATERMARK_FIELD = "latestCommitVersionOutsideOfRetentionWindow"
 _HOUR_MS = 3600 * 1000
 # Characters Hive-style partition folder names escape (as delta-spark and delta-rs write them).
-_PATH_ESCAPE = set('"#%\'*/:=?\\\x7f{[]^')
 
 
 class VacuumLiteUnavailableError(InvalidArgumentError):
@@ -107,39 +106,6 @@ def check_retention(retention_hours: float | None, table_retention: int,
 
 
 # -- paths ------------------------------------------------------------------------------------------
-def _escape_name(name: str) -> str:
-    return "".join(f"%{ord(c):02X}" if c in _PATH_ESCAPE or ord(c) < 0x20 else c for c in name)
-
-
-def _partition_prefixes(partition_columns: Iterable[str]) -> tuple[str, ...]:
-    out: set[str] = set()
-    for column in partition_columns:
-        out.add(column + "=")
-        out.add(_escape_name(column) + "=")
-    return tuple(sorted(out))
-
-
-def _hidden_name(name: str, partition_prefixes: tuple[str, ...]) -> bool:
-    if not name or name[0] not in "._":
-        return False
-    if name.startswith("_change_data"):
-        return False
-    return not (partition_prefixes and name.startswith(partition_prefixes))
-
-
-def is_hidden(key: str, partition_columns: Iterable[str] = ()) -> bool:
-    """Whether a key is off limits to VACUUM: under ``_delta_log``, or any part of it hidden.
-
-    A part is hidden when it starts with ``_`` or ``.``, except ``_change_data`` and partition
-    folders ``<column>=<value>`` (whose column may start with ``_``).
-    """
-    parts = key.split("/")
-    if parts[0] == "_delta_log":
-        return True
-    prefixes = _partition_prefixes(partition_columns)
-    return any(_hidden_name(p, prefixes) for p in parts)
-
-
 def _is_absolute(path: str) -> bool:
     if path.startswith("/"):
         return True
@@ -218,13 +184,13 @@ def valid_keys(snapshot: Snapshot, cutoff_ms: int) -> set[str]:
 def select_candidates(files: Iterable[FileInfo], valid: set[str] | frozenset[str], cutoff_ms: int,
                       partition_columns: Iterable[str] = ()) -> list[FileInfo]:
     """Listed files full mode deletes: older than the cutoff, not hidden, not in the valid set."""
-    prefixes = _partition_prefixes(partition_columns)
+    prefixes = partition_prefixes(partition_columns)
     out = []
     for f in files:
         if f.mtime_ms >= cutoff_ms or f.key in valid:
             continue
         parts = f.key.split("/")
-        if parts[0] == "_delta_log" or any(_hidden_name(p, prefixes) for p in parts):
+        if parts[0] == "_delta_log" or any(hidden_name(p, prefixes) for p in parts):
             continue
         out.append(f)
     return out
@@ -402,8 +368,11 @@ def lite_range(storage: Storage, latest_outside: int | None, snapshot_version: i
 
 def plan_vacuum(snapshot: Snapshot, retention_hours: float | None = None, mode: str = "full",
                 ignore_retention_check: bool = False, now_ms: int | None = None,
-                listing: LogListing | None = None) -> VacuumPlan:
+                listing: LogListing | None = None, with_valid: bool = True) -> VacuumPlan:
     """Check the retention and build the plan (valid set; lite mode's commit range).
+
+    With ``with_valid=False`` the plan's valid set is left empty for the caller to fill with
+    :func:`valid_keys` (say, while a listing runs).
 
     Raises:
         InvalidArgumentError: bad mode or retention (see :func:`check_retention`).
@@ -427,7 +396,7 @@ def plan_vacuum(snapshot: Snapshot, retention_hours: float | None = None, mode: 
         specified_retention_ms=retention if retention_hours is not None else None,
         retention_check_enabled=not ignore_retention_check,
         partition_columns=tuple(snapshot.metadata.partition_columns),
-        valid=valid_keys(snapshot, cutoff), latest_outside=latest_outside, lite=lite)
+        valid=valid_keys(snapshot, cutoff) if with_valid else set(), latest_outside=latest_outside, lite=lite)
 
 
 @dataclass
@@ -466,7 +435,7 @@ def lite_candidates(plan: VacuumPlan, storage: Storage) -> LiteCandidates:
     rng = plan.lite
     if rng.empty:
         return LiteCandidates([], rng.watermark, 0, 0)
-    prefixes = _partition_prefixes(plan.partition_columns)
+    prefixes = partition_prefixes(plan.partition_columns)
     seen: dict[str, FileInfo] = {}
     first_young: int | None = None
     skipped = 0
@@ -475,7 +444,7 @@ def lite_candidates(plan: VacuumPlan, storage: Storage) -> LiteCandidates:
         if key is None or key in plan.valid or key in seen:
             return
         parts = key.split("/")
-        if parts[0] == "_delta_log" or any(_hidden_name(p, prefixes) for p in parts):
+        if parts[0] == "_delta_log" or any(hidden_name(p, prefixes) for p in parts):
             return
         seen[key] = FileInfo(key, size, when)
 
@@ -504,77 +473,48 @@ def lite_candidates(plan: VacuumPlan, storage: Storage) -> LiteCandidates:
 
 
 # -- deleting -----------------------------------------------------------------------------------
-def delete_files(storage: Storage, keys: Sequence[str]) -> int:
-    """Delete objects; return how many existed (object stores: how many were requested).
-
-    Keys under ``_delta_log`` are refused, whatever the caller planned.
-    """
-    if any(k.split("/", 1)[0] == "_delta_log" for k in keys):
-        raise InvalidArgumentError("refusing to delete a file under _delta_log")
-    if storage.is_local:
-        deleted = 0
-        for key in keys:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(storage.local_path(key))
-                deleted += 1
-        return deleted
-    import obstore
-
-    deleted = 0
-    for start in range(0, len(keys), 1000):
-        chunk = list(keys[start:start + 1000])
-        try:
-            obstore.delete(storage.store, chunk)
-            deleted += len(chunk)
-        except FileNotFoundError:
-            for key in chunk:
-                with contextlib.suppress(FileNotFoundError):
-                    obstore.delete(storage.store, key)
-                    deleted += 1
-    return deleted
-
-
 def remove_empty_dirs(storage: Storage, emptied: Iterable[str], cutoff_ms: int,
-                      partition_columns: Iterable[str] = (), walk: bool = True) -> int:
+                      partition_columns: Iterable[str] = (), walk: bool = True,
+                      listed_dirs: Mapping[str, int] | None = None) -> int:
     """Remove empty folders under a local table root, deepest first; return how many went.
 
     A folder goes when it is empty, not hidden, and either held a file this run deleted (or
     such a folder) or was last modified before the cutoff, so a folder another writer just
-    created stays. Without ``walk`` only the folders of ``emptied`` keys are tried (no listing).
-    Object stores have no folders: returns 0.
+    created stays. The folders tried are those of ``listed_dirs`` (key -> modification time in
+    ms, from a listing taken before the deletes) when given, else every folder under the root
+    (``walk``), else only the folders of ``emptied`` keys. Object stores have no folders:
+    returns 0.
     """
     if not storage.is_local:
         return 0
     root = storage.local_root.rstrip("/") or "/"
-    prefixes = _partition_prefixes(partition_columns)
+    prefixes = partition_prefixes(partition_columns)
     allowed = set()
     for key in emptied:
         parts = key.split("/")[:-1]
         for i in range(1, len(parts) + 1):
             allowed.add("/".join(parts[:i]))
+    if listed_dirs is not None:
+        folders: Mapping[str, int | None] = listed_dirs
+    elif walk:
+        folders = {os.path.relpath(d, root).replace(os.sep, "/"): None
+                   for d, _subdirs, _files in os.walk(root) if d != root}
+    else:
+        folders = dict.fromkeys(allowed)
     removed = 0
-    if not walk:
-        for rel in sorted(allowed, key=lambda d: d.count("/"), reverse=True):
-            parts = rel.split("/")
-            if parts[0] == "_delta_log" or any(_hidden_name(p, prefixes) for p in parts):
-                continue
-            try:
-                os.rmdir(os.path.join(root, rel))
-            except OSError:
-                continue
-            removed += 1
-        return removed
-    for dirpath, _dirnames, _files in os.walk(root, topdown=False):
-        if dirpath == root:
-            continue
-        rel = os.path.relpath(dirpath, root).replace(os.sep, "/")
+    for rel in sorted(folders, key=lambda d: d.count("/"), reverse=True):
         parts = rel.split("/")
-        if parts[0] == "_delta_log" or any(_hidden_name(p, prefixes) for p in parts):
+        if parts[0] == "_delta_log" or any(hidden_name(p, prefixes) for p in parts):
             continue
+        path = os.path.join(root, rel)
         try:
-            if rel not in allowed and os.stat(dirpath).st_mtime * 1000 >= cutoff_ms:
-                continue
-            os.rmdir(dirpath)
+            if rel not in allowed:
+                mtime = folders[rel]
+                if mtime is None:
+                    mtime = int(os.stat(path).st_mtime * 1000)
+                if mtime >= cutoff_ms:
+                    continue
+            os.rmdir(path)
         except OSError:
             continue
         removed += 1

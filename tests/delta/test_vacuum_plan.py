@@ -24,8 +24,10 @@ from airflow_delta_maint.delta.storage import FileInfo, Storage
 from airflow_delta_maint.delta.vacuum import (
     DEFAULT_RETENTION_MS, LAST_VACUUM_INFO, VacuumLiteUnavailableError, check_retention, delete_files, is_hidden,
     key_for_log_path, latest_commit_at_or_before, lite_candidates, nothing_to_do, plan_vacuum,
-    read_last_vacuum_info, select_candidates, table_retention_ms, valid_keys, write_last_vacuum_info,
+    read_last_vacuum_info, remove_empty_dirs, select_candidates, table_retention_ms, valid_keys,
+    write_last_vacuum_info,
 )
+from airflow_delta_maint.delta.vacuum_files import list_folder, list_subtree
 
 DAY_MS = 86_400_000
 HOUR_MS = 3_600_000
@@ -350,3 +352,73 @@ def test_delete_files_counts_existing_and_refuses_the_log(tmp_path):
     with pytest.raises(InvalidArgumentError, match="_delta_log"):
         delete_files(storage, ["_delta_log/00000000000000000000.json"])
     assert (path / "_delta_log" / f"{0:020d}.json").exists()
+
+
+# -- listing -------------------------------------------------------------------------------------
+def test_list_subtree_sees_exactly_the_visible_files_of_a_generic_listing(manifest):
+    """Across the corpus, the scandir walk VACUUM uses on local disk finds the same visible files
+    (and sizes) as a generic obstore listing filtered by ``is_hidden``."""
+    checked = 0
+    for entry in manifest:
+        path = corpus_path(entry["table"])
+        if not (path / "_delta_log").is_dir():
+            continue
+        storage = Storage(str(path))
+        try:
+            columns = Snapshot.load(str(path)).partition_columns
+        except DeltaError:
+            columns = ()
+        generic = {(f.key, f.size) for f in storage.list_recursive() if not is_hidden(f.key, columns)}
+        found = list_subtree(storage, "", columns)
+        assert {(f.key, f.size) for f in found.files} == generic, entry["table"]
+        folders = {k.rpartition("/")[0] for k, _ in generic if "/" in k}
+        assert folders <= set(found.dirs), entry["table"]
+        checked += 1
+    assert checked > 100
+
+
+def test_listing_skips_hidden_folders_and_symlinks_and_reports_folders(tmp_path):
+    root = tmp_path / "t"
+    (root / "_delta_log").mkdir(parents=True)
+    (root / "_delta_log" / "00000000000000000000.json").write_text("{}")
+    for folder in ("_p=1", "_hidden", ".tmp", "_change_data", "q=a b%", "q=a b%/n=1", "empty"):
+        (root / folder).mkdir()
+    for key in ("_p=1/a.parquet", "_hidden/b.parquet", ".tmp/c.parquet", "_change_data/d.parquet",
+                "q=a b%/n=1/e f#1.parquet", "top.parquet", ".crc", "_x.parquet"):
+        (root / key).write_bytes(b"x" * 3)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim.parquet").write_bytes(b"x")
+    (root / "link.parquet").symlink_to(outside / "victim.parquet")
+    (root / "linked").symlink_to(outside)
+    storage = Storage(str(root))
+    found = list_subtree(storage, "", ["_p"])
+    assert sorted(f.key for f in found.files) == [
+        "_change_data/d.parquet", "_p=1/a.parquet", "q=a b%/n=1/e f#1.parquet", "top.parquet"]
+    assert set(found.dirs) == {"_p=1", "_change_data", "q=a b%", "q=a b%/n=1", "empty"}
+    assert all(f.size == 3 for f in found.files)
+    dirs, files = list_folder(storage, "", ["_p"])
+    assert set(dirs) == {"_p=1", "_change_data", "q=a b%", "empty"}
+    assert [f.key for f in files] == ["top.parquet"]
+    sub = list_subtree(storage, "q=a b%", ["_p"])
+    assert [f.key for f in sub.files] == ["q=a b%/n=1/e f#1.parquet"] and set(sub.dirs) == {"q=a b%/n=1"}
+
+
+def test_remove_empty_dirs_from_a_listing_keeps_young_and_hidden_folders(tmp_path):
+    root = tmp_path / "t"
+    (root / "_delta_log").mkdir(parents=True)
+    old_s = time.time() - 30 * 86400
+    for folder in ("old/deeper", "young", "emptied", "_hidden_old", "full"):
+        (root / folder).mkdir(parents=True)
+    (root / "full" / "f.parquet").write_bytes(b"x")
+    for folder in ("old/deeper", "old", "_hidden_old", "emptied", "full"):
+        os.utime(root / folder, (old_s, old_s))
+    storage = Storage(str(root))
+    listed = list_subtree(storage, "", ()).dirs
+    assert "_hidden_old" not in listed
+    cutoff = int((time.time() - 7 * 86400) * 1000)
+    (root / "young" / "late.parquet").write_bytes(b"x")  # a writer adds a file after the listing
+    os.unlink(root / "young" / "late.parquet")
+    removed = remove_empty_dirs(storage, ["emptied/gone.parquet"], cutoff, (), walk=False, listed_dirs=listed)
+    assert removed == 3  # old/deeper, old, emptied
+    assert sorted(p.name for p in root.iterdir()) == ["_delta_log", "_hidden_old", "full", "young"]

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import logging
 import math
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 from airflow_delta_maint.delta.errors import CommitFailedError, InvalidArgumentError
 from airflow_delta_maint.delta.features import check_supported
@@ -26,20 +26,20 @@ from airflow_delta_maint.delta.snapshot import Snapshot
 from airflow_delta_maint.delta.storage import FileInfo, Storage
 from airflow_delta_maint.delta.transaction import ConflictError, Transaction, winning_commits
 from airflow_delta_maint.delta.vacuum import (
-    VacuumPlan, delete_files, is_hidden, lite_candidates, plan_vacuum, remove_empty_dirs,
-    table_retention_ms, write_last_vacuum_info,
+    VacuumPlan, lite_candidates, plan_vacuum, remove_empty_dirs, table_retention_ms, valid_keys,
+    write_last_vacuum_info,
 )
+from airflow_delta_maint.delta.vacuum_files import Subtree, delete_files, list_folder
 
 from ..context import JobContext
+from ..vacuum_tasks import DELETE_BATCH, TASK_THREADS, delete_partition, list_partition, split_keys, summarize
 
 NAME = "vacuum"
 DRY_RUN_LIST_CAP = 1000
-DELETE_BATCH = 500
 DRIVER_DELETE_MAX = 1000  # full mode: fewer files than this are deleted on the driver
 LITE_DRIVER_DELETE_MAX = 20000  # lite mode never starts Spark below this many files
 _PROGRESS_EVERY_S = 5.0
 _MARKER_ROUNDS = 30
-_TASK_THREADS = 4
 
 log = logging.getLogger("delta_maint.vacuum")
 
@@ -58,104 +58,84 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 # -- listing with Spark ----------------------------------------------------------------------------
 @dataclass
 class Listing:
-    """What full mode found under the table root."""
+    """What full mode found under the table root: the visible files older than the cutoff, how
+    many visible files and bytes there were, and the visible folders (key -> modification time
+    in ms)."""
 
-    candidates: list[FileInfo]
+    old: list[FileInfo]
     files: int
     bytes: int
-    dirs: int
+    dirs: dict[str, int]
 
 
-_SEP = "\0"  # cannot occur in a file name
-
-
-def _old_files(files: Sequence[FileInfo], cutoff_ms: int, partition_columns: Sequence[str]) -> tuple:
-    """Compact summary of listed files: the visible ones older than the cutoff (keys joined,
-    sizes, times), how many visible files and bytes there were, and their folders."""
-    visible = [f for f in files if not is_hidden(f.key, partition_columns)]
-    old = [f for f in visible if f.mtime_ms < cutoff_ms]
-    dirs = {f.key.rpartition("/")[0] for f in visible if "/" in f.key}
-    return (_SEP.join(f.key for f in old), [f.size for f in old], [f.mtime_ms for f in old],
-            len(visible), sum(f.size for f in visible), dirs)
-
-
-def _list_subtrees(prefixes: Iterator[str], storage: Storage, cutoff_ms: int,
-                   partition_columns: Sequence[str]) -> Iterator[tuple]:
-    """Spark task: list the subtrees under ``prefixes`` (a few at a time, on threads, as listing
-    waits on storage) and return the old visible files. The valid set stays on the driver:
-    shipping it to every Spark task costs more than shipping the old files back."""
-
-    def one(prefix: str) -> tuple:
-        return _old_files(list(storage.list_recursive(prefix + "/")), cutoff_ms, partition_columns)
-
-    with ThreadPoolExecutor(max_workers=_TASK_THREADS) as pool:
-        yield from pool.map(one, list(prefixes))
-
-
-def list_candidates(ctx: JobContext, storage: Storage, plan: VacuumPlan) -> Listing:
-    """List every file under the table root in parallel and pick full mode's candidates.
+def list_table(ctx: JobContext, storage: Storage, cutoff_ms: int, partition_columns: Sequence[str]) -> Listing:
+    """List every visible file under the table root in parallel.
 
     The driver lists the top folders (and one or two levels more while there are fewer folders
-    than twice Spark's parallelism); Spark tasks list the subtrees and send back the visible files
-    older than the cutoff; the driver takes out the valid set.
+    than twice Spark's parallelism); Spark tasks list the subtrees and send back the visible
+    files older than the cutoff. The valid set stays on the driver: shipping it to every task
+    costs more than shipping the old files back.
     """
     spark = ctx.spark()
     sc = spark.sparkContext
     parallelism = max(1, sc.defaultParallelism)
-    partition_columns = list(plan.partition_columns)
-    driver_files: list[FileInfo] = []
+    top = Subtree()
     frontier = [""]
-    all_dirs: set[str] = set()
     for _ in range(3):
         nxt: list[str] = []
         for prefix in frontier:
-            sub, files = storage.list_dir(prefix + "/" if prefix else "")
-            driver_files.extend(files)
-            for d in sub:
-                d = d.rstrip("/")
-                if not is_hidden(d, partition_columns):
-                    nxt.append(d)
-                    all_dirs.add(d)
+            dirs, files = list_folder(storage, prefix, partition_columns)
+            top.files.extend(files)
+            top.dirs.update(dirs)
+            nxt.extend(dirs)
         frontier = nxt
         if len(frontier) >= 2 * parallelism or not frontier:
             break
-    results = [_old_files(driver_files, plan.cutoff_ms, partition_columns)]
+    results = [summarize(top, cutoff_ms)]
     log.info("listed %d files in the top folders; listing %d subtrees with Spark", results[0][3], len(frontier))
     if frontier:
-        slices = min(len(frontier), parallelism * 2)
-        cutoff = plan.cutoff_ms
-        rdd = sc.parallelize(frontier, slices).mapPartitions(
-            lambda it: _list_subtrees(it, storage, cutoff, partition_columns))
-        results.extend(rdd.collect())
-    candidates: list[FileInfo] = []
-    n_files = n_bytes = 0
-    valid = plan.valid
+        task = functools.partial(list_partition, storage=storage, cutoff_ms=cutoff_ms,
+                                 partition_columns=list(partition_columns))
+        results.extend(sc.parallelize(frontier, min(len(frontier), parallelism * 2)).mapPartitions(task).collect())
+    old: list[FileInfo] = []
+    listing = Listing(old, 0, 0, {})
     for keys, sizes, mtimes, count, size, dirs in results:
-        n_files += count
-        n_bytes += size
-        all_dirs.update(dirs)
-        if keys:
-            candidates.extend(FileInfo(k, sz, mt) for k, sz, mt in zip(keys.split(_SEP), sizes, mtimes)
-                              if k not in valid)
-    log.info("listed %d files (%d bytes) in %d folders; %d are untracked and older than the cutoff",
-             n_files, n_bytes, len(all_dirs) + 1, len(candidates))
-    return Listing(candidates, n_files, n_bytes, len(all_dirs))
+        listing.files += count
+        listing.bytes += size
+        listing.dirs.update(dirs)
+        old.extend(map(FileInfo, split_keys(keys), sizes, mtimes))
+    log.info("listed %d files (%d bytes) in %d folders; %d are older than the cutoff",
+             listing.files, listing.bytes, len(listing.dirs) + 1, len(old))
+    return listing
+
+
+class _Background:
+    """Run a function on a thread (a Spark job, while the driver does other work) and join it."""
+
+    def __init__(self, fn, *args: Any) -> None:
+        self._result: dict[str, Any] = {}
+        self._thread = threading.Thread(target=self._run, args=(fn, *args), name="vacuum-spark-job", daemon=True)
+        self._thread.start()
+
+    def _run(self, fn, *args: Any) -> None:
+        try:
+            self._result["value"] = fn(*args)
+        except BaseException as exc:  # re-raised on the joining thread
+            self._result["error"] = exc
+
+    def running_after(self, seconds: float) -> bool:
+        """Wait up to ``seconds``; whether it is still running."""
+        self._thread.join(seconds)
+        return self._thread.is_alive()
+
+    def join(self) -> Any:
+        self._thread.join()
+        if "error" in self._result:
+            raise self._result["error"]
+        return self._result["value"]
 
 
 # -- deleting ----------------------------------------------------------------------------------------
-def _delete_partition(keys: Iterator[str], storage: Storage, counter: Any) -> Iterator[int]:
-    """Spark task: delete its keys in batches on a few threads; report progress through an accumulator."""
-    keys = list(keys)
-    batches = [keys[i:i + DELETE_BATCH] for i in range(0, len(keys), DELETE_BATCH)]
-
-    total = 0
-    with ThreadPoolExecutor(max_workers=min(_TASK_THREADS, max(1, len(batches)))) as pool:
-        for n in pool.map(lambda batch: delete_files(storage, batch), batches):
-            counter.add(n)
-            total += n
-    yield total
-
-
 def delete_parallel(ctx: JobContext, storage: Storage, keys: list[str], driver_max: int) -> int:
     """Delete ``keys``: on the driver when few, else in batched Spark tasks; log progress."""
     if not keys:
@@ -166,27 +146,15 @@ def delete_parallel(ctx: JobContext, storage: Storage, keys: list[str], driver_m
         log.info("deleted %d / %d files", deleted, total)
         return deleted
     sc = ctx.spark().sparkContext
-    slices = max(1, min(math.ceil(total / (DELETE_BATCH * _TASK_THREADS)), sc.defaultParallelism * 4))
+    slices = max(1, min(math.ceil(total / (DELETE_BATCH * TASK_THREADS)), sc.defaultParallelism * 4))
     counter = sc.accumulator(0)
-    result: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            rdd = sc.parallelize(keys, slices).mapPartitions(lambda it: _delete_partition(it, storage, counter))
-            result["deleted"] = sum(rdd.collect())
-        except BaseException as exc:  # re-raised on the driver thread below
-            result["error"] = exc
-
-    worker = threading.Thread(target=run, name="vacuum-delete", daemon=True)
-    worker.start()
-    while worker.is_alive():
-        worker.join(_PROGRESS_EVERY_S)
-        if worker.is_alive():
-            log.info("deleted %d / %d files", counter.value, total)
-    if "error" in result:
-        raise result["error"]
-    log.info("deleted %d / %d files", result["deleted"], total)
-    return int(result["deleted"])
+    task = functools.partial(delete_partition, storage=storage, counter=counter)
+    job = _Background(lambda: sum(sc.parallelize(keys, slices).mapPartitions(task).collect()))
+    while job.running_after(_PROGRESS_EVERY_S):
+        log.info("deleted %d / %d files", counter.value, total)
+    deleted = int(job.join())
+    log.info("deleted %d / %d files", deleted, total)
+    return deleted
 
 
 # -- commits -----------------------------------------------------------------------------------------
@@ -242,7 +210,11 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     check_supported(snapshot.protocol, "vacuum", snapshot.metadata)
     listing_log = list_log(storage)
     plan = plan_vacuum(snapshot, args.retention_hours, args.mode, args.ignore_retention_check,
-                       listing=listing_log)
+                       listing=listing_log, with_valid=False)
+    listing_job = None
+    if plan.mode == "full":  # list while the driver builds the valid set
+        listing_job = _Background(list_table, ctx, storage, plan.cutoff_ms, plan.partition_columns)
+    plan.valid = valid_keys(snapshot, plan.cutoff_ms)
     retention_hours = plan.retention_ms / 3_600_000
     metrics: dict[str, Any] = {
         "version_read": snapshot.version,
@@ -256,10 +228,14 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
              time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(plan.cutoff_ms / 1000)), retention_hours)
 
     watermark: int | None
-    if plan.mode == "full":
-        found = list_candidates(ctx, storage, plan)
-        files = found.candidates
-        dirs_vacuumed = found.dirs + 1
+    listed_dirs: dict[str, int] | None = None
+    if listing_job is not None:
+        found = listing_job.join()
+        valid = plan.valid
+        files = [f for f in found.old if f.key not in valid]
+        log.info("%d files are untracked and older than the cutoff", len(files))
+        listed_dirs = found.dirs
+        dirs_vacuumed = len(found.dirs) + 1
         watermark = plan.latest_outside
         metrics.update(numFilesListed=found.files, sizeOfFilesListed=found.bytes)
     else:
@@ -298,7 +274,7 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
         deleted = delete_parallel(ctx, storage, keys,
                                   DRIVER_DELETE_MAX if plan.mode == "full" else LITE_DRIVER_DELETE_MAX)
         removed_dirs = remove_empty_dirs(storage, keys, plan.cutoff_ms, plan.partition_columns,
-                                         walk=plan.mode == "full")
+                                         walk=False, listed_dirs=listed_dirs)
     except BaseException:
         _commit_marker(base, "VACUUM END", {"status": "FAILED"}, {})
         raise

@@ -1,0 +1,62 @@
+"""What VACUUM full mode runs inside Spark tasks: list subtrees, delete files.
+
+Imports only the storage layer and :mod:`airflow_delta_maint.delta.vacuum_files` (no pyarrow,
+no pyspark), so a freshly started Python worker is ready quickly.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Iterable, Iterator, Sequence
+
+from airflow_delta_maint.delta.storage import Storage
+from airflow_delta_maint.delta.vacuum_files import Subtree, delete_files, list_subtree
+
+__all__ = ["ListingSummary", "DELETE_BATCH", "delete_partition", "list_partition", "summarize"]
+
+DELETE_BATCH = 500
+TASK_THREADS = 4
+_SEP = "\0"  # cannot occur in a file name
+
+# (old keys joined by _SEP, their sizes, their modification times, visible files, visible bytes,
+#  folders with their modification times)
+ListingSummary = tuple[str, list[int], list[int], int, int, dict[str, int]]
+
+
+def summarize(found: Subtree, cutoff_ms: int) -> ListingSummary:
+    """A compact, cheaply pickled form of a listing: only the files older than the cutoff are
+    sent back in full (the others can never be deleted by this run)."""
+    old = [f for f in found.files if f.mtime_ms < cutoff_ms]
+    return (_SEP.join(f.key for f in old), [f.size for f in old], [f.mtime_ms for f in old],
+            len(found.files), sum(f.size for f in found.files), found.dirs)
+
+
+def split_keys(joined: str) -> list[str]:
+    """The keys of a :data:`ListingSummary`."""
+    return joined.split(_SEP) if joined else []
+
+
+def list_partition(prefixes: Iterable[str], storage: Storage, cutoff_ms: int,
+                   partition_columns: Sequence[str]) -> Iterator[ListingSummary]:
+    """Spark task: list the subtrees under ``prefixes`` (a few at a time, on threads, as listing
+    waits on storage) and yield one merged summary."""
+    prefixes = list(prefixes)
+    merged = Subtree()
+    with ThreadPoolExecutor(max_workers=max(1, min(TASK_THREADS, len(prefixes)))) as pool:
+        for found in pool.map(lambda p: list_subtree(storage, p, partition_columns), prefixes):
+            merged.files.extend(found.files)
+            merged.dirs.update(found.dirs)
+    yield summarize(merged, cutoff_ms)
+
+
+def delete_partition(keys: Iterable[str], storage: Storage, counter: Any) -> Iterator[int]:
+    """Spark task: delete its keys in batches on a few threads; report progress through an
+    accumulator; yield how many were deleted."""
+    keys = list(keys)
+    batches = [keys[i:i + DELETE_BATCH] for i in range(0, len(keys), DELETE_BATCH)]
+    total = 0
+    with ThreadPoolExecutor(max_workers=min(TASK_THREADS, max(1, len(batches)))) as pool:
+        for n in pool.map(lambda batch: delete_files(storage, batch), batches):
+            counter.add(n)
+            total += n
+    yield total

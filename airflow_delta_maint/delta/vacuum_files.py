@@ -1,0 +1,165 @@
+"""The file-level side of VACUUM: which names are off limits, listing a subtree, deleting files.
+
+Free of pyarrow and of the log machinery, so a Spark task that lists or deletes imports little
+more than obstore.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from .errors import InvalidArgumentError
+from .storage import FileInfo, Storage
+
+__all__ = ["Subtree", "delete_files", "hidden_name", "is_hidden", "list_folder", "list_subtree", "partition_prefixes"]
+
+_PATH_ESCAPE = set('"#%\'*/:=?\\\x7f{[]^')
+
+
+def _escape_name(name: str) -> str:
+    return "".join(f"%{ord(c):02X}" if c in _PATH_ESCAPE or ord(c) < 0x20 else c for c in name)
+
+
+def partition_prefixes(partition_columns: Iterable[str]) -> tuple[str, ...]:
+    """The ``<column>=`` folder-name prefixes of the partition columns (raw and escaped)."""
+    out: set[str] = set()
+    for column in partition_columns:
+        out.add(column + "=")
+        out.add(_escape_name(column) + "=")
+    return tuple(sorted(out))
+
+
+def hidden_name(name: str, prefixes: tuple[str, ...]) -> bool:
+    """Whether one path part is hidden: starts with ``_`` or ``.``, except ``_change_data`` and
+    partition folders (``prefixes`` from :func:`partition_prefixes`)."""
+    if not name or name[0] not in "._":
+        return False
+    if name.startswith("_change_data"):
+        return False
+    return not (prefixes and name.startswith(prefixes))
+
+
+def is_hidden(key: str, partition_columns: Iterable[str] = ()) -> bool:
+    """Whether a key is off limits to VACUUM: under ``_delta_log``, or any part of it hidden.
+
+    A part is hidden when it starts with ``_`` or ``.``, except ``_change_data`` and partition
+    folders ``<column>=<value>`` (whose column may start with ``_``).
+    """
+    parts = key.split("/")
+    if parts[0] == "_delta_log":
+        return True
+    prefixes = partition_prefixes(partition_columns)
+    return any(hidden_name(p, prefixes) for p in parts)
+
+
+@dataclass
+class Subtree:
+    """The visible content of one listed subtree.
+
+    Attributes:
+        files: visible files (key, size, modification time).
+        dirs: visible folders under the subtree's root, with their modification time in ms
+            (object stores have no folders: always empty there).
+    """
+
+    files: list[FileInfo] = field(default_factory=list)
+    dirs: dict[str, int] = field(default_factory=dict)
+
+
+def _local_folder(root: str, rel: str, prefixes: tuple[str, ...], out: Subtree) -> list[str]:
+    """Add the visible children of ``root/rel`` to ``out``; return the sub-folder keys.
+
+    Symbolic links are neither followed nor listed, so VACUUM never deletes through one.
+    """
+    try:
+        entries = os.scandir(os.path.join(root, rel) if rel else root)
+    except (FileNotFoundError, NotADirectoryError):  # removed while listing
+        return []
+    base = rel + "/" if rel else ""
+    subdirs = []
+    with entries:
+        for entry in entries:
+            name = entry.name
+            if hidden_name(name, prefixes) or (not rel and name == "_delta_log"):
+                continue
+            try:
+                if entry.is_symlink():
+                    continue
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                subdirs.append(base + name)
+                out.dirs[base + name] = int(st.st_mtime * 1000)
+            else:
+                out.files.append(FileInfo(base + name, st.st_size, int(st.st_mtime * 1000)))
+    return subdirs
+
+
+def _scan_local(root: str, rel: str, prefixes: tuple[str, ...], out: Subtree) -> None:
+    for sub in _local_folder(root, rel, prefixes, out):
+        _scan_local(root, sub, prefixes, out)
+
+
+def list_subtree(storage: Storage, prefix: str, partition_columns: Sequence[str] = ()) -> Subtree:
+    """Every visible file (and, on local disk, folder) under ``prefix`` (a folder key without
+    the trailing ``/``; ``""`` for the root). Hidden names are skipped, folders included: nothing
+    under a hidden folder is visible. Unsorted."""
+    prefixes = partition_prefixes(partition_columns)
+    out = Subtree()
+    if storage.is_local:
+        _scan_local(storage.local_root, prefix, prefixes, out)
+        return out
+    for info in storage.list_recursive(prefix + "/" if prefix else ""):
+        parts = info.key.split("/")
+        if parts[0] != "_delta_log" and not any(hidden_name(p, prefixes) for p in parts):
+            out.files.append(info)
+    return out
+
+
+def delete_files(storage: Storage, keys: Sequence[str]) -> int:
+    """Delete objects; return how many existed (object stores: how many were requested).
+
+    Keys under ``_delta_log`` are refused, whatever the caller planned.
+    """
+    if any(k.split("/", 1)[0] == "_delta_log" for k in keys):
+        raise InvalidArgumentError("refusing to delete a file under _delta_log")
+    if storage.is_local:
+        deleted = 0
+        for key in keys:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(storage.local_path(key))
+                deleted += 1
+        return deleted
+    import obstore
+
+    deleted = 0
+    for start in range(0, len(keys), 1000):
+        chunk = list(keys[start:start + 1000])
+        try:
+            obstore.delete(storage.store, chunk)
+            deleted += len(chunk)
+        except FileNotFoundError:
+            for key in chunk:
+                with contextlib.suppress(FileNotFoundError):
+                    obstore.delete(storage.store, key)
+                    deleted += 1
+    return deleted
+
+
+def list_folder(storage: Storage, prefix: str,
+                partition_columns: Sequence[str] = ()) -> tuple[dict[str, int], list[FileInfo]]:
+    """The visible children of one folder (``""`` for the root): sub-folder keys with their
+    modification time in ms (0 on object stores), and files."""
+    prefixes = partition_prefixes(partition_columns)
+    if storage.is_local:
+        out = Subtree()
+        _local_folder(storage.local_root, prefix, prefixes, out)
+        return out.dirs, out.files
+    subdirs, files = storage.list_dir(prefix + "/" if prefix else "")
+    dirs = {d.rstrip("/"): 0 for d in subdirs if not hidden_name(d.rstrip("/").rpartition("/")[2], prefixes)}
+    visible = [f for f in files if not any(hidden_name(p, prefixes) for p in f.key.split("/"))]
+    return dirs, visible

@@ -6,12 +6,15 @@ ago); 25,000 more are untracked. So 50,000 files are orphans: 25,000 tombstoned,
 
 1. full mode (``--retention-hours 0 --ignore-retention-check``) vs delta-rs
    ``DeltaTable.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False, full=True)``
-   on identical copies. Ours runs in-process on a SparkSession started beforehand, so JVM
-   start-up is excluded; the first Spark job still pays for starting Python workers.
+   on identical copies (each copy synced to disk before its run, so every run finds the
+   file system in the same state). Ours runs in-process on a SparkSession started beforehand
+   and warmed with one JVM-only job, so JVM start-up is excluded. The first of our runs pays
+   for starting Spark's Python workers (cold); then delta-rs and ours alternate ``--repeat``
+   times (medians).
 2. lite vs full on a nightly-style table: 100,000 referenced files, a watermark at version 0, and
-   version 1 removing 1,000 files 20 days ago (default 7-day retention).
+   version 1 removing 1,000 files 20 days ago (default 7-day retention); medians of ``--repeat``.
 
-Usage: python benchmarks/bench_vacuum.py [--workdir DIR] [--out docs/benchmarks.md]
+Usage: python benchmarks/bench_vacuum.py [--workdir DIR] [--repeat 3] [--out docs/benchmarks.md]
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -83,7 +87,10 @@ def build(root: Path, tracked: int, removed: int, watermark: int | None = None) 
 
 
 def copy(src: Path, dest: Path) -> Path:
+    shutil.rmtree(dest, ignore_errors=True)
     subprocess.run(["cp", "-a", str(src), str(dest)], check=True)
+    subprocess.run(["sync"], check=True)
+    time.sleep(1)
     return dest
 
 
@@ -118,6 +125,7 @@ def run_ours(path: Path, *args: str) -> tuple[float, dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", default=None)
+    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"))
     args = parser.parse_args()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="bench-vacuum-"))
@@ -139,20 +147,34 @@ def main() -> None:
     startup = time.perf_counter() - t
     print(f"SparkSession start-up (excluded): {startup:.1f}s", flush=True)
 
-    results: dict[str, float | int] = {}
-    rs_copy = copy(orphans, work / "rs")
-    results["delta_rs_s"], results["delta_rs_deleted"] = run_delta_rs(rs_copy)
-    print(f"delta-rs full vacuum: {results['delta_rs_s']:.2f}s, {results['delta_rs_deleted']} files", flush=True)
-    shutil.rmtree(rs_copy)
+    t = time.perf_counter()
+    spark.range(1).count()  # the JVM's first job (class loading, code generation): start-up too
+    startup += time.perf_counter() - t
 
-    for label in ("cold", "warm"):
-        ours = copy(orphans, work / f"ours-{label}")
-        elapsed, m = run_ours(ours, "--retention-hours", "0", "--ignore-retention-check")
+    results: dict[str, float | int] = {}
+    ours = copy(orphans, work / "ours")
+    elapsed, m = run_ours(ours, "--retention-hours", "0", "--ignore-retention-check")
+    assert count_files(ours) == 50_000, count_files(ours)
+    results["ours_full_cold_s"] = elapsed
+    results["ours_full_deleted"] = m["numDeletedFiles"]
+    print(f"ours full (cold Python workers): {elapsed:.2f}s, {m['numDeletedFiles']} files", flush=True)
+    rs_times, ours_times = [], []
+    for _ in range(args.repeat):
+        rs_copy = copy(orphans, work / "rs")
+        took, results["delta_rs_deleted"] = run_delta_rs(rs_copy)
+        rs_times.append(took)
+        print(f"delta-rs full vacuum: {took:.2f}s, {results['delta_rs_deleted']} files", flush=True)
+        ours = copy(orphans, work / "ours")
+        took, m = run_ours(ours, "--retention-hours", "0", "--ignore-retention-check")
         assert count_files(ours) == 50_000, count_files(ours)
-        results[f"ours_full_{label}_s"] = elapsed
-        results["ours_full_deleted"] = m["numDeletedFiles"]
-        print(f"ours full ({label} Python workers): {elapsed:.2f}s, {m['numDeletedFiles']} files", flush=True)
-        shutil.rmtree(ours)
+        ours_times.append(took)
+        print(f"ours full (warm Python workers): {took:.2f}s, {m['numDeletedFiles']} files", flush=True)
+    shutil.rmtree(rs_copy)
+    shutil.rmtree(ours)
+    results["delta_rs_s"] = statistics.median(rs_times)
+    results["ours_full_warm_s"] = statistics.median(ours_times)
+    spread = (f"delta-rs {min(rs_times):.2f}-{max(rs_times):.2f} s, "
+              f"ours {min(ours_times):.2f}-{max(ours_times):.2f} s")
 
     # lite vs full on the same orphan table (lite sees only the 25,000 tombstoned files)
     lite_copy = copy(orphans, work / "lite-orphans")
@@ -167,11 +189,14 @@ def main() -> None:
     shutil.rmtree(nightly, ignore_errors=True)
     build(nightly, tracked=100_000, removed=1_000, watermark=0)
     for mode in ("full", "lite"):
-        c = copy(nightly, work / f"nightly-{mode}")
-        elapsed, m = run_ours(c, "--mode", mode)
-        results[f"nightly_{mode}_s"] = elapsed
+        times = []
+        for _ in range(args.repeat):
+            c = copy(nightly, work / f"nightly-{mode}")
+            elapsed, m = run_ours(c, "--mode", mode)
+            times.append(elapsed)
+            print(f"nightly {mode}: {elapsed:.2f}s, {m['numDeletedFiles']} files", flush=True)
+        results[f"nightly_{mode}_s"] = statistics.median(times)
         results[f"nightly_{mode}_deleted"] = m["numDeletedFiles"]
-        print(f"nightly {mode}: {elapsed:.2f}s, {m['numDeletedFiles']} files", flush=True)
         shutil.rmtree(c)
     shutil.rmtree(nightly)
     spark.stop()
@@ -183,16 +208,18 @@ def main() -> None:
     section = f"""
 ## VACUUM
 
-`python benchmarks/bench_vacuum.py` on {time.strftime('%Y-%m-%d')}, 2 cores, `local[2]`, load average
-{load:.1f} when it finished (other work was running on the machine). Table: 100 partition folders x 1,000 tiny
-files = 100,000 files; 50,000 orphans (25,000 removed 20 days ago, 25,000 never committed), all 30 days old.
-SparkSession start-up ({startup:.1f} s) is excluded; "cold" includes starting Spark's Python workers.
+`python benchmarks/bench_vacuum.py --repeat {args.repeat}` on {time.strftime('%Y-%m-%d')}, 2 cores, `local[2]`,
+load average {load:.1f} when it finished. Table: 100 partition folders x 1,000 tiny files = 100,000 files;
+50,000 orphans (25,000 removed 20 days ago, 25,000 never committed), all 30 days old. Every run gets a fresh
+copy synced to disk. JVM start-up (SparkSession and its first JVM-only job, {startup:.1f} s) is excluded;
+"cold" is our first run, which starts Spark's Python workers; delta-rs and "warm" are medians of
+{args.repeat} alternating runs ({spread}).
 
 | run | time (s) | files deleted |
 |---|---:|---:|
 | delta-rs 1.6.0 `vacuum(retention_hours=0, enforce_retention_duration=False, full=True)` | {results['delta_rs_s']:.2f} | {results['delta_rs_deleted']} |
-| ours, full, cold Python workers | {results['ours_full_cold_s']:.2f} | {results['ours_full_deleted']} |
-| ours, full, warm Python workers | {results['ours_full_warm_s']:.2f} | {results['ours_full_deleted']} |
+| ours, full, first run (cold Python workers) | {results['ours_full_cold_s']:.2f} | {results['ours_full_deleted']} |
+| ours, full, later runs (warm Python workers) | {results['ours_full_warm_s']:.2f} | {results['ours_full_deleted']} |
 | ours, lite, same table (sees only the tombstoned files) | {results['ours_lite_orphans_s']:.2f} | {results['ours_lite_orphans_deleted']} |
 
 Full mode / delta-rs: {ratio_cold:.2f} (cold), {ratio_warm:.2f} (warm); target <= 1.0.

@@ -26,9 +26,14 @@ ListingSummary = tuple[str, list[int], list[int], int, int, dict[str, int]]
 def summarize(found: Subtree, cutoff_ms: int) -> ListingSummary:
     """A compact, cheaply pickled form of a listing: only the files older than the cutoff are
     sent back in full (the others can never be deleted by this run)."""
-    old = [f for f in found.files if f.mtime_ms < cutoff_ms]
-    return (_SEP.join(f.key for f in old), [f.size for f in old], [f.mtime_ms for f in old],
-            len(found.files), sum(f.size for f in found.files), found.dirs)
+    old = [i for i, m in enumerate(found.mtimes) if m < cutoff_ms]
+    if len(old) == len(found.keys):
+        keys, sizes, mtimes = found.keys, found.sizes, found.mtimes
+    else:
+        keys = [found.keys[i] for i in old]
+        sizes = [found.sizes[i] for i in old]
+        mtimes = [found.mtimes[i] for i in old]
+    return _SEP.join(keys), sizes, mtimes, len(found.keys), sum(found.sizes), found.dirs
 
 
 def split_keys(joined: str) -> list[str]:
@@ -38,14 +43,15 @@ def split_keys(joined: str) -> list[str]:
 
 def list_partition(prefixes: Iterable[str], storage: Storage, cutoff_ms: int,
                    partition_columns: Sequence[str]) -> Iterator[ListingSummary]:
-    """Spark task: list the subtrees under ``prefixes`` (a few at a time, on threads, as listing
-    waits on storage) and yield one merged summary."""
+    """Spark task: list the subtrees under ``prefixes`` and yield one merged summary. Object
+    stores are listed a few subtrees at a time on threads (listing waits on the network); local
+    disk on one thread (the walk is CPU-bound Python, threads would only contend for the GIL)."""
     prefixes = list(prefixes)
     merged = Subtree()
-    with ThreadPoolExecutor(max_workers=max(1, min(TASK_THREADS, len(prefixes)))) as pool:
+    threads = 1 if storage.is_local else max(1, min(TASK_THREADS, len(prefixes)))
+    with ThreadPoolExecutor(max_workers=threads) as pool:
         for found in pool.map(lambda p: list_subtree(storage, p, partition_columns), prefixes):
-            merged.files.extend(found.files)
-            merged.dirs.update(found.dirs)
+            merged.extend(found)
     yield summarize(merged, cutoff_ms)
 
 

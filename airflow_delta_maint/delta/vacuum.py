@@ -490,10 +490,10 @@ def remove_empty_dirs(storage: Storage, emptied: Iterable[str], cutoff_ms: int,
     root = storage.local_root.rstrip("/") or "/"
     prefixes = partition_prefixes(partition_columns)
     allowed = set()
-    for key in emptied:
-        parts = key.split("/")[:-1]
-        for i in range(1, len(parts) + 1):
-            allowed.add("/".join(parts[:i]))
+    for folder in {key.rpartition("/")[0] for key in emptied}:
+        while folder and folder not in allowed:
+            allowed.add(folder)
+            folder = folder.rpartition("/")[0]
     if listed_dirs is not None:
         folders: Mapping[str, int | None] = listed_dirs
     elif walk:

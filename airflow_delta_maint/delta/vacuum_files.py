@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from itertools import zip_longest
+from typing import Callable, Iterable, Sequence
 
 from .errors import InvalidArgumentError
 from .storage import FileInfo, Storage
 
-__all__ = ["Subtree", "delete_files", "hidden_name", "is_hidden", "list_folder", "list_subtree", "partition_prefixes"]
+__all__ = ["Subtree", "delete_files", "delete_files_parallel", "hidden_name", "is_hidden", "list_folder", "list_subtree", "partition_prefixes"]
 
 _PATH_ESCAPE = set('"#%\'*/:=?\\\x7f{[]^')
 
@@ -57,16 +59,33 @@ def is_hidden(key: str, partition_columns: Iterable[str] = ()) -> bool:
 
 @dataclass
 class Subtree:
-    """The visible content of one listed subtree.
+    """The visible content of one listed subtree, as parallel lists (cheap to build and pickle).
 
     Attributes:
-        files: visible files (key, size, modification time).
+        keys, sizes, mtimes: visible files: key, size in bytes, modification time in ms.
         dirs: visible folders under the subtree's root, with their modification time in ms
             (object stores have no folders: always empty there).
     """
 
-    files: list[FileInfo] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
+    mtimes: list[int] = field(default_factory=list)
     dirs: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def files(self) -> list[FileInfo]:
+        return list(map(FileInfo, self.keys, self.sizes, self.mtimes))
+
+    def add(self, info: FileInfo) -> None:
+        self.keys.append(info.key)
+        self.sizes.append(info.size)
+        self.mtimes.append(info.mtime_ms)
+
+    def extend(self, other: "Subtree") -> None:
+        self.keys.extend(other.keys)
+        self.sizes.extend(other.sizes)
+        self.mtimes.extend(other.mtimes)
+        self.dirs.update(other.dirs)
 
 
 def _local_folder(root: str, rel: str, prefixes: tuple[str, ...], out: Subtree) -> list[str]:
@@ -80,10 +99,11 @@ def _local_folder(root: str, rel: str, prefixes: tuple[str, ...], out: Subtree) 
         return []
     base = rel + "/" if rel else ""
     subdirs = []
+    keys, sizes, mtimes = out.keys, out.sizes, out.mtimes
     with entries:
         for entry in entries:
             name = entry.name
-            if hidden_name(name, prefixes) or (not rel and name == "_delta_log"):
+            if name[0] in "._" and (hidden_name(name, prefixes) or (not rel and name == "_delta_log")):
                 continue
             try:
                 if entry.is_symlink():
@@ -95,7 +115,9 @@ def _local_folder(root: str, rel: str, prefixes: tuple[str, ...], out: Subtree) 
                 subdirs.append(base + name)
                 out.dirs[base + name] = int(st.st_mtime * 1000)
             else:
-                out.files.append(FileInfo(base + name, st.st_size, int(st.st_mtime * 1000)))
+                keys.append(base + name)
+                sizes.append(st.st_size)
+                mtimes.append(int(st.st_mtime * 1000))
     return subdirs
 
 
@@ -116,7 +138,7 @@ def list_subtree(storage: Storage, prefix: str, partition_columns: Sequence[str]
     for info in storage.list_recursive(prefix + "/" if prefix else ""):
         parts = info.key.split("/")
         if parts[0] != "_delta_log" and not any(hidden_name(p, prefixes) for p in parts):
-            out.files.append(info)
+            out.add(info)
     return out
 
 
@@ -163,3 +185,30 @@ def list_folder(storage: Storage, prefix: str,
     dirs = {d.rstrip("/"): 0 for d in subdirs if not hidden_name(d.rstrip("/").rpartition("/")[2], prefixes)}
     visible = [f for f in files if not any(hidden_name(p, prefixes) for p in f.key.split("/"))]
     return dirs, visible
+
+
+def delete_files_parallel(storage: Storage, keys: Sequence[str], threads: int = 16, batch: int = 500,
+                          progress: Callable[[int], None] | None = None) -> int:
+    """:func:`delete_files` on a thread pool, up to ``batch`` keys of one folder per call (one
+    bulk request on object stores). Deleting waits on storage, not on the CPU, so threads give
+    the parallelism; batches are taken from the folders in turn, so concurrent deletes on local
+    disk seldom wait for the same folder's lock. ``progress`` gets each batch's count. Returns
+    how many were deleted."""
+    if any(k.split("/", 1)[0] == "_delta_log" for k in keys):
+        raise InvalidArgumentError("refusing to delete a file under _delta_log")
+    by_folder: dict[str, list[list[str]]] = {}
+    for key in keys:
+        chunks = by_folder.setdefault(key.rpartition("/")[0], [[]])
+        if len(chunks[-1]) >= batch:
+            chunks.append([])
+        chunks[-1].append(key)
+    batches = [b for turn in zip_longest(*by_folder.values()) for b in turn if b]
+    if not batches:
+        return 0
+    total = 0
+    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(batches)))) as pool:
+        for n in pool.map(lambda b: delete_files(storage, b), batches):
+            total += n
+            if progress is not None:
+                progress(n)
+    return total

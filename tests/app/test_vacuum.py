@@ -172,7 +172,10 @@ def test_full_vacuum_deletes_old_orphans_and_keeps_what_versions_in_the_window_n
     assert rows(path) == before_versions[4]
 
 
-def test_many_files_are_listed_and_deleted_by_spark_tasks(tmp_path, spark):
+def test_many_files_are_listed_and_deleted_by_spark_tasks(tmp_path, spark, monkeypatch):
+    import airflow_delta_maint.app.jobs.vacuum as vacuum_job
+
+    monkeypatch.setattr(vacuum_job, "SPARK_DELETE_MIN", 1000)  # the path of a run deleting millions
     path = aged_table(tmp_path, partitions=6)
     before = rows(path)
     orphans = [f"p=p{i % 6}/orphan-{i:05d}.parquet" for i in range(1500)]

@@ -27,7 +27,7 @@ from airflow_delta_maint.delta.vacuum import (
     read_last_vacuum_info, remove_empty_dirs, select_candidates, table_retention_ms, valid_keys,
     write_last_vacuum_info,
 )
-from airflow_delta_maint.delta.vacuum_files import list_folder, list_subtree
+from airflow_delta_maint.delta.vacuum_files import delete_files_parallel, list_folder, list_subtree
 
 DAY_MS = 86_400_000
 HOUR_MS = 3_600_000
@@ -352,6 +352,26 @@ def test_delete_files_counts_existing_and_refuses_the_log(tmp_path):
     with pytest.raises(InvalidArgumentError, match="_delta_log"):
         delete_files(storage, ["_delta_log/00000000000000000000.json"])
     assert (path / "_delta_log" / f"{0:020d}.json").exists()
+
+
+def test_parallel_delete_removes_every_key_and_refuses_the_log_before_deleting(tmp_path):
+    path = _table(tmp_path, versions=1)
+    storage = Storage(str(path))
+    keys = []
+    for i in range(230):
+        folder = path / f"d{i % 7}"
+        folder.mkdir(exist_ok=True)
+        (folder / f"f {i}%.parquet").write_bytes(b"x")
+        keys.append(f"d{i % 7}/f {i}%.parquet")
+    keys.sort()
+    seen: list[int] = []
+    assert delete_files_parallel(storage, keys + ["gone.parquet"], threads=4, batch=16, progress=seen.append) == 230
+    assert sum(seen) == 230 and len(seen) == 6 * 3 + 2 + 1  # at most 16 keys of one folder a batch
+    assert not any((path / k).exists() for k in keys)
+    (path / "keep.parquet").write_bytes(b"x")
+    with pytest.raises(InvalidArgumentError, match="_delta_log"):
+        delete_files_parallel(storage, ["keep.parquet", "_delta_log/00000000000000000000.json"], batch=1)
+    assert (path / "keep.parquet").exists()
 
 
 # -- listing -------------------------------------------------------------------------------------

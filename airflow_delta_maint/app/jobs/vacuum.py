@@ -29,15 +29,15 @@ from airflow_delta_maint.delta.vacuum import (
     VacuumPlan, lite_candidates, plan_vacuum, remove_empty_dirs, table_retention_ms, valid_keys,
     write_last_vacuum_info,
 )
-from airflow_delta_maint.delta.vacuum_files import Subtree, delete_files, list_folder
+from airflow_delta_maint.delta.vacuum_files import Subtree, delete_files_parallel, list_folder
 
 from ..context import JobContext
 from ..vacuum_tasks import DELETE_BATCH, TASK_THREADS, delete_partition, list_partition, split_keys, summarize
 
 NAME = "vacuum"
 DRY_RUN_LIST_CAP = 1000
-DRIVER_DELETE_MAX = 1000  # full mode: fewer files than this are deleted on the driver
-LITE_DRIVER_DELETE_MAX = 20000  # lite mode never starts Spark below this many files
+SPARK_DELETE_MIN = 1_000_000  # this many files or more are deleted by Spark tasks, fewer by the driver
+DRIVER_DELETE_THREADS = 16
 _PROGRESS_EVERY_S = 5.0
 _MARKER_ROUNDS = 30
 
@@ -62,10 +62,15 @@ class Listing:
     many visible files and bytes there were, and the visible folders (key -> modification time
     in ms)."""
 
-    old: list[FileInfo]
+    old: Subtree
     files: int
     bytes: int
     dirs: dict[str, int]
+
+    def untracked(self, valid: set[str] | frozenset[str]) -> list[FileInfo]:
+        """The old files not in the valid set."""
+        old = self.old
+        return [FileInfo(k, s, m) for k, s, m in zip(old.keys, old.sizes, old.mtimes) if k not in valid]
 
 
 def list_table(ctx: JobContext, storage: Storage, cutoff_ms: int, partition_columns: Sequence[str]) -> Listing:
@@ -85,7 +90,8 @@ def list_table(ctx: JobContext, storage: Storage, cutoff_ms: int, partition_colu
         nxt: list[str] = []
         for prefix in frontier:
             dirs, files = list_folder(storage, prefix, partition_columns)
-            top.files.extend(files)
+            for f in files:
+                top.add(f)
             top.dirs.update(dirs)
             nxt.extend(dirs)
         frontier = nxt
@@ -97,15 +103,17 @@ def list_table(ctx: JobContext, storage: Storage, cutoff_ms: int, partition_colu
         task = functools.partial(list_partition, storage=storage, cutoff_ms=cutoff_ms,
                                  partition_columns=list(partition_columns))
         results.extend(sc.parallelize(frontier, min(len(frontier), parallelism * 2)).mapPartitions(task).collect())
-    old: list[FileInfo] = []
+    old = Subtree()
     listing = Listing(old, 0, 0, {})
     for keys, sizes, mtimes, count, size, dirs in results:
         listing.files += count
         listing.bytes += size
         listing.dirs.update(dirs)
-        old.extend(map(FileInfo, split_keys(keys), sizes, mtimes))
+        old.keys.extend(split_keys(keys))
+        old.sizes.extend(sizes)
+        old.mtimes.extend(mtimes)
     log.info("listed %d files (%d bytes) in %d folders; %d are older than the cutoff",
-             listing.files, listing.bytes, len(listing.dirs) + 1, len(old))
+             listing.files, listing.bytes, len(listing.dirs) + 1, len(old.keys))
     return listing
 
 
@@ -136,13 +144,28 @@ class _Background:
 
 
 # -- deleting ----------------------------------------------------------------------------------------
-def delete_parallel(ctx: JobContext, storage: Storage, keys: list[str], driver_max: int) -> int:
-    """Delete ``keys``: on the driver when few, else in batched Spark tasks; log progress."""
+def delete_parallel(ctx: JobContext, storage: Storage, keys: list[str]) -> int:
+    """Delete ``keys`` (sorted) in parallel and log progress.
+
+    Deleting waits on storage, not on the CPU: up to ``SPARK_DELETE_MIN`` files go from the
+    driver on ``DRIVER_DELETE_THREADS`` threads (object stores: bulk requests of ``DELETE_BATCH``
+    keys), which beats shipping every key to Spark tasks; more than that are spread over Spark
+    tasks, each deleting on a few threads.
+    """
     if not keys:
         return 0
     total = len(keys)
-    if total <= driver_max:
-        deleted = delete_files(storage, keys)
+    if total < SPARK_DELETE_MIN:
+        done = [0]
+        last = [time.monotonic()]
+
+        def progress(n: int) -> None:
+            done[0] += n
+            if time.monotonic() - last[0] >= _PROGRESS_EVERY_S:
+                last[0] = time.monotonic()
+                log.info("deleted %d / %d files", done[0], total)
+
+        deleted = delete_files_parallel(storage, keys, DRIVER_DELETE_THREADS, DELETE_BATCH, progress)
         log.info("deleted %d / %d files", deleted, total)
         return deleted
     sc = ctx.spark().sparkContext
@@ -231,8 +254,7 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     listed_dirs: dict[str, int] | None = None
     if listing_job is not None:
         found = listing_job.join()
-        valid = plan.valid
-        files = [f for f in found.old if f.key not in valid]
+        files = found.untracked(plan.valid)
         log.info("%d files are untracked and older than the cutoff", len(files))
         listed_dirs = found.dirs
         dirs_vacuumed = len(found.dirs) + 1
@@ -271,8 +293,7 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     metrics["version_vacuum_start"] = start_version
     keys = [f.key for f in files]
     try:
-        deleted = delete_parallel(ctx, storage, keys,
-                                  DRIVER_DELETE_MAX if plan.mode == "full" else LITE_DRIVER_DELETE_MAX)
+        deleted = delete_parallel(ctx, storage, keys)
         removed_dirs = remove_empty_dirs(storage, keys, plan.cutoff_ms, plan.partition_columns,
                                          walk=False, listed_dirs=listed_dirs)
     except BaseException:

@@ -4,12 +4,15 @@ Table: about 1 GB in 2,000 small parquet files over 8 partitions (250 files of ~
 written once with pyarrow and committed with the core's ``Transaction`` (statistics from the
 footers), cached under ``benchmarks/out/optimize/src``.
 
-1. This project: ``delta-maint optimize`` in-process on a ``local[2]`` SparkSession; the run is
-   timed from after the session exists (JVM start-up reported separately); the first Spark job
-   still pays for starting Python workers, as a spark-submit run would.
+1. This project: ``delta-maint optimize`` in-process on a ``local[2]`` SparkSession; runs are
+   timed from after the session exists and has run one JVM-only job (JVM start-up, reported
+   separately). The first run also starts Spark's Python workers (reported as such); then
+   delta-rs, this project with its default codec and with the other codec alternate
+   ``--repeat`` times on fresh copies synced to disk (medians).
 2. delta-rs: ``DeltaTable.optimize.compact(target_size=...)`` on a copy of the same table, same
    target size.
-3. Floor: one process, pyarrow only: per partition, read every file and write one file.
+3. Floor: one process, pyarrow only: per partition, read every file and write one file with
+   this project's default codec.
 4. Executor memory: peak RSS (VmHWM) of the Python workers of a fresh Spark application per bin
    size; streaming keeps it flat as bins grow.
 
@@ -22,6 +25,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -85,8 +89,8 @@ def dir_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*.parquet"))
 
 
-def floor(src: Path, out: Path) -> float:
-    """pyarrow only, one process: read each partition's files and write one snappy file."""
+def floor(src: Path, out: Path, codec: str) -> float:
+    """pyarrow only, one process: read each partition's files and write one file."""
     import pyarrow.parquet as pq
 
     shutil.rmtree(out, ignore_errors=True)
@@ -94,7 +98,7 @@ def floor(src: Path, out: Path) -> float:
     started = time.perf_counter()
     for part in sorted(p for p in src.iterdir() if p.name.startswith("p=")):
         files = sorted(part.glob("*.parquet"))
-        with pq.ParquetWriter(out / f"{part.name}.parquet", pq.read_schema(files[0]), compression="snappy") as w:
+        with pq.ParquetWriter(out / f"{part.name}.parquet", pq.read_schema(files[0]), compression=codec) as w:
             buffered = []
             size = 0
             for f in files:
@@ -159,6 +163,7 @@ def main() -> None:
     ap.add_argument("--workdir", default=str(REPO / "benchmarks" / "out" / "optimize"))
     ap.add_argument("--target-mb", type=int, default=256)
     ap.add_argument("--skip-memory", action="store_true")
+    ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--memory-run", nargs=2, metavar=("TABLE", "TARGET"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -174,52 +179,78 @@ def main() -> None:
         print(f"generated {src} in {time.perf_counter() - t:.0f} s")
     total = dir_bytes(src)
     target = args.target_mb << 20
-    ours, ours_zstd, rs = work / "ours", work / "ours_zstd", work / "rs"
-    for d in (ours, ours_zstd, rs):
-        shutil.rmtree(d, ignore_errors=True)
-        shutil.copytree(src, d)
 
     from deltalake import DeltaTable
 
     from airflow_delta_maint.app import cli
     from airflow_delta_maint.app.spark_session import get_spark
 
+    def fresh(name: str) -> Path:
+        dest = work / name
+        shutil.rmtree(dest, ignore_errors=True)
+        shutil.copytree(src, dest)
+        subprocess.run(["sync"], check=True)
+        time.sleep(1)
+        return dest
+
+    def ours(codec: str | None) -> tuple[float, dict]:
+        table = fresh("ours")
+        extra = ["--compression", codec] if codec else []
+        started = time.perf_counter()
+        code, m = cli.run(["optimize", str(table), "--min-file-size", str(target), "--max-file-size", str(target),
+                           *extra])
+        took = time.perf_counter() - started
+        assert code == 0 and m["status"] == "committed", m
+        return took, m
+
+    def delta_rs() -> tuple[float, dict, int]:
+        table = fresh("rs")
+        started = time.perf_counter()
+        metrics = DeltaTable(str(table)).optimize.compact(target_size=target)
+        took = time.perf_counter() - started
+        import pyarrow as pa
+
+        out = sum(pa.table(DeltaTable(str(table)).get_add_actions(flatten=True)).column("size_bytes").to_pylist())
+        return took, metrics, out
+
     t0 = time.perf_counter()
-    get_spark("local[2]")
+    spark = get_spark("local[2]")
+    spark.range(1).count()  # the JVM's first job (class loading, code generation): start-up too
     jvm = time.perf_counter() - t0
-    t1 = time.perf_counter()
-    code, m = cli.run(["optimize", str(ours), "--min-file-size", str(target), "--max-file-size", str(target)])
-    our_time = time.perf_counter() - t1
-    assert code == 0 and m["status"] == "committed", m
-    t1 = time.perf_counter()
-    code, mz = cli.run(["optimize", str(ours_zstd), "--min-file-size", str(target), "--max-file-size", str(target),
-                        "--compression", "zstd"])
-    zstd_time = time.perf_counter() - t1
-    assert code == 0 and mz["status"] == "committed", mz
-    shutil.rmtree(ours_zstd, ignore_errors=True)
-
-    t2 = time.perf_counter()
-    rs_metrics = DeltaTable(str(rs)).optimize.compact(target_size=target)
-    rs_time = time.perf_counter() - t2
-    import pyarrow as pa
-
-    rs_out = sum(pa.table(DeltaTable(str(rs)).get_add_actions(flatten=True)).column("size_bytes").to_pylist())
-
-    floor_time = floor(src, work / "floor")
+    cold, m = ours(None)
+    codec = m.get("compression", "default")
+    other = "snappy" if codec == "zstd" else "zstd"
+    runs: dict[str, list[float]] = {"rs": [], "ours": [], "other": []}
+    for _ in range(args.repeat):
+        took, rs_metrics, rs_out = delta_rs()
+        runs["rs"].append(took)
+        took, m = ours(None)
+        runs["ours"].append(took)
+        took, mo = ours(other)
+        runs["other"].append(took)
+        print(f"delta-rs {runs['rs'][-1]:.1f} s, ours {runs['ours'][-1]:.1f} s, ours {other} {took:.1f} s", flush=True)
+    med = {k: statistics.median(v) for k, v in runs.items()}
+    floor_time = floor(src, work / "floor", codec)
+    for name in ("ours", "rs"):
+        shutil.rmtree(work / name, ignore_errors=True)
     print(f"\ninput: {total / 1e6:.0f} MB in {PARTITIONS * FILES_PER_PARTITION} files, {PARTITIONS} partitions; "
-          f"target {args.target_mb} MiB; load average {os.getloadavg()[0]:.1f}")
+          f"target {args.target_mb} MiB; medians of {args.repeat} alternating runs; "
+          f"load average {os.getloadavg()[0]:.1f}")
     print("| run | wall time | files out | bytes out | vs delta-rs |")
     print("|---|---:|---:|---:|---:|")
-    print(f"| this project (snappy), after SparkSession start | {our_time:.1f} s | {m['numAddedFiles']} | "
-          f"{m['numAddedBytes'] / 1e6:.0f} MB | {our_time / rs_time:.2f} |")
-    print(f"| this project, incl. JVM start ({jvm:.1f} s) | {our_time + jvm:.1f} s | | | "
-          f"{(our_time + jvm) / rs_time:.2f} |")
-    print(f"| this project, --compression zstd (warm workers) | {zstd_time:.1f} s | {mz['numAddedFiles']} | "
-          f"{mz['numAddedBytes'] / 1e6:.0f} MB | {zstd_time / rs_time:.2f} |")
-    print(f"| delta-rs optimize.compact (zstd, its default) | {rs_time:.1f} s | {rs_metrics['numFilesAdded']} | "
+    print(f"| this project ({codec}, the default), warm | {med['ours']:.1f} s | {m['numAddedFiles']} | "
+          f"{m['numAddedBytes'] / 1e6:.0f} MB | {med['ours'] / med['rs']:.2f} |")
+    print(f"| this project, first run (Python workers start) | {cold:.1f} s | | | {cold / med['rs']:.2f} |")
+    print(f"| this project, first run incl. JVM start-up ({jvm:.1f} s) | {cold + jvm:.1f} s | | | "
+          f"{(cold + jvm) / med['rs']:.2f} |")
+    print(f"| this project, `--compression {other}` | {med['other']:.1f} s | {mo['numAddedFiles']} | "
+          f"{mo['numAddedBytes'] / 1e6:.0f} MB | {med['other'] / med['rs']:.2f} |")
+    print(f"| delta-rs optimize.compact (zstd, its default) | {med['rs']:.1f} s | {rs_metrics['numFilesAdded']} | "
           f"{rs_out / 1e6:.0f} MB | 1.00 |")
-    print(f"| floor: pyarrow read + write, one process | {floor_time:.1f} s | {PARTITIONS} | "
-          f"{dir_bytes(work / 'floor') / 1e6:.0f} MB | {floor_time / rs_time:.2f} |")
+    print(f"| floor: pyarrow read + write ({codec}), one process | {floor_time:.1f} s | {PARTITIONS} | "
+          f"{dir_bytes(work / 'floor') / 1e6:.0f} MB | {floor_time / med['rs']:.2f} |")
+    print("runs (s): " + "; ".join(f"{k} " + ", ".join(f"{x:.1f}" for x in v) for k, v in runs.items()))
+    spark.stop()
     if not args.skip_memory:
         print("\n| bin size (max file size) | bins | Python worker peak RSS |")
         print("|---|---:|---:|")

@@ -25,7 +25,7 @@ from airflow_delta_maint.delta.actions import Metadata
 from airflow_delta_maint.delta.deletion_vectors import live_row_mask, read_deletion_vector
 from airflow_delta_maint.delta.errors import CorruptLogError
 from airflow_delta_maint.delta.schema import to_arrow_schema
-from airflow_delta_maint.delta.stats import parquet_file_stats, stats_json
+from airflow_delta_maint.delta.stats import StatsCollector, stats_json
 from airflow_delta_maint.delta.storage import Storage
 
 DEFAULT_ROW_GROUP_BYTES = 128 << 20
@@ -41,6 +41,7 @@ class RewriteSpec:
     compression: str = "snappy"
     row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES
     target_file_bytes: int = 1 << 30
+    tight_bounds: bool | None = None  # True on tables with deletion vectors: stats are exact
     _schema: pa.Schema | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -182,6 +183,7 @@ class DataFileWriter:
             self._tmp = self.local
         self.writer = pq.ParquetWriter(self.local, spec.write_schema, compression=spec.compression,
                                        write_statistics=True, use_dictionary=True)
+        self._stats = StatsCollector(spec.metadata)
         self._buffer: list[pa.Table] = []
         self._buffered = 0
         self.rows = 0
@@ -202,14 +204,15 @@ class DataFileWriter:
             return
         data = pa.concat_tables(self._buffer) if len(self._buffer) > 1 else self._buffer[0]
         self.writer.write_table(data, row_group_size=max(1, data.num_rows))
+        self._stats.update(data)
         self._buffer, self._buffered = [], 0
 
     def close(self) -> dict:
         """Finish the file (upload it to an object store) and return its add action."""
         self._flush()
         self.writer.close()
-        # The footer lacks what it cannot prove (float min/max, for one): those columns are read back.
-        stats = parquet_file_stats(self.local, self.spec.metadata)
+        # The footer lacks what it cannot prove (float min/max, for one): gathered while writing.
+        stats = self._stats.file_stats(self.local, tight_bounds=self.spec.tight_bounds)
         size = os.path.getsize(self.local)
         if self._tmp is not None:
             with open(self._tmp, "rb") as fh:

@@ -465,6 +465,68 @@ def parquet_file_stats(source: ParquetSource, metadata: Metadata, tight_bounds: 
     return file_stats(md, metadata, table=table, tight_bounds=tight_bounds)
 
 
+# -- while writing -------------------------------------------------------------------------------
+def _nan(v: Any) -> bool:
+    return isinstance(v, float) and math.isnan(v)
+
+
+def _merge_leaf(a: _LeafStats, b: _LeafStats) -> _LeafStats:
+    """Statistics of two pieces of data together (NaN sorts above every number, as in Spark)."""
+    out = _LeafStats(null_count=None if a.null_count is None or b.null_count is None else a.null_count + b.null_count,
+                     min_max_known=a.min_max_known and b.min_max_known, missing=a.missing and b.missing)
+    mins = [v for v in (a.min, b.min) if v is not None]
+    maxs = [v for v in (a.max, b.max) if v is not None]
+    numbers = [v for v in mins if not _nan(v)]
+    out.min = min(numbers) if numbers else (mins[0] if mins else None)
+    if any(_nan(v) for v in maxs):
+        out.max = float("nan")
+    else:
+        out.max = max(maxs) if maxs else None
+    return out
+
+
+class StatsCollector:
+    """Statistics of a parquet file this process writes, without reading it back.
+
+    The footer gives counts and most min/max values; what it cannot prove for a file written by
+    pyarrow (float and double min/max, which leave NaN out) is gathered from each piece of data
+    as it is written (``update``). ``file_stats`` then gives what ``parquet_file_stats`` would.
+    """
+
+    def __init__(self, metadata: Metadata):
+        self.metadata = metadata
+        self.cols = stats_columns(metadata)
+        self._watch = [i for i, c in enumerate(self.cols)
+                       if _eligible(c) and c.type.name in ("float", "double")]  # type: ignore[union-attr]
+        self._leaves: dict[int, _LeafStats] = {}
+
+    def update(self, table: pa.Table) -> None:
+        """Account for one piece of the data, in the file's physical column names."""
+        for i in self._watch:
+            if _column_data(table, self.cols[i]) is None:
+                continue
+            leaf = _data_leaf(table, self.cols[i])
+            self._leaves[i] = leaf if i not in self._leaves else _merge_leaf(self._leaves[i], leaf)
+
+    def file_stats(self, source: ParquetSource, tight_bounds: bool | None = None) -> dict:
+        """The file's statistics: its footer, the gathered values, and (should anything still be
+        unknown) the columns that cover it read from the file."""
+        pf = source if isinstance(source, pq.ParquetFile) else pq.ParquetFile(source, coerce_int96_timestamp_unit="us")
+        md = pf.metadata
+        stats = _footer_stats(md, self.cols)
+        stats = [self._leaves[i] if _needs_data(c, ls) and i in self._leaves else ls
+                 for i, (c, ls) in enumerate(zip(self.cols, stats))]
+        need: list[str] = []
+        for c, ls in zip(self.cols, stats):
+            if _needs_data(c, ls) and c.physical_path[0] not in need and c.physical_path[0] in pf.schema_arrow.names:
+                need.append(c.physical_path[0])
+        if need:
+            table = pf.read(columns=need)
+            stats = [_data_leaf(table, c) if _needs_data(c, ls) and _column_data(table, c) is not None else ls
+                     for c, ls in zip(self.cols, stats)]
+        return _assemble(md.num_rows, self.cols, stats, tight_bounds)
+
+
 # -- JSON ----------------------------------------------------------------------------------------
 def _dump(value: Any, out: list[str]) -> None:
     if isinstance(value, dict):
@@ -513,7 +575,7 @@ def parse_stats_columns(metadata: Metadata) -> list[str]:
 
 
 __all__ = [
-    "DEFAULT_NUM_INDEXED_COLS", "STRING_PREFIX_LENGTH", "columns_needing_data", "file_stats",
+    "DEFAULT_NUM_INDEXED_COLS", "STRING_PREFIX_LENGTH", "StatsCollector", "columns_needing_data", "file_stats",
     "parquet_file_stats", "parse_stats_columns", "stats_columns", "stats_json", "table_stats",
     "truncate_max_string", "truncate_min_string",
 ]

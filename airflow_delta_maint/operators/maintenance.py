@@ -227,6 +227,10 @@ class OptimizeOperator(DeltaMaintenanceOperator):
     :param max_file_size: the target size of the files written, in bytes. (templated)
     :param max_concurrent_bins: how many bins Spark rewrites at once. (templated)
     :param batch_bytes: commit once every this many input bytes. (templated)
+    :param dv_ratio: also rewrite files whose deletion vectors delete more than this share of their
+        rows (default 0.05). (templated)
+    :param compression: parquet codec of the files written: ``zstd`` (default), ``snappy``,
+        ``gzip``, ``lz4`` or ``none``. (templated)
     :param dry_run: plan only; commit nothing. (templated)
 
     Other parameters: see :class:`DeltaMaintenanceOperator`.
@@ -235,7 +239,8 @@ class OptimizeOperator(DeltaMaintenanceOperator):
     job = "optimize"
     template_fields: Sequence[str] = (
         *DeltaMaintenanceOperator.template_fields,
-        "where", "zorder_by", "min_file_size", "max_file_size", "max_concurrent_bins", "batch_bytes", "dry_run",
+        "where", "zorder_by", "min_file_size", "max_file_size", "max_concurrent_bins", "batch_bytes", "dv_ratio",
+        "compression", "dry_run",
     )
 
     def __init__(
@@ -247,6 +252,8 @@ class OptimizeOperator(DeltaMaintenanceOperator):
         max_file_size: int | str | None = None,
         max_concurrent_bins: int | str | None = None,
         batch_bytes: int | str | None = None,
+        dv_ratio: float | str | None = None,
+        compression: str | None = None,
         dry_run: bool = False,
         **kwargs: Any,
     ) -> None:
@@ -257,6 +264,8 @@ class OptimizeOperator(DeltaMaintenanceOperator):
         self.max_file_size = max_file_size
         self.max_concurrent_bins = max_concurrent_bins
         self.batch_bytes = batch_bytes
+        self.dv_ratio = dv_ratio
+        self.compression = compression
         self.dry_run = dry_run
 
     def job_args(self) -> list[str]:
@@ -267,6 +276,8 @@ class OptimizeOperator(DeltaMaintenanceOperator):
         _flag(args, "--max-file-size", self.max_file_size)
         _flag(args, "--max-concurrent-bins", self.max_concurrent_bins)
         _flag(args, "--batch-bytes", self.batch_bytes)
+        _flag(args, "--dv-ratio", self.dv_ratio)
+        _flag(args, "--compression", self.compression)
         _flag(args, "--dry-run", _as_bool(self.dry_run))
         return args
 

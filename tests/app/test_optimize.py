@@ -277,6 +277,9 @@ def test_deletion_vectors_are_purged(name: str, tmp_path: Path, spark) -> None:
     adds = after.add_actions()
     assert not any(a.get("deletionVector") for a in adds)
     assert sum(json.loads(a["stats"])["numRecords"] for a in adds) == live
+    # on a table with deletion vectors, the new files say their statistics are exact
+    written = [a for a in adds if a["path"] not in {b["path"] for b in snap.add_actions()}]
+    assert written and all(json.loads(a["stats"])["tightBounds"] is True for a in written)
     assert m["numDeletionVectorsRemoved"] == len(dvs)
     assert rows_ours(path) == before
     # the deleted values are gone: every surviving row's value, minus the deleted ones, is all there is
@@ -370,7 +373,9 @@ def test_commit_info_of_bin_packing(tmp_path: Path, spark) -> None:
     info = commit_info(path, m["version_committed"])
     assert info["operationParameters"]["predicate"] == "[]"
     assert info["operationParameters"]["zOrderBy"] == "[]"
-    sizes = sorted(a["size"] for a in Snapshot.load(str(path)).add_actions())
+    adds = Snapshot.load(str(path)).add_actions()
+    assert not any("tightBounds" in json.loads(a["stats"]) for a in adds)  # no deletion vectors here
+    sizes = sorted(a["size"] for a in adds)
     assert m["minFileSize"] == sizes[0] and m["maxFileSize"] == sizes[-1] and m["numAddedFiles"] == 2
     for k in ("numAddedFiles", "numRemovedFiles", "numAddedBytes", "numRemovedBytes", "minFileSize",
               "p50FileSize", "maxFileSize", "numDeletionVectorsRemoved"):

@@ -15,11 +15,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from airflow_delta_maint.delta.actions import Metadata
 from airflow_delta_maint.delta.schema import PrimitiveType, leaf_columns
 from airflow_delta_maint.delta.snapshot import Snapshot
-from airflow_delta_maint.delta.stats import (columns_needing_data, file_stats, parquet_file_stats, parse_stats_columns,
+from airflow_delta_maint.delta.stats import (StatsCollector, columns_needing_data, file_stats, parquet_file_stats, parse_stats_columns,
                                              stats_columns, stats_json, table_stats, truncate_max_string,
                                              truncate_min_string)
 from tests.conftest import corpus_path, load_manifest
@@ -385,3 +387,45 @@ def test_int96_timestamps_are_read_from_the_data(tmp_path):
     stats = parquet_file_stats(str(path), metadata)
     assert stats == table_stats(table, metadata)
     assert stats["maxValues"] == {"t": "2023-11-14T22:13:20.000Z"}
+
+
+# -- gathered while writing ------------------------------------------------------------------------
+def _collect_and_write(table: pa.Table, cuts: list[int], metadata: Metadata) -> tuple[dict, dict]:
+    """Write ``table`` in pieces (one row group each) feeding a StatsCollector; return its stats
+    and the stats read back from the file."""
+    buf = io.BytesIO()
+    collector = StatsCollector(metadata)
+    with pq.ParquetWriter(buf, table.schema) as writer:
+        bounds = [0, *sorted(cuts), table.num_rows]
+        for start, end in zip(bounds, bounds[1:]):
+            piece = table.slice(start, end - start)
+            writer.write_table(piece)
+            collector.update(piece)
+    data = buf.getvalue()
+    return (collector.file_stats(pq.ParquetFile(io.BytesIO(data)), tight_bounds=True),
+            parquet_file_stats(pq.ParquetFile(io.BytesIO(data)), metadata, tight_bounds=True))
+
+
+def test_stats_gathered_while_writing_equal_the_file_read_back():
+    table = _all_types_table()
+    metadata = _metadata(table.schema, configuration={"delta.dataSkippingNumIndexedCols": "-1"})
+    gathered, read_back = _collect_and_write(table, [40, 41, 200], metadata)
+    assert gathered == read_back
+    assert gathered["tightBounds"] is True and "f" in gathered["minValues"] and "d" in gathered["maxValues"]
+
+
+_FLOATS = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True, width=64),
+                    st.sampled_from([float("nan"), 0.0, -0.0, 1.0]))
+
+
+@settings(max_examples=150, deadline=None)
+@given(values=st.lists(st.tuples(_FLOATS, _FLOATS), min_size=0, max_size=40),
+       cuts=st.lists(st.integers(0, 40), max_size=4))
+def test_float_stats_gathered_in_pieces_match_the_whole(values, cuts):
+    """NaN above every number, nulls, all-NaN and all-null pieces: merging pieces gives the stats
+    of the whole file."""
+    table = pa.table({"d": pa.array([v[0] for v in values], pa.float64()),
+                      "s": pa.array([{"f": v[1]} for v in values], pa.struct([("f", pa.float32())]))})
+    metadata = _metadata(table.schema)
+    gathered, read_back = _collect_and_write(table, [min(c, len(values)) for c in cuts], metadata)
+    assert gathered == read_back

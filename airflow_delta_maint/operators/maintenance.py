@@ -229,7 +229,7 @@ class OptimizeOperator(DeltaMaintenanceOperator):
     :param batch_bytes: commit once every this many input bytes. (templated)
     :param dv_ratio: also rewrite files whose deletion vectors delete more than this share of their
         rows (default 0.05). (templated)
-    :param compression: parquet codec of the files written: ``zstd`` (default), ``snappy``,
+    :param compression: parquet codec of the files written: ``snappy`` (default), ``zstd``,
         ``gzip``, ``lz4`` or ``none``. (templated)
     :param dry_run: plan only; commit nothing. (templated)
 

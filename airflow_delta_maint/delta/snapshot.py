@@ -240,7 +240,7 @@ def _read(storage: Storage, key: str) -> bytes:
         raise CorruptLogError(f"log file listed but missing or unreadable: {key}") from None
 
 
-def _maybe_noncanonical(paths: pa.Array) -> np.ndarray:
+def maybe_noncanonical(paths: pa.Array) -> np.ndarray:
     """Rows whose path may differ from its canonical key: it has '%' or ':', or starts with '/'.
 
     A byte scan of the string data (no per-row Python), as fast as memory allows.
@@ -286,7 +286,7 @@ def _drop_keys(table: pa.Table, keys: set[tuple[str, str]], spellings: set[str],
 
     ``spellings`` holds the paths as the replayed actions wrote them. A row can match only if
     its path is one of those or one of the canonical keys, or is not canonical itself (see
-    :func:`_maybe_noncanonical`); only such rows are canonicalised in Python.
+    :func:`maybe_noncanonical`); only such rows are canonicalised in Python.
     """
     if not keys or table.num_rows == 0:
         return table
@@ -298,7 +298,7 @@ def _drop_keys(table: pa.Table, keys: set[tuple[str, str]], spellings: set[str],
     for batch in table.to_batches():
         path_col = batch.column(batch.schema.get_field_index("path"))
         candidate = pc.is_in(path_col, value_set=value_set).to_numpy(zero_copy_only=False)
-        candidate = candidate | _maybe_noncanonical(path_col)
+        candidate = candidate | maybe_noncanonical(path_col)
         idx = np.flatnonzero(candidate)
         if len(idx):
             hit_paths = path_col.take(pa.array(idx, pa.int64())).to_pylist()

@@ -35,7 +35,7 @@ from .checkpoint import parse_interval_ms
 from .deletion_vectors import dv_file_key
 from .errors import DeltaError, InvalidArgumentError, MissingVersionError
 from .log import LOG_DIR, LogListing, commit_key, list_log, parse_json_lines
-from .snapshot import Snapshot
+from .snapshot import Snapshot, maybe_noncanonical
 from .storage import FileInfo, Storage, normalize_table_uri
 from .vacuum_files import delete_files, hidden_name, is_hidden, partition_prefixes
 
@@ -43,7 +43,7 @@ __all__ = [
     "DEFAULT_RETENTION_MS", "LAST_VACUUM_INFO", "LiteRange", "VacuumLiteUnavailableError", "VacuumPlan",
     "check_retention", "delete_files", "is_hidden", "key_for_log_path", "latest_commit_at_or_before",
     "lite_candidates", "lite_range", "nothing_to_do", "plan_vacuum", "read_last_vacuum_info",
-    "select_candidates", "table_retention_ms", "valid_keys", "write_last_vacuum_info",
+    "select_candidates", "table_retention_ms", "valid_among", "valid_keys", "write_last_vacuum_info",
 ]
 
 DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000
@@ -166,19 +166,56 @@ def _dv_keys(storage: Storage, table: pa.Table) -> list[str]:
     return keys
 
 
+def _referencing(snapshot: Snapshot, cutoff_ms: int) -> list[pa.Table]:
+    """The file actions whose files VACUUM keeps: active files and tombstones deleted at or
+    after the cutoff."""
+    tables = [snapshot.files]
+    tombstones = snapshot.tombstones
+    if tombstones.num_rows:
+        deleted_at = pc.fill_null(tombstones.column("deletionTimestamp"), 0)
+        tables.append(tombstones.filter(pc.greater_equal(deleted_at, cutoff_ms)))
+    return tables
+
+
+def _split_simple(paths: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, list[str]]:
+    """Paths whose key is the path itself (relative, nothing escaped: nearly all of them), as
+    Arrow; the others as a Python list for :func:`_keys`. Vectorised: no Python per simple path."""
+    paths = paths.drop_null()
+    if isinstance(paths, pa.ChunkedArray):
+        paths = paths.combine_chunks()
+    odd = maybe_noncanonical(paths)  # '%' or ':' anywhere, or a leading '/': a byte scan
+    return paths.filter(pa.array(~odd)), paths.filter(pa.array(odd)).to_pylist()
+
+
 def valid_keys(snapshot: Snapshot, cutoff_ms: int) -> set[str]:
     """Keys VACUUM must keep: active files, tombstones deleted at or after ``cutoff_ms``, and the
     deletion vector files of both. Paths outside the table root are left out."""
     storage = snapshot.storage
-    keep = set(_keys(storage, snapshot.files.column("path").to_pylist()))
-    keep.update(_dv_keys(storage, snapshot.files))
-    tombstones = snapshot.tombstones
-    if tombstones.num_rows:
-        deleted_at = pc.fill_null(tombstones.column("deletionTimestamp"), 0)
-        retained = tombstones.filter(pc.greater_equal(deleted_at, cutoff_ms))
-        keep.update(_keys(storage, retained.column("path").to_pylist()))
-        keep.update(_dv_keys(storage, retained))
+    keep: set[str] = set()
+    for table in _referencing(snapshot, cutoff_ms):
+        simple, odd = _split_simple(table.column("path"))
+        keep.update(simple.to_pylist())
+        keep.update(_keys(storage, odd))
+        keep.update(_dv_keys(storage, table))
     return keep
+
+
+def valid_among(snapshot: Snapshot, cutoff_ms: int, keys: Iterable[str]) -> set[str]:
+    """The ``keys`` that are in the valid set (:func:`valid_keys`), without building all of it:
+    cheap when the keys are few and the table is large (lite mode)."""
+    wanted = set(keys)
+    if not wanted:
+        return set()
+    storage = snapshot.storage
+    lookup = pa.array(sorted(wanted), pa.string())
+    found: set[str] = set()
+    for table in _referencing(snapshot, cutoff_ms):
+        simple, odd = _split_simple(table.column("path"))
+        if len(simple):
+            found.update(simple.filter(pc.fill_null(pc.is_in(simple, value_set=lookup), False)).to_pylist())
+        found.update(k for k in _keys(storage, odd) if k in wanted)
+        found.update(k for k in _dv_keys(storage, table) if k in wanted)
+    return found
 
 
 def select_candidates(files: Iterable[FileInfo], valid: set[str] | frozenset[str], cutoff_ms: int,
@@ -423,13 +460,15 @@ def _read_commits(storage: Storage, versions: Sequence[int], threads: int = 16) 
         return list(pool.map(read, versions))
 
 
-def lite_candidates(plan: VacuumPlan, storage: Storage) -> LiteCandidates:
+def lite_candidates(plan: VacuumPlan, storage: Storage, snapshot: Snapshot | None = None) -> LiteCandidates:
     """Read lite mode's commits and pick the files to delete.
 
     A removed file (and its deletion vector file) is a candidate when it was deleted before the
     cutoff; a ``cdc`` file always is (its commit is older than the cutoff). Valid and hidden keys
-    are left out. When a removal in the range is not yet expired, the watermark stops before its
-    commit so a later run reads that commit again.
+    are left out: with ``snapshot``, the candidates are looked up in it (:func:`valid_among`;
+    the plan may then be built without its valid set), else in ``plan.valid``. When a removal
+    in the range is not yet expired, the watermark stops before its commit so a later run reads
+    that commit again.
     """
     assert plan.lite is not None
     rng = plan.lite
@@ -441,7 +480,7 @@ def lite_candidates(plan: VacuumPlan, storage: Storage) -> LiteCandidates:
     skipped = 0
 
     def consider(key: str | None, size: int, when: int) -> None:
-        if key is None or key in plan.valid or key in seen:
+        if key is None or key in seen:
             return
         parts = key.split("/")
         if parts[0] == "_delta_log" or any(hidden_name(p, prefixes) for p in parts):
@@ -466,10 +505,12 @@ def lite_candidates(plan: VacuumPlan, storage: Storage) -> LiteCandidates:
             cdc = action.get("cdc")
             if cdc is not None:
                 consider(key_for_log_path(storage, cdc["path"]), int(cdc.get("size") or 0), 0)
+    valid = valid_among(snapshot, plan.cutoff_ms, seen) if snapshot is not None else plan.valid
     watermark = rng.end if first_young is None else first_young - 1
     if watermark < rng.start - 1:
         watermark = rng.start - 1
-    return LiteCandidates(list(seen.values()), watermark if watermark >= 0 else None, len(versions), skipped)
+    return LiteCandidates([f for k, f in seen.items() if k not in valid], watermark if watermark >= 0 else None,
+                          len(versions), skipped)
 
 
 # -- deleting -----------------------------------------------------------------------------------
@@ -549,14 +590,14 @@ def nothing_to_do(table: str, storage_options: Mapping[str, str] | None = None,
     snapshot = Snapshot.load(table, storage_options=storage_options)
     check_supported(snapshot.protocol, "vacuum", snapshot.metadata)
     plan = plan_vacuum(snapshot, params.get("retention_hours"), mode,
-                       bool(params.get("ignore_retention_check", False)))
+                       bool(params.get("ignore_retention_check", False)), with_valid=False)
     if mode != "lite":
         return None
     assert plan.lite is not None
     if plan.lite.empty:
         return (f"no commits left the retention window since the last VACUUM (watermark "
                 f"{plan.lite.watermark}, newest commit outside the window {plan.latest_outside})")
-    found = lite_candidates(plan, snapshot.storage)
+    found = lite_candidates(plan, snapshot.storage, snapshot)
     if not found.files:
         return (f"commits {plan.lite.start} to {plan.lite.end} removed no file that has expired and is no "
                 "longer needed")

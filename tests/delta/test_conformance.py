@@ -266,13 +266,13 @@ def test_canonical_path_on_object_store_root():
 
 
 def test_noncanonical_path_scan_flags_every_candidate():
-    from airflow_delta_maint.delta.snapshot import _maybe_noncanonical
+    from airflow_delta_maint.delta.snapshot import maybe_noncanonical
 
     paths = ["ab", "/x", "c%20d", "", None, "file:/e", "plain", "p=1/q"] * 3 + ["y" * 3_000_000 + "%"]
-    flags = _maybe_noncanonical(pa.array(paths))
+    flags = maybe_noncanonical(pa.array(paths))
     assert [i for i, f in enumerate(flags) if f] == \
         [i for i, p in enumerate(paths) if p and (p.startswith("/") or "%" in p or ":" in p)]
-    sliced = _maybe_noncanonical(pa.array(paths).slice(2, 5))
+    sliced = maybe_noncanonical(pa.array(paths).slice(2, 5))
     assert sliced.tolist() == [True, False, False, True, False]
 
 

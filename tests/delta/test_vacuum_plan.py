@@ -24,7 +24,7 @@ from airflow_delta_maint.delta.storage import FileInfo, Storage
 from airflow_delta_maint.delta.vacuum import (
     DEFAULT_RETENTION_MS, LAST_VACUUM_INFO, VacuumLiteUnavailableError, check_retention, delete_files, is_hidden,
     key_for_log_path, latest_commit_at_or_before, lite_candidates, nothing_to_do, plan_vacuum,
-    read_last_vacuum_info, remove_empty_dirs, select_candidates, table_retention_ms, valid_keys,
+    read_last_vacuum_info, remove_empty_dirs, select_candidates, table_retention_ms, valid_among, valid_keys,
     write_last_vacuum_info,
 )
 from airflow_delta_maint.delta.vacuum_files import delete_files_parallel, list_folder, list_subtree
@@ -196,6 +196,28 @@ def test_valid_set_holds_deletion_vector_files(copy_table, name):
     assert not {f.key for f in select_candidates(listed, valid, int(time.time() * 1000))} & referenced
 
 
+def test_valid_among_agrees_with_the_whole_valid_set_on_the_corpus(manifest):
+    """For every corpus table (escaped, absolute and DV paths included): looking keys up in the
+    snapshot gives exactly the valid set's members among them."""
+    checked = 0
+    now = int(time.time() * 1000)
+    for entry in manifest:
+        path = corpus_path(entry["table"])
+        if not (path / "_delta_log").is_dir():
+            continue
+        try:
+            snapshot = Snapshot.load(str(path))
+        except DeltaError:
+            continue
+        for cutoff in (now, 0):
+            valid = valid_keys(snapshot, cutoff)
+            listed = {f.key for f in snapshot.storage.list_recursive()}
+            probe = listed | set(list(valid)[::2]) | {"missing.parquet", "p=%41/x.parquet"}
+            assert valid_among(snapshot, cutoff, probe) == valid & probe, entry["table"]
+        checked += 1
+    assert checked > 100
+
+
 def test_no_corpus_file_of_the_latest_snapshot_is_a_candidate(manifest):
     """Across the corpus: listing everything as very old, nothing delta-rs calls active is chosen,
     and nothing under _delta_log or hidden."""
@@ -283,6 +305,11 @@ def test_lite_mode_reads_removes_between_watermark_and_cutoff(tmp_path):
     plan = plan_vacuum(snapshot, mode="lite", now_ms=now)
     assert plan.latest_outside == 2 and (plan.lite.start, plan.lite.end) == (0, 2)
     found = lite_candidates(plan, snapshot.storage)
+    # looking the candidates up in the snapshot gives the same files as the whole valid set
+    lean = lite_candidates(plan_vacuum(snapshot, mode="lite", now_ms=now, with_valid=False), snapshot.storage,
+                           snapshot)
+    assert sorted(lean.files, key=lambda f: f.key) == sorted(found.files, key=lambda f: f.key)
+    assert lean.watermark == found.watermark
     removed = {snapshot.storage.key_for_path(p) for v in (0, 1)
                for p in DeltaTable(str(path), version=v).get_add_actions(flatten=True).column("path").to_pylist()}
     assert {f.key for f in found.files} == removed

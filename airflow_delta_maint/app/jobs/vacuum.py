@@ -38,6 +38,7 @@ NAME = "vacuum"
 DRY_RUN_LIST_CAP = 1000
 SPARK_DELETE_MIN = 1_000_000  # this many files or more are deleted by Spark tasks, fewer by the driver
 DRIVER_DELETE_THREADS = 16
+LOCAL_DELETE_BATCH = 50
 _PROGRESS_EVERY_S = 5.0
 _MARKER_ROUNDS = 30
 
@@ -165,7 +166,9 @@ def delete_parallel(ctx: JobContext, storage: Storage, keys: list[str]) -> int:
                 last[0] = time.monotonic()
                 log.info("deleted %d / %d files", done[0], total)
 
-        deleted = delete_files_parallel(storage, keys, DRIVER_DELETE_THREADS, DELETE_BATCH, progress)
+        # object stores: one bulk request per batch; local disk: small batches keep every thread busy
+        batch = LOCAL_DELETE_BATCH if storage.is_local else DELETE_BATCH
+        deleted = delete_files_parallel(storage, keys, DRIVER_DELETE_THREADS, batch, progress)
         log.info("deleted %d / %d files", deleted, total)
         return deleted
     sc = ctx.spark().sparkContext
@@ -237,15 +240,17 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     listing_job = None
     if plan.mode == "full":  # list while the driver builds the valid set
         listing_job = _Background(list_table, ctx, storage, plan.cutoff_ms, plan.partition_columns)
-    plan.valid = valid_keys(snapshot, plan.cutoff_ms)
+    if listing_job is not None:  # lite mode looks up only its candidates
+        plan.valid = valid_keys(snapshot, plan.cutoff_ms)
     retention_hours = plan.retention_ms / 3_600_000
     metrics: dict[str, Any] = {
         "version_read": snapshot.version,
         "mode": plan.mode,
         "retention_hours": retention_hours,
         "cutoff_timestamp": plan.cutoff_ms,
-        "numValidFiles": len(plan.valid),
     }
+    if listing_job is not None:
+        metrics["numValidFiles"] = len(plan.valid)
     log.info("VACUUM %s of %s at version %d: deleting untracked files older than %s (retention %g hours)",
              plan.mode, storage.root, snapshot.version,
              time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(plan.cutoff_ms / 1000)), retention_hours)
@@ -262,7 +267,7 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
         metrics.update(numFilesListed=found.files, sizeOfFilesListed=found.bytes)
     else:
         assert plan.lite is not None
-        lite = lite_candidates(plan, storage)
+        lite = lite_candidates(plan, storage, snapshot)
         files = lite.files
         dirs_vacuumed = 1
         watermark = lite.watermark

@@ -216,13 +216,17 @@ def latest_version(storage: Storage) -> int:
     return build_segment(storage).version
 
 
-def parse_json_lines(data: bytes, what: str) -> list[dict]:
-    """Parse a newline-delimited JSON log file; a bad line is a CorruptLogError naming the file."""
+def parse_json_lines(data: bytes, what: str, skip: tuple[bytes, ...] = ()) -> list[dict]:
+    """Parse a newline-delimited JSON log file; a bad line is a CorruptLogError naming the file.
+
+    Lines starting with one of ``skip`` (say ``b'{"add"'``: one action per line, so the first key
+    names it) are passed over unparsed, for a reader that needs only other kinds of action.
+    """
     actions = []
     scan = _SCAN_ONCE  # the C scanner directly: much less overhead per line than json.loads
     for n, raw in enumerate(data.splitlines(), 1):
         line = raw.strip()
-        if not line:
+        if not line or (skip and line.startswith(skip)):
             continue
         try:
             text = line.decode("utf-8")

@@ -109,8 +109,14 @@ class CheckpointData:
     domains: dict[str, dict]
 
 
-def _read_parquet_actions(storage: Storage, key: str) -> pa.Table:
-    """The action columns of a parquet checkpoint file (memory-mapped when local)."""
+# What a reader of file paths needs: no statistics, partition values or tags (the bulk of a
+# checkpoint); the other columns of the file actions are then null.
+_PATH_COLUMNS = ("add.path", "add.deletionVector", "remove.path", "remove.deletionTimestamp", "remove.deletionVector")
+
+
+def _read_parquet_actions(storage: Storage, key: str, paths_only: bool = False) -> pa.Table:
+    """The action columns of a parquet checkpoint file (memory-mapped when local); with
+    ``paths_only`` only the file actions' path, deletion vector and deletion time."""
     if storage.is_local:
         source = storage.local_path(key)
         if not os.path.isfile(source):
@@ -120,9 +126,20 @@ def _read_parquet_actions(storage: Storage, key: str) -> pa.Table:
     try:
         pf = pq.ParquetFile(source, memory_map=storage.is_local)
         names = [c for c in _CHECKPOINT_COLUMNS if c in pf.schema_arrow.names]
+        if paths_only:
+            names = [c for c in names if c not in ("add", "remove")] + [
+                c for c in _PATH_COLUMNS if _has_field(pf.schema_arrow, c)]
         return pf.read(columns=names)
     except (pa.ArrowException, OSError) as exc:
         raise CorruptLogError(f"corrupt checkpoint {key}: {exc}") from None
+
+
+def _has_field(schema: pa.Schema, dotted: str) -> bool:
+    top, _, child = dotted.partition(".")
+    if top not in schema.names:
+        return False
+    t = schema.field(top).type
+    return pa.types.is_struct(t) and t.get_field_index(child) >= 0
 
 
 def _json_actions_table(actions: list[dict]) -> tuple[pa.Table, pa.Table]:
@@ -188,8 +205,9 @@ def sidecar_key(path: str) -> str:
     return f"{LOG_DIR}_sidecars/{unquote(path.rstrip('/').rsplit('/', 1)[-1])}"
 
 
-def read_checkpoint(storage: Storage, checkpoint: Checkpoint) -> CheckpointData:
-    """Read every file of a checkpoint (parts, V2 top-level file and its sidecars)."""
+def read_checkpoint(storage: Storage, checkpoint: Checkpoint, paths_only: bool = False) -> CheckpointData:
+    """Read every file of a checkpoint (parts, V2 top-level file and its sidecars); see
+    ``Snapshot.load`` for ``paths_only``."""
     add_parts: list[pa.Table] = []
     remove_parts: list[pa.Table] = []
     protocol = metadata = None
@@ -204,7 +222,7 @@ def read_checkpoint(storage: Storage, checkpoint: Checkpoint) -> CheckpointData:
             remove_parts.append(_file_actions(removes, "remove", REMOVE))
             dicts = {c: [a[c] for a in actions if a.get(c) is not None] for c in _CHECKPOINT_COLUMNS}
         else:
-            table = _read_parquet_actions(storage, f.key)
+            table = _read_parquet_actions(storage, f.key, paths_only)
             add_parts.append(_file_actions(table, "add", ADD))
             remove_parts.append(_file_actions(table, "remove", REMOVE))
             dicts = {c: _dict_actions(table, c) for c in ("metaData", "protocol", "txn", "domainMetadata", "sidecar")}
@@ -224,7 +242,7 @@ def read_checkpoint(storage: Storage, checkpoint: Checkpoint) -> CheckpointData:
             add_parts.append(_file_actions(adds, "add", ADD))
             remove_parts.append(_file_actions(removes, "remove", REMOVE))
         else:
-            table = _read_parquet_actions(storage, key)
+            table = _read_parquet_actions(storage, key, paths_only)
             add_parts.append(_file_actions(table, "add", ADD))
             remove_parts.append(_file_actions(table, "remove", REMOVE))
     return CheckpointData(
@@ -362,13 +380,20 @@ class Snapshot:
 
     @classmethod
     def load(cls, table: str | Storage, version: int | None = None,
-             storage_options: Mapping[str, str] | None = None, use_compactions: bool = True) -> "Snapshot":
-        """Load the snapshot at ``version`` (default: latest) of the table at a path or URI."""
+             storage_options: Mapping[str, str] | None = None, use_compactions: bool = True,
+             paths_only: bool = False) -> "Snapshot":
+        """Load the snapshot at ``version`` (default: latest) of the table at a path or URI.
+
+        With ``paths_only`` the parquet checkpoint's file actions are read for their path,
+        deletion vector and deletion time only (their other columns are null; actions from
+        JSON files stay whole): far less to read and decode for a job that only needs to know
+        which files are referenced, such as VACUUM.
+        """
         started = time.perf_counter()
         storage = table if isinstance(table, Storage) else Storage(table, storage_options)
         segment = build_segment(storage, version, use_compactions=use_compactions)
         if segment.checkpoint is not None:
-            cp = read_checkpoint(storage, segment.checkpoint)
+            cp = read_checkpoint(storage, segment.checkpoint, paths_only)
         else:
             cp = CheckpointData(ADD_SCHEMA.empty_table(), REMOVE_SCHEMA.empty_table(), None, None, {}, {})
         replay = _Replay(root=storage.root, protocol=cp.protocol, metadata=cp.metadata, txns=dict(cp.txns), domains=dict(cp.domains))

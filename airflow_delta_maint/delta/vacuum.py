@@ -446,11 +446,15 @@ class LiteCandidates:
     skipped_young: int
 
 
+# lite mode reads only remove and cdc actions: the (usually many) adds need no parsing
+_LITE_SKIP = (b'{"add"', b'{"commitInfo"')
+
+
 def _read_commits(storage: Storage, versions: Sequence[int], threads: int = 16) -> Iterable[tuple[int, list[dict]]]:
     def read(v: int) -> tuple[int, list[dict]]:
         key = commit_key(v)
         try:
-            return v, parse_json_lines(storage.read(key), key)
+            return v, parse_json_lines(storage.read(key), key, skip=_LITE_SKIP)
         except FileNotFoundError:
             raise MissingVersionError(f"commit {v} disappeared while VACUUM lite was reading it") from None
 
@@ -587,7 +591,7 @@ def nothing_to_do(table: str, storage_options: Mapping[str, str] | None = None,
 
     params = dict(params or {})
     mode = params.get("mode", "full")
-    snapshot = Snapshot.load(table, storage_options=storage_options)
+    snapshot = Snapshot.load(table, storage_options=storage_options, paths_only=True)
     check_supported(snapshot.protocol, "vacuum", snapshot.metadata)
     plan = plan_vacuum(snapshot, params.get("retention_hours"), mode,
                        bool(params.get("ignore_retention_check", False)), with_valid=False)

@@ -198,7 +198,8 @@ def test_valid_set_holds_deletion_vector_files(copy_table, name):
 
 def test_valid_among_agrees_with_the_whole_valid_set_on_the_corpus(manifest):
     """For every corpus table (escaped, absolute and DV paths included): looking keys up in the
-    snapshot gives exactly the valid set's members among them."""
+    snapshot gives exactly the valid set's members among them, and a snapshot loaded with paths
+    only gives the same valid set."""
     checked = 0
     now = int(time.time() * 1000)
     for entry in manifest:
@@ -209,8 +210,10 @@ def test_valid_among_agrees_with_the_whole_valid_set_on_the_corpus(manifest):
             snapshot = Snapshot.load(str(path))
         except DeltaError:
             continue
+        lean = Snapshot.load(str(path), paths_only=True)  # what the VACUUM job loads
         for cutoff in (now, 0):
             valid = valid_keys(snapshot, cutoff)
+            assert valid_keys(lean, cutoff) == valid, entry["table"]
             listed = {f.key for f in snapshot.storage.list_recursive()}
             probe = listed | set(list(valid)[::2]) | {"missing.parquet", "p=%41/x.parquet"}
             assert valid_among(snapshot, cutoff, probe) == valid & probe, entry["table"]
@@ -469,3 +472,14 @@ def test_remove_empty_dirs_from_a_listing_keeps_young_and_hidden_folders(tmp_pat
     removed = remove_empty_dirs(storage, ["emptied/gone.parquet"], cutoff, (), walk=False, listed_dirs=listed)
     assert removed == 3  # old/deeper, old, emptied
     assert sorted(p.name for p in root.iterdir()) == ["_delta_log", "_hidden_old", "full", "young"]
+
+
+def test_lite_mode_parses_only_the_actions_it_needs():
+    from airflow_delta_maint.delta.log import parse_json_lines
+
+    data = (b'{"commitInfo":{"operation":"DELETE"}}\n{"add":{"path":"a.parquet"}}\n'
+            b'{"remove":{"path":"b.parquet"}}\n  {"cdc":{"path":"c.parquet"}}\n{ "add":{"path":"d.parquet"}}\n')
+    skipped = parse_json_lines(data, "x", skip=(b'{"add"', b'{"commitInfo"'))
+    assert skipped == [{"remove": {"path": "b.parquet"}}, {"cdc": {"path": "c.parquet"}},
+                       {"add": {"path": "d.parquet"}}]  # unusual spacing: parsed, never lost
+    assert len(parse_json_lines(data, "x")) == 5

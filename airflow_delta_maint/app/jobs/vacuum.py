@@ -195,7 +195,7 @@ def _fast_forward(snapshot: Snapshot, plan: VacuumPlan | None) -> Snapshot:
     latest = max(later)
     for winner in winning_commits(storage, snapshot.version, latest):
         if winner.protocol_changed or winner.metadata_changed:
-            fresh = Snapshot.load(storage)
+            fresh = Snapshot.load(storage, paths_only=True)
             check_supported(fresh.protocol, "vacuum", fresh.metadata)
             if plan is not None and plan.retention_check_enabled \
                     and plan.retention_ms < table_retention_ms(fresh.metadata):
@@ -232,7 +232,7 @@ def _commit_marker(snapshot: Snapshot, operation: str, parameters: dict, metrics
 # -- the job -----------------------------------------------------------------------------------------
 def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     storage = ctx.storage
-    snapshot = Snapshot.load(storage)
+    snapshot = Snapshot.load(storage, paths_only=True)
     check_supported(snapshot.protocol, "vacuum", snapshot.metadata)
     listing_log = list_log(storage)
     plan = plan_vacuum(snapshot, args.retention_hours, args.mode, args.ignore_retention_check,

@@ -80,3 +80,10 @@ def test_application_cli_imports_without_spark_until_a_job_needs_it():
     loaded = imported_after(["airflow_delta_maint.app.cli", "airflow_delta_maint.app.jobs.inspect"])
     assert "pyspark" not in loaded
     assert "airflow" not in loaded
+
+
+def test_vacuum_spark_tasks_import_no_pyarrow():
+    """The code VACUUM runs in Spark tasks stays light, so fresh Python workers start quickly."""
+    loaded = imported_after(["airflow_delta_maint.app.vacuum_tasks"])
+    assert "airflow_delta_maint" in loaded and "obstore" in loaded
+    assert "pyarrow" not in loaded and "pyspark" not in loaded

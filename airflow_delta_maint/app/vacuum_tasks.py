@@ -12,7 +12,7 @@ from typing import Any, Iterable, Iterator, Sequence
 from airflow_delta_maint.delta.storage import Storage
 from airflow_delta_maint.delta.vacuum_files import Subtree, delete_files, list_subtree
 
-__all__ = ["ListingSummary", "DELETE_BATCH", "delete_partition", "list_partition", "summarize"]
+__all__ = ["DELETE_BATCH", "ListingSummary", "TASK_THREADS", "delete_partition", "list_partition", "split_keys", "summarize"]
 
 DELETE_BATCH = 500
 TASK_THREADS = 4

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterable, Iterator, Sequence
 
 from airflow_delta_maint.delta.storage import Storage
-from airflow_delta_maint.delta.vacuum_files import Subtree, delete_files, list_subtree
+from airflow_delta_maint.delta.vacuum_files import Subtree, delete_files_parallel, list_subtree
 
 __all__ = ["DELETE_BATCH", "ListingSummary", "TASK_THREADS", "delete_partition", "list_partition", "split_keys", "summarize"]
 
@@ -56,13 +56,6 @@ def list_partition(prefixes: Iterable[str], storage: Storage, cutoff_ms: int,
 
 
 def delete_partition(keys: Iterable[str], storage: Storage, counter: Any) -> Iterator[int]:
-    """Spark task: delete its keys in batches on a few threads; report progress through an
-    accumulator; yield how many were deleted."""
-    keys = list(keys)
-    batches = [keys[i:i + DELETE_BATCH] for i in range(0, len(keys), DELETE_BATCH)]
-    total = 0
-    with ThreadPoolExecutor(max_workers=min(TASK_THREADS, max(1, len(batches)))) as pool:
-        for n in pool.map(lambda batch: delete_files(storage, batch), batches):
-            counter.add(n)
-            total += n
-    yield total
+    """Spark task: delete its keys on a few threads; report progress through an accumulator;
+    yield how many were deleted."""
+    yield delete_files_parallel(storage, list(keys), TASK_THREADS, DELETE_BATCH, counter.add)

@@ -458,11 +458,7 @@ ParquetSource = Union[str, "pq.ParquetFile", IO[bytes]]
 
 def parquet_file_stats(source: ParquetSource, metadata: Metadata, tight_bounds: bool | None = None) -> dict:
     """Statistics of a parquet file: its footer, plus only the columns the footer cannot cover."""
-    pf = source if isinstance(source, pq.ParquetFile) else pq.ParquetFile(source, coerce_int96_timestamp_unit="us")
-    md = pf.metadata
-    need = [n for n in columns_needing_data(md, metadata) if n in pf.schema_arrow.names]
-    table = pf.read(columns=need) if need else None
-    return file_stats(md, metadata, table=table, tight_bounds=tight_bounds)
+    return StatsCollector(metadata).file_stats(source, tight_bounds)
 
 
 # -- while writing -------------------------------------------------------------------------------

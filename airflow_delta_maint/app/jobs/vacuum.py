@@ -59,14 +59,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 # -- listing with Spark ----------------------------------------------------------------------------
 @dataclass
 class Listing:
-    """What full mode found under the table root: the visible files older than the cutoff, how
-    many visible files and bytes there were, and the visible folders (key -> modification time
-    in ms)."""
+    """What full mode found under the table root: the visible files older than the cutoff and
+    every visible folder (key -> modification time in ms) in ``old``, and how many visible
+    files and bytes there were."""
 
     old: Subtree
     files: int
     bytes: int
-    dirs: dict[str, int]
+
+    @property
+    def dirs(self) -> dict[str, int]:
+        return self.old.dirs
 
     def untracked(self, valid: set[str] | frozenset[str]) -> list[FileInfo]:
         """The old files not in the valid set."""
@@ -105,7 +108,7 @@ def list_table(ctx: JobContext, storage: Storage, cutoff_ms: int, partition_colu
                                  partition_columns=list(partition_columns))
         results.extend(sc.parallelize(frontier, min(len(frontier), parallelism * 2)).mapPartitions(task).collect())
     old = Subtree()
-    listing = Listing(old, 0, 0, {})
+    listing = Listing(old, 0, 0)
     for keys, sizes, mtimes, count, size, dirs in results:
         listing.files += count
         listing.bytes += size

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-CORPUS = Path(os.environ.get("DELTA_MAINT_CORPUS", REPO.parent / "shared" / "conformance")).resolve()
+# Real tables written by delta-spark and delta-rs (see tests/data/conformance/README.md);
+# DELTA_MAINT_CORPUS points the tests at another copy.
+CORPUS = Path(os.environ.get("DELTA_MAINT_CORPUS", REPO / "tests" / "data" / "conformance")).resolve()
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 logging.getLogger("py4j").setLevel(logging.WARNING)  # py4j logs while the interpreter shuts down

@@ -165,20 +165,32 @@ class DeltaMaintenanceOperator(BaseOperator):
             **self.spark_submit_kwargs,
         )
 
-    def check_nothing_to_do(self) -> dict[str, Any] | None:
+    def nothing_to_do(self, params: dict[str, Any]) -> str | None:
         """
-        Run the job's cheap ``nothing_to_do`` check (no Spark) and build "skipped" metrics if it says so.
+        Why the job would do nothing on the table, found on this worker without Spark, or None.
 
-        :return: the skipped metrics, or None when the job has work to do (or offers no check).
+        The default asks the job module's own ``nothing_to_do`` (when it offers one); subclasses
+        call the Delta core directly. Bad input raises the core's ``DeltaError``, as the job would.
+
+        :param params: the job's options, as :meth:`job_params` parses them.
+        :return: a one-line reason, or None when the job may have work (or cannot tell cheaply).
         """
         module = self._job_module()
         check = getattr(module, "nothing_to_do", None) if module is not None else None
-        params = self.job_params(module)
         if check is None:
             return None
+        return check(self.table_uri, self.table_storage_options, params)
+
+    def check_nothing_to_do(self) -> dict[str, Any] | None:
+        """
+        Run the cheap :meth:`nothing_to_do` check (no Spark) and build "skipped" metrics if it says so.
+
+        :return: the skipped metrics, or None when the job has work to do (or offers no check).
+        """
+        params = self.job_params()
         metrics = base_metrics(self.job, self.table_uri)
         try:
-            reason = check(self.table_uri, self.table_storage_options, params)
+            reason = self.nothing_to_do(params)
             if not reason:
                 return None
             from airflow_delta_maint.delta.history import log_state
@@ -325,6 +337,34 @@ class VacuumOperator(DeltaMaintenanceOperator):
         _flag(args, "--ignore-retention-check", _as_bool(self.ignore_retention_check))
         return args
 
+    def nothing_to_do(self, params: dict[str, Any]) -> str | None:
+        """
+        Lite mode: a reason when no commit left the retention window since the last VACUUM's
+        watermark, or when the commits that did removed no expired file that is no longer needed
+        and the watermark would not move. Full mode: always None, since only a listing of the
+        table (a Spark job) can prove it has no orphan files. Bad input (an unsupported table, a
+        bad mode or retention, lite mode on a log whose early commits were cleaned up) raises.
+        """
+        from airflow_delta_maint.delta.features import check_supported
+        from airflow_delta_maint.delta.snapshot import Snapshot
+        from airflow_delta_maint.delta.vacuum import lite_candidates, plan_vacuum
+
+        mode = params.get("mode") or "full"
+        snapshot = Snapshot.load(self.table_uri, storage_options=self.table_storage_options, paths_only=True)
+        check_supported(snapshot.protocol, "vacuum", snapshot.metadata)
+        plan = plan_vacuum(snapshot, params.get("retention_hours"), mode,
+                           bool(params.get("ignore_retention_check")), with_valid=False)
+        if plan.lite is None:
+            return None
+        if plan.lite.empty:
+            return (f"no commit left the retention window since the last VACUUM (watermark "
+                    f"{plan.lite.watermark}, newest commit outside the window {plan.latest_outside})")
+        found = lite_candidates(plan, snapshot.storage, snapshot)
+        if found.files or found.watermark != plan.lite.watermark:
+            return None  # files to delete, or a watermark to advance (else the log range to read grows)
+        return (f"commits {plan.lite.start} to {plan.lite.end} removed no file that has expired and is no "
+                f"longer needed, and the watermark stays at {plan.lite.watermark}")
+
 
 class LogCompactionOperator(DeltaMaintenanceOperator):
     """
@@ -361,6 +401,16 @@ class LogCompactionOperator(DeltaMaintenanceOperator):
         _flag(args, "--max-window-bytes", self.max_window_bytes)
         _flag(args, "--checkpoint-interval", self.checkpoint_interval)
         return args
+
+    def nothing_to_do(self, params: dict[str, Any]) -> str | None:
+        """
+        A reason when no log compaction window is complete and missing (within the size guard)
+        and no checkpoint is due; reads only the log from the last checkpoint on. Cleaning up
+        expired compaction files waits for the next run that has work.
+        """
+        from airflow_delta_maint.delta.log_compaction import nothing_to_do
+
+        return nothing_to_do(self.table_uri, self.table_storage_options, params)
 
 
 class InspectTableOperator(DeltaMaintenanceOperator):

@@ -7,7 +7,9 @@ from airflow.sdk.exceptions import AirflowException
 from delta_maint_testing import log_files
 from deltalake import DeltaTable
 
-from airflow_delta_maint.hooks.delta_maint import APPLICATION
+from airflow_delta_maint.app import cli
+from airflow_delta_maint.delta.vacuum import LAST_VACUUM_INFO
+from airflow_delta_maint.hooks.delta_maint import APPLICATION, DeltaMaintHook
 from airflow_delta_maint.operators.maintenance import (
     DeltaMaintenanceOperator,
     InspectTableOperator,
@@ -76,7 +78,38 @@ def test_unknown_job_is_refused():
         Reindex(task_id="r", table_uri="/t").execute(context={})
 
 
-def test_nothing_to_do_skips_spark(tmp_path, small_table):
+@pytest.fixture
+def no_spark_submit(monkeypatch):
+    """Fail the test if an operator submits a Spark application."""
+
+    def refuse(self, *args, **kwargs):
+        pytest.fail(f"spark-submit was called: {args}")
+
+    monkeypatch.setattr(DeltaMaintHook, "run_job", refuse)
+    monkeypatch.setattr(DeltaMaintHook, "submit", refuse)
+
+
+@pytest.fixture
+def submits(monkeypatch) -> list[tuple]:
+    """Record the jobs operators submit instead of starting Spark; each returns "committed" metrics."""
+    calls: list[tuple] = []
+
+    def record(self, job, table_uri, job_args, storage_options=None):
+        calls.append((job, table_uri, list(job_args)))
+        return {"operation": job, "table": table_uri, "status": "committed"}
+
+    monkeypatch.setattr(DeltaMaintHook, "run_job", record)
+    return calls
+
+
+def _run_job(*argv: str) -> dict:
+    """Run a job of the application in this process (compact-log and VACUUM lite start no Spark)."""
+    code, metrics = cli.run(list(argv))
+    assert code == 0, metrics
+    return metrics
+
+
+def test_nothing_to_do_skips_spark(tmp_path, small_table, no_spark_submit):
     DeltaTable(str(small_table)).optimize.compact()  # one file per partition left
     before = log_files(small_table)
     # a connection that does not exist proves no Spark application was prepared
@@ -106,3 +139,106 @@ def test_missing_connection_fails_clearly(small_table):
 
 def test_on_kill_before_execute_is_harmless():
     OptimizeOperator(task_id="o", table_uri="/t").on_kill()
+
+
+# -- VACUUM: the cheap check ------------------------------------------------------------------------
+LITE_NOW = {"mode": "lite", "retention_hours": 0, "ignore_retention_check": True}
+
+
+def test_vacuum_lite_nothing_outside_the_window_skips_spark(small_table, no_spark_submit):
+    before = log_files(small_table)
+    op = VacuumOperator(task_id="v", table_uri=str(small_table), mode="lite")  # 7 days: every commit is newer
+    metrics = op.execute(context={})
+    assert metrics["status"] == "skipped" and metrics["operation"] == "vacuum"
+    assert metrics["version_read"] == 5 and metrics["version_committed"] is None
+    assert "no commit left the retention window" in metrics["reason"]
+    assert log_files(small_table) == before
+
+
+def test_vacuum_lite_nothing_new_since_the_watermark_skips_spark(small_table, no_spark_submit):
+    DeltaTable(str(small_table)).optimize.compact()  # version 6 removes the 12 small files
+    first = _run_job("vacuum", str(small_table), "--mode", "lite", "--retention-hours", "0",
+                     "--ignore-retention-check", "--json")
+    assert first["status"] == "committed" and first["numDeletedFiles"] == 12
+    # with no retention its own VACUUM START/END commits (7, 8) leave the window at once: the next
+    # run reads them and moves the watermark to 8 without deleting anything
+    second = _run_job("vacuum", str(small_table), "--mode", "lite", "--retention-hours", "0",
+                      "--ignore-retention-check", "--json")
+    assert second["status"] == "skipped" and second["numCommitsRead"] == 2
+    before = log_files(small_table)
+    metrics = VacuumOperator(task_id="v", table_uri=str(small_table), **LITE_NOW).execute(context={})
+    assert metrics["status"] == "skipped"
+    assert "since the last VACUUM (watermark 8" in metrics["reason"]
+    assert metrics["version_read"] == 8  # VACUUM START and END were versions 7 and 8
+    assert log_files(small_table) == before
+
+
+def test_vacuum_lite_with_files_to_delete_submits(small_table, submits):
+    DeltaTable(str(small_table)).optimize.compact()
+    metrics = VacuumOperator(task_id="v", table_uri=str(small_table), **LITE_NOW).execute(context={})
+    assert metrics["status"] == "committed"
+    assert [c[0] for c in submits] == ["vacuum"]
+    assert submits[0][2][:3] == ["--retention-hours", "0", "--mode"]
+
+
+def test_vacuum_lite_with_a_watermark_to_advance_submits(small_table, submits):
+    # Appends only: nothing to delete, but the job records the watermark so the next run reads only
+    # newer commits (and lite mode survives the cleanup of old commits); skipping would lose that.
+    assert not (small_table / LAST_VACUUM_INFO).exists()
+    VacuumOperator(task_id="v", table_uri=str(small_table), **LITE_NOW).execute(context={})
+    assert len(submits) == 1
+
+
+def test_vacuum_full_mode_always_submits(small_table, submits):
+    # Only a listing of the table (a Spark job) can prove there are no orphan files.
+    VacuumOperator(task_id="v", table_uri=str(small_table)).execute(context={})
+    VacuumOperator(task_id="v", table_uri=str(small_table), mode="full", retention_hours=200).execute(context={})
+    assert [c[0] for c in submits] == ["vacuum", "vacuum"]
+
+
+def test_vacuum_bad_retention_fails_before_spark(small_table, no_spark_submit):
+    before = log_files(small_table)
+    op = VacuumOperator(task_id="v", table_uri=str(small_table), retention_hours=1)
+    with pytest.raises(AirflowException, match="shorter than the table's delta.deletedFileRetentionDuration"):
+        op.execute(context={})
+    assert log_files(small_table) == before
+
+
+def test_vacuum_without_the_check_submits(small_table, submits):
+    VacuumOperator(task_id="v", table_uri=str(small_table), mode="lite", skip_if_nothing_to_do=False).execute({})
+    assert len(submits) == 1
+
+
+# -- log compaction: the cheap check ----------------------------------------------------------------
+def test_compact_log_no_complete_window_skips_spark(small_table, no_spark_submit):
+    before = log_files(small_table)
+    metrics = LogCompactionOperator(task_id="c", table_uri=str(small_table), interval=10).execute(context={})
+    assert metrics["status"] == "skipped" and metrics["operation"] == "compact-log"
+    assert metrics["version_read"] == 5 and metrics["version_committed"] is None
+    assert "no log compaction window is due" in metrics["reason"]
+    assert log_files(small_table) == before
+
+
+def test_compact_log_written_windows_skip_spark(small_table, no_spark_submit):
+    done = _run_job("compact-log", str(small_table), "--interval", "5", "--json")
+    assert done["status"] == "committed" and done["numWindowsWritten"] == 1
+    before = log_files(small_table)
+    metrics = LogCompactionOperator(task_id="c", table_uri=str(small_table), interval=5).execute(context={})
+    assert metrics["status"] == "skipped"
+    assert log_files(small_table) == before
+
+
+def test_compact_log_with_a_window_due_submits(small_table, submits):
+    LogCompactionOperator(task_id="c", table_uri=str(small_table), interval=5).execute(context={})
+    assert submits == [("compact-log", str(small_table), ["--interval", "5"])]
+
+
+def test_compact_log_with_a_checkpoint_due_submits(small_table, submits):
+    LogCompactionOperator(task_id="c", table_uri=str(small_table), interval=10,
+                          checkpoint_interval=3).execute(context={})
+    assert len(submits) == 1
+
+
+def test_compact_log_bad_interval_fails_before_spark(small_table, no_spark_submit):
+    with pytest.raises(AirflowException, match="invalid --interval 1"):
+        LogCompactionOperator(task_id="c", table_uri=str(small_table), interval=1).execute(context={})

@@ -48,8 +48,8 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
-from .actions import ADD, DELETION_VECTOR, REMOVE, STR_MAP
-from .errors import DeltaError, InvalidArgumentError, UnsupportedFeatureError
+from .actions import ADD, REMOVE, STR_MAP
+from .errors import DeltaError, InvalidArgumentError
 from .features import check_supported
 from .log import LAST_CHECKPOINT, LOG_DIR, classic_checkpoint_key, list_log
 from .schema import parse_schema, to_arrow_schema

@@ -37,3 +37,10 @@ class CommitFailedError(DeltaError):
 
 class InvalidArgumentError(DeltaError):
     """A caller passed an invalid argument (bad predicate, column, retention, ...)."""
+
+
+class InconsistentStateError(CorruptLogError):
+    """A table state breaks the reconciliation invariant (a file live twice, or live and removed).
+
+    Raised instead of returning or writing such a state: by the reader when no trustworthy log
+    files reconstruct the version, and by every writer before it writes."""

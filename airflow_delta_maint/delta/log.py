@@ -77,6 +77,7 @@ class LogSegment:
     commits: tuple[FileInfo, ...]  # after the checkpoint, ascending; covered ranges left out
     compactions: tuple[Compaction, ...]  # used compaction files, ascending
     replay: tuple[tuple[int, int, FileInfo], ...]  # (start, end, file) in version order
+    shadowed: tuple[Compaction, ...] = ()  # compaction files passed over for their present commits
 
     @property
     def checkpoint_version(self) -> int | None:
@@ -143,16 +144,27 @@ def _ensure_table(storage: Storage, listing: LogListing) -> None:
 
 
 def build_segment(storage: Storage, version: int | None = None, use_compactions: bool = True,
-                  listing: LogListing | None = None) -> LogSegment:
+                  listing: LogListing | None = None, *, prefer_commits: bool = False,
+                  exclude: frozenset[str] = frozenset()) -> LogSegment:
     """Choose the files that reconstruct ``version`` (default: the latest).
 
     ``_last_checkpoint`` is used only as a hint for where to start listing; a stale, missing
     or corrupt hint falls back to a full listing.
+
+    Args:
+        storage: the table's storage.
+        version: the version to reconstruct (default: the latest).
+        use_compactions: replay log compaction files in place of the commits they cover.
+        listing: the log listing to use instead of listing the log.
+        prefer_commits: use a compaction file only where one of its commits is missing; the
+            compaction files that could have stood in for present commits are named in
+            ``LogSegment.shadowed`` (for a cross-check).
+        exclude: keys of checkpoint and compaction files not to use (found untrustworthy).
     """
     if listing is None:
         hint = read_last_checkpoint_hint(storage)
         listing = None
-        if hint is not None and (version is None or hint <= version):
+        if hint is not None and (version is None or hint <= version) and not exclude:
             candidate = list_log(storage, hint)
             if any(c.version == hint for c in candidate.checkpoints):
                 listing = candidate
@@ -171,44 +183,46 @@ def build_segment(storage: Storage, version: int | None = None, use_compactions:
 
     checkpoint = None
     for c in listing.checkpoints:
-        if c.version <= version:
+        if c.version <= version and not any(f.key in exclude for f in c.files):
             checkpoint = c  # ascending: keeps the latest
     start = checkpoint.version + 1 if checkpoint else 0
-    if checkpoint is None and 0 not in listing.commits:
-        earliest = min(listing.commits) if listing.commits else None
-        raise MissingVersionError(
-            f"cannot reconstruct version {version}: no checkpoint at or before it and commit 0 is gone"
-            + (f" (earliest commit is {earliest})" if earliest is not None else ""))
-    needed = range(start, version + 1)
-    missing = [v for v in needed if v not in listing.commits]
-    if missing:
-        raise MissingVersionError(
-            f"the log has a gap: commit {missing[0]} is missing (needed to read version {version}"
-            f" from {'checkpoint ' + str(checkpoint.version) if checkpoint else 'version 0'})")
 
     by_start: dict[int, Compaction] = {}
     if use_compactions:
         for comp in listing.compactions:
-            if comp.start >= start and comp.end <= version:
+            if comp.start >= start and comp.end <= version and comp.file.key not in exclude:
                 best = by_start.get(comp.start)
                 if best is None or comp.end > best.end:
                     by_start[comp.start] = comp
     replay: list[tuple[int, int, FileInfo]] = []
     used: list[Compaction] = []
+    shadowed: list[Compaction] = []
     commits: list[FileInfo] = []
     v = start
     while v <= version:
         comp = by_start.get(v)
-        if comp is not None:
+        if comp is not None and (not prefer_commits
+                                 or any(u not in listing.commits for u in range(comp.start, comp.end + 1))):
             replay.append((comp.start, comp.end, comp.file))
             used.append(comp)
             v = comp.end + 1
-        else:
-            f = listing.commits[v]
-            replay.append((v, v, f))
-            commits.append(f)
-            v += 1
-    return LogSegment(version, checkpoint, tuple(commits), tuple(used), tuple(replay))
+            continue
+        if comp is not None:
+            shadowed.append(comp)
+        f = listing.commits.get(v)
+        if f is None:
+            if checkpoint is None and v == 0:
+                earliest = min(listing.commits) if listing.commits else None
+                raise MissingVersionError(
+                    f"cannot reconstruct version {version}: no checkpoint at or before it and commit 0 is gone"
+                    + (f" (earliest commit is {earliest})" if earliest is not None else ""))
+            raise MissingVersionError(
+                f"the log has a gap: commit {v} is missing (needed to read version {version}"
+                f" from {'checkpoint ' + str(checkpoint.version) if checkpoint else 'version 0'})")
+        replay.append((v, v, f))
+        commits.append(f)
+        v += 1
+    return LogSegment(version, checkpoint, tuple(commits), tuple(used), tuple(replay), tuple(shadowed))
 
 
 def latest_version(storage: Storage) -> int:

@@ -9,10 +9,9 @@ from __future__ import annotations
 import io
 import logging
 import os
-import re
 import time
-from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Mapping
 from urllib.parse import unquote
 
 import numpy as np
@@ -21,8 +20,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .actions import ADD, ADD_SCHEMA, REMOVE, REMOVE_SCHEMA, Metadata, Protocol, conform, dv_unique_id
-from .errors import CorruptLogError
-from .log import LOG_DIR, Checkpoint, LogSegment, build_segment, commit_key, parse_json_lines
+from .errors import CorruptLogError, InconsistentStateError, InvalidArgumentError, MissingVersionError
+from .log import LOG_DIR, Checkpoint, Compaction, LogSegment, build_segment, commit_key, parse_json_lines
+from .paths import _file_name, canonical_path, maybe_noncanonical
+from .reconciliation import Replay, actions_problem, state_problem
 from .storage import FileInfo, Storage
 
 log = logging.getLogger(__name__)
@@ -31,70 +32,41 @@ _CHECKPOINT_COLUMNS = ("add", "remove", "metaData", "protocol", "txn", "domainMe
                        "checkpointMetadata")
 
 
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):(.*)$", re.S)
-#: Paths whose reconciliation key differs from the path itself: absolute, with a scheme, or escaped.
-_NEEDS_CANONICAL = r"^/|^[A-Za-z][A-Za-z0-9+.\-]*:|%"
-_SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3", "gcs": "gs"}
+class _Untrusted(Exception):
+    """A derived log file (checkpoint, compaction file) that breaks the reconciliation invariant."""
+
+    def __init__(self, keys: tuple[str, ...], reason: str):
+        super().__init__(reason)
+        self.keys, self.reason = keys, reason
 
 
-def canonical_path(path: str, root: str) -> str:
-    """The reconciliation key of a file path as the log stores it.
-
-    Log paths are URIs: relative to the table root (URL-encoded) or absolute. The same file may
-    be written as ``/a/b``, ``file:/a/b`` or ``file:///a/b``, or as an absolute URI under the
-    table root where another action used the relative form. All spellings of one file map to
-    one key: the decoded path relative to ``root`` when the file is inside the table, else the
-    decoded absolute URI (scheme-less absolute paths qualified with the root's file system).
-    """
-    m = _SCHEME.match(path)
-    if m is None:
-        if not path.startswith("/"):
-            return unquote(path)
-        scheme, rest = root.split(":", 1)
-        authority = rest[2:].split("/", 1)[0] if rest.startswith("//") else ""
-        absolute = f"{scheme}://{authority}{unquote(path)}"
-    else:
-        scheme, rest = _SCHEME_ALIASES.get(m.group(1).lower(), m.group(1).lower()), m.group(2)
-        if rest.startswith("//"):
-            authority, _, tail = rest[2:].partition("/")
-            tail = "/" + tail
-        else:
-            authority, tail = "", rest
-        if scheme == "file" and authority == "localhost":
-            authority = ""
-        absolute = f"{scheme}://{authority}{unquote(tail)}"
-    base = unquote(root).rstrip("/") + "/"
-    return absolute[len(base):] if absolute.startswith(base) else absolute
+def _cross_check(storage: Storage, comp: Compaction, window: Replay) -> str | None:
+    """Why a compaction file differs from the reconciliation of the commits it covers, or None."""
+    try:
+        actions = parse_json_lines(storage.read(comp.file.key), comp.file.key)
+    except (FileNotFoundError, CorruptLogError) as exc:
+        return f"unreadable: {exc}"
+    problem = actions_problem(actions, storage.root)
+    if problem:
+        return f"not a reconciliation of commits {comp.start} to {comp.end}: {problem}"
+    theirs = Replay(root=storage.root)
+    theirs.apply_commit(actions, comp.file.key)
+    ours, got = window.file_kinds(), theirs.file_kinds()
+    if ours != got:
+        for key in sorted(set(ours) | set(got)):
+            if ours.get(key) != got.get(key):
+                path, dv_id = key
+                shown = f"{path!r}" + (f" (deletion vector {dv_id})" if dv_id else "")
+                return (f"the commits leave {shown} {_state_word(ours.get(key))}, the compaction file "
+                        f"{_state_word(got.get(key))}")
+    for name in ("protocol", "metadata"):
+        if getattr(window, name) is not None and getattr(window, name) != getattr(theirs, name):
+            return f"its {'metaData' if name == 'metadata' else name} action differs from the newest one of its commits"
+    return None
 
 
-@dataclass
-class _Replay:
-    """Accumulates reconciled state while replaying log files (file keys: canonical path, dv id)."""
-
-    root: str = ""
-    protocol: dict | None = None
-    metadata: dict | None = None
-    txns: dict[str, dict] = field(default_factory=dict)
-    domains: dict[str, dict] = field(default_factory=dict)  # latest per domain, tombstones included
-    files: dict[tuple[str, str], tuple[str, dict]] = field(default_factory=dict)  # key -> (kind, action)
-
-    def apply(self, actions: Iterable[dict], newer_wins: bool = True) -> None:
-        for action in actions:
-            if "add" in action and action["add"] is not None:
-                a = action["add"]
-                self.files[(canonical_path(a["path"], self.root), dv_unique_id(a.get("deletionVector")))] = ("add", a)
-            elif "remove" in action and action["remove"] is not None:
-                r = action["remove"]
-                self.files[(canonical_path(r["path"], self.root), dv_unique_id(r.get("deletionVector")))] = \
-                    ("remove", r)
-            elif "metaData" in action and action["metaData"] is not None:
-                self.metadata = action["metaData"]
-            elif "protocol" in action and action["protocol"] is not None:
-                self.protocol = action["protocol"]
-            elif "txn" in action and action["txn"] is not None:
-                self.txns[action["txn"]["appId"]] = action["txn"]
-            elif "domainMetadata" in action and action["domainMetadata"] is not None:
-                self.domains[action["domainMetadata"]["domain"]] = action["domainMetadata"]
+def _state_word(kind: str | None) -> str:
+    return {"add": "live", "remove": "removed", None: "unmentioned"}[kind]
 
 
 @dataclass
@@ -150,7 +122,6 @@ def _json_actions_table(actions: list[dict]) -> tuple[pa.Table, pa.Table]:
 
 _MAX_RUNS = 64
 _MAX_SLICES = 10_000
-_SCAN_BLOCK = 1 << 20
 
 
 def _valid_pieces(chunk: pa.Array) -> list[pa.Array]:
@@ -258,47 +229,6 @@ def _read(storage: Storage, key: str) -> bytes:
         raise CorruptLogError(f"log file listed but missing or unreadable: {key}") from None
 
 
-def maybe_noncanonical(paths: pa.Array) -> np.ndarray:
-    """Rows whose path may differ from its canonical key: it has '%' or ':', or starts with '/'.
-
-    A byte scan of the string data (no per-row Python), as fast as memory allows.
-    """
-    n = len(paths)
-    flags = np.zeros(n, dtype=bool)
-    if n == 0 or paths.null_count == n:
-        return flags
-    width = np.int64 if pa.types.is_large_string(paths.type) else np.int32
-    _, offset_buf, data_buf = paths.buffers()
-    offsets = np.frombuffer(offset_buf, dtype=width, count=n + 1, offset=paths.offset * np.dtype(width).itemsize)
-    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
-    lo, hi = int(offsets[0]), int(offsets[-1])
-    for start in range(lo, hi, _SCAN_BLOCK):  # cache-sized blocks: no full-size temporaries
-        block = data[start:min(hi, start + _SCAN_BLOCK)]
-        mask = block == 0x25
-        mask |= block == 0x3A
-        if mask.any():
-            hits = np.flatnonzero(mask) + start
-            flags[np.searchsorted(offsets, hits, side="right") - 1] = True
-    starts = offsets[:-1]
-    nonempty = offsets[1:] > starts
-    flags[nonempty] |= data[starts[nonempty]] == 0x2F
-    return flags
-
-
-def _file_name(path: str) -> str:
-    """The last segment of ``canonical_path(path, root)`` for any root, computed cheaply.
-
-    Escapes never straddle a literal '/', so it is the raw last segment, decoded (and cut again
-    if the decoding produced a '/').
-    """
-    m = _SCHEME.match(path)
-    if m is not None:  # the scheme and authority are never part of the last segment
-        rest = m.group(2)
-        path = "/" + rest[2:].partition("/")[2] if rest.startswith("//") else rest
-    name = path.rpartition("/")[2]
-    return unquote(name).rpartition("/")[2] if "%" in name else name
-
-
 def _drop_keys(table: pa.Table, keys: set[tuple[str, str]], spellings: set[str], root: str) -> pa.Table:
     """Rows of an add/remove table whose (canonical path, dv id) is not in ``keys``.
 
@@ -361,6 +291,8 @@ class Snapshot:
         txns: latest txn per appId.
         domains: live domain metadata per domain (tombstoned domains left out).
         domain_tombstones: domains whose latest action has ``removed: true``.
+        distrusted: derived log files (checkpoints, compaction files) found not to agree with
+            the log, each ``{"file", "reason"}``; none of them shaped the state.
     """
 
     def __init__(self, storage: Storage, segment: LogSegment, protocol: Protocol, metadata: Metadata,
@@ -377,30 +309,107 @@ class Snapshot:
         self.domains = domains
         self.domain_tombstones = domain_tombstones
         self.commit_timestamp = commit_timestamp
+        self.distrusted: list[dict[str, str]] = []
 
     @classmethod
     def load(cls, table: str | Storage, version: int | None = None,
-             storage_options: Mapping[str, str] | None = None, use_compactions: bool = True,
+             storage_options: Mapping[str, str] | None = None, compactions: str = "verify",
              paths_only: bool = False) -> "Snapshot":
         """Load the snapshot at ``version`` (default: latest) of the table at a path or URI.
 
-        With ``paths_only`` the parquet checkpoint's file actions are read for their path,
-        deletion vector and deletion time only (their other columns are null; actions from
-        JSON files stay whole): far less to read and decode for a job that only needs to know
-        which files are referenced, such as VACUUM.
+        Derived log files are hints (checkpoints, compaction files). Each one used is checked
+        against the reconciliation invariant (:mod:`.reconciliation`); one that fails is
+        distrusted: the state is rebuilt from the log files it stands for (an earlier
+        checkpoint, the commits), with a warning naming it, and the read is refused with a
+        ``CorruptLogError`` naming it when those are gone. The state returned always holds one
+        live add per path and no file both live and removed (else ``InconsistentStateError``).
+
+        Args:
+            table: the table path or URI, or its Storage.
+            version: the version to load (default: the latest).
+            storage_options: object-store options.
+            compactions: how to use log compaction files. ``"verify"`` (the default, and what
+                every job that writes uses): replay the commits wherever they exist, use a
+                compaction file only for commits that are gone, and cross-check each compaction
+                file that could have stood in for present commits against them (a mismatch is
+                logged and listed in ``distrusted``). ``"trust"``: replay compaction files in
+                place of their commits once they pass the cheap structural checks (fewer reads).
+                ``"ignore"``: never read them.
+            paths_only: read the parquet checkpoint's file actions for their path, deletion
+                vector and deletion time only (their other columns are null; actions from JSON
+                files stay whole): far less to read for a job that only needs to know which
+                files are referenced, such as VACUUM.
         """
+        if compactions not in ("verify", "trust", "ignore"):
+            raise InvalidArgumentError(f"invalid compactions {compactions!r}: expected 'verify', 'trust' or 'ignore'")
         started = time.perf_counter()
         storage = table if isinstance(table, Storage) else Storage(table, storage_options)
-        segment = build_segment(storage, version, use_compactions=use_compactions)
+        exclude: set[str] = set()
+        distrusted: list[dict[str, str]] = []
+        while True:
+            try:
+                segment = build_segment(storage, version, use_compactions=compactions != "ignore",
+                                        prefer_commits=compactions == "verify", exclude=frozenset(exclude))
+            except MissingVersionError as exc:
+                if not distrusted:
+                    raise
+                last = distrusted[-1]
+                raise CorruptLogError(
+                    f"cannot read {storage.root} at version {version if version is not None else 'latest'}: "
+                    f"{last['file']} is not trustworthy ({last['reason']}) and the log files it stands for "
+                    f"are gone ({exc})") from None
+            try:
+                snap = cls._from_segment(storage, segment, paths_only, verify=compactions == "verify")
+            except _Untrusted as exc:
+                for key in exc.keys:
+                    log.warning("%s: distrusting %s: %s; reading the log files it stands for instead",
+                                storage.root, key, exc.reason)
+                    distrusted.append({"file": key, "reason": exc.reason})
+                exclude.update(exc.keys)
+                continue
+            snap.distrusted = distrusted + snap.distrusted
+            log.debug("loaded %s at version %d: %d files in %.2fs", storage.root, snap.version,
+                      snap.files.num_rows, time.perf_counter() - started)
+            return snap
+
+    @classmethod
+    def _from_segment(cls, storage: Storage, segment: LogSegment, paths_only: bool, verify: bool) -> "Snapshot":
+        """Reconcile one segment; raises ``_Untrusted`` naming a derived file that breaks the invariant."""
+        root = storage.root
+        cp_keys: tuple[str, ...] = ()
         if segment.checkpoint is not None:
+            cp_keys = (segment.checkpoint.files[0].key,)
             cp = read_checkpoint(storage, segment.checkpoint, paths_only)
+            problem = state_problem(cp.adds, cp.removes, root)
+            if problem:
+                raise _Untrusted(cp_keys, f"the checkpoint is not a reconciled state: {problem}")
         else:
             cp = CheckpointData(ADD_SCHEMA.empty_table(), REMOVE_SCHEMA.empty_table(), None, None, {}, {})
-        replay = _Replay(root=storage.root, protocol=cp.protocol, metadata=cp.metadata, txns=dict(cp.txns), domains=dict(cp.domains))
+        replay = Replay(root=root, protocol=cp.protocol, metadata=cp.metadata, txns=dict(cp.txns),
+                        domains=dict(cp.domains))
+        pending = {c.start: c for c in segment.shadowed} if verify else {}
+        open_windows: list[tuple[Compaction, Replay]] = []
+        mismatches: list[dict[str, str]] = []
         commit_ts = None
         for start, end, f in segment.replay:
             actions = parse_json_lines(_read(storage, f.key), f.key)
-            replay.apply(actions)
+            if start != end:
+                problem = actions_problem(actions, root)
+                if problem:
+                    raise _Untrusted((f.key,), f"not a reconciliation of commits {start} to {end}: {problem}")
+            replay.apply_commit(actions, f.key)
+            if start == end:
+                if start in pending:
+                    open_windows.append((pending.pop(start), Replay(root=root)))
+                for comp, window in open_windows:
+                    window.apply_commit(actions, f.key)
+                    if comp.end == start:
+                        reason = _cross_check(storage, comp, window)
+                        if reason:
+                            log.warning("%s: %s disagrees with the commits it covers: %s; the commits are used",
+                                        root, comp.file.key, reason)
+                            mismatches.append({"file": comp.file.key, "reason": reason})
+                open_windows = [(c, w) for c, w in open_windows if c.end != start]
             if start == end == segment.version:
                 for a in actions:
                     if a.get("commitInfo"):
@@ -410,15 +419,18 @@ class Snapshot:
         if commit_ts is None and segment.replay and segment.replay[-1][0] != segment.replay[-1][1]:
             # the newest commit was replayed from a compaction file, which has no commitInfo
             key = commit_key(segment.version)
-            info = next((a["commitInfo"] for a in parse_json_lines(_read(storage, key), key)
-                         if a.get("commitInfo")), {})
-            commit_ts = info.get("inCommitTimestamp") or info.get("timestamp") or storage.head(key).mtime_ms
+            try:
+                info = next((a["commitInfo"] for a in parse_json_lines(storage.read(key), key)
+                             if a.get("commitInfo")), {})
+                commit_ts = info.get("inCommitTimestamp") or info.get("timestamp") or storage.head(key).mtime_ms
+            except FileNotFoundError:
+                commit_ts = segment.replay[-1][2].mtime_ms
         if commit_ts is None and segment.replay:
             commit_ts = segment.replay[-1][2].mtime_ms
         if replay.protocol is None:
-            raise CorruptLogError(f"the log has no protocol action at version {segment.version}: {storage.root}")
+            raise CorruptLogError(f"the log has no protocol action at version {segment.version}: {root}")
         if replay.metadata is None:
-            raise CorruptLogError(f"the log has no metaData action at version {segment.version}: {storage.root}")
+            raise CorruptLogError(f"the log has no metaData action at version {segment.version}: {root}")
         try:
             protocol = Protocol.from_action(replay.protocol)
             metadata = Metadata.from_action(replay.metadata)
@@ -430,19 +442,26 @@ class Snapshot:
         new_adds = [a for kind, a in replay.files.values() if kind == "add"]
         new_removes = [a for kind, a in replay.files.values() if kind == "remove"]
         files = pa.concat_tables([
-            _drop_keys(cp.adds, touched, spellings, storage.root),
+            _drop_keys(cp.adds, touched, spellings, root),
             pa.Table.from_struct_array(pa.array(new_adds, type=ADD)) if new_adds else ADD_SCHEMA.empty_table(),
         ])
         tombstones = pa.concat_tables([
-            _drop_keys(cp.removes, touched, spellings, storage.root),
+            _drop_keys(cp.removes, touched, spellings, root),
             pa.Table.from_struct_array(pa.array(new_removes, type=REMOVE)) if new_removes else REMOVE_SCHEMA.empty_table(),
         ])
+        problem = state_problem(files, tombstones, root)
+        if problem:
+            suspects = tuple(c.file.key for c in segment.compactions) or cp_keys
+            if suspects:
+                raise _Untrusted(suspects, f"replaying the log on top of it gives an impossible state at "
+                                           f"version {segment.version}: {problem}")
+            raise InconsistentStateError(
+                f"the log of {root} is inconsistent at version {segment.version}: {problem}")
         domains = {d: v for d, v in replay.domains.items() if not v.get("removed")}
         domain_tombstones = {d: v for d, v in replay.domains.items() if v.get("removed")}
         snap = cls(storage, segment, protocol, metadata, files, tombstones, replay.txns, domains,
                    domain_tombstones, commit_ts)
-        log.debug("loaded %s at version %d: %d files in %.2fs", storage.root, snap.version, files.num_rows,
-                  time.perf_counter() - started)
+        snap.distrusted = mismatches
         return snap
 
     # -- convenience ---------------------------------------------------------------------

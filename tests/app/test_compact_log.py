@@ -100,7 +100,7 @@ def test_two_concurrent_runs_leave_one_valid_file_per_window(tmp_path: Path) -> 
         commits = [parse_json_lines(storage.read(commit_key(v)), str(v)) for v in range(s, e + 1)]
         assert (t / "_delta_log" / f"{s:020d}.{e:020d}.compacted.json").read_bytes() == \
             render_window(reconcile_window(commits, storage.root))
-    with_c, without = Snapshot.load(str(t)), Snapshot.load(str(t), use_compactions=False)
+    with_c, without = Snapshot.load(str(t), compactions="trust"), Snapshot.load(str(t), compactions="ignore")
     assert sorted(with_c.paths) == sorted(without.paths) and len(with_c.segment.compactions) == 30
     assert DeltaTable(str(t)).version() == 60 and len(DeltaTable(str(t)).file_uris()) == 61
 

@@ -461,12 +461,12 @@ def write_compaction(root: Path, start: int, end: int, actions: list[dict]) -> N
 
 def test_compaction_files_are_used_greedily_where_they_fit(tmp_path):
     compaction_log(tmp_path)
-    reference = Snapshot.load(str(tmp_path), use_compactions=False)
+    reference = Snapshot.load(str(tmp_path), compactions="ignore")
     write_compaction(tmp_path, 1, 3, [add("b", 2), remove("a"), add("c", 3), add("d", 4)])
     write_compaction(tmp_path, 1, 2, [add("b", 2), remove("a"), add("c", 3)])
     write_compaction(tmp_path, 2, 5, [remove("a"), add("c", 3), add("d", 4), remove("b"), add("e", 5), add("f", 6)])
     write_compaction(tmp_path, 4, 5, [remove("b"), add("e", 5), add("f", 6)])
-    snap = Snapshot.load(str(tmp_path))
+    snap = Snapshot.load(str(tmp_path), compactions="trust")
     assert [(c.start, c.end) for c in snap.segment.compactions] == [(1, 3), (4, 5)]
     assert [(s, e) for s, e, _ in snap.segment.replay] == [(0, 0), (1, 3), (4, 5), (6, 6)]
     assert state(snap) == state(reference)
@@ -476,7 +476,7 @@ def test_compaction_files_are_used_greedily_where_they_fit(tmp_path):
 def test_compaction_reaching_past_the_version_is_not_used(tmp_path):
     compaction_log(tmp_path)
     write_compaction(tmp_path, 1, 3, [add("b", 2), remove("a"), add("c", 3), add("d", 4)])
-    snap = Snapshot.load(str(tmp_path), version=2)
+    snap = Snapshot.load(str(tmp_path), version=2, compactions="trust")
     assert snap.segment.compactions == ()
     assert [(s, e) for s, e, _ in snap.segment.replay] == [(0, 0), (1, 1), (2, 2)]
     assert sorted(snap.paths) == ["b", "c"]
@@ -487,18 +487,23 @@ def test_compaction_starting_before_the_checkpoint_is_not_used(tmp_path):
     reference = Snapshot.load(str(root))
     # a deliberately wrong compaction over 2..4: if used, it would drop every file
     write_compaction(root, 2, 4, [remove(p) for p in reference.paths])
-    snap = Snapshot.load(str(root))
+    snap = Snapshot.load(str(root), compactions="trust")
     assert snap.segment.compactions == ()
     assert state(snap) == state(reference)
-    assert Snapshot.load(str(root), use_compactions=False).paths == snap.paths
+    assert Snapshot.load(str(root), compactions="ignore").paths == snap.paths
 
 
-def test_compaction_contents_are_what_the_reader_uses(tmp_path):
-    """A compaction file replaces its commits: its contents, not the commits', decide."""
+def test_compaction_contents_are_what_a_trusting_reader_uses(tmp_path):
+    """Trusted, a compaction file that passes the structural checks replaces its commits; the
+    default reader replays the commits and names the file that disagrees with them."""
     compaction_log(tmp_path)
     write_compaction(tmp_path, 1, 2, [add("b", 2), remove("a"), add("c", 3), add("x", 100)])
-    assert "x" in Snapshot.load(str(tmp_path)).paths
-    assert "x" not in Snapshot.load(str(tmp_path), use_compactions=False).paths
+    assert "x" in Snapshot.load(str(tmp_path), compactions="trust").paths
+    assert "x" not in Snapshot.load(str(tmp_path), compactions="ignore").paths
+    verified = Snapshot.load(str(tmp_path))
+    assert "x" not in verified.paths
+    assert [d["file"] for d in verified.distrusted] == ["_delta_log/00000000000000000001.00000000000000000002.compacted.json"]
+    assert "'x' unmentioned, the compaction file live" in verified.distrusted[0]["reason"]
 
 
 def test_delta_rs_reads_our_handcrafted_compacted_log_the_same(tmp_path):

@@ -9,7 +9,11 @@ tombstones) and ``_last_checkpoint`` points at it, as writers do by default. The
 checkpoint is therefore 0-99 commits behind the latest version; the benchmark tables end 50
 commits after one.
 
-Usage: ``python benchmarks/bench_sensor_poke.py [--sizes 1000 100000] [--repeat 100] [--doc docs/benchmarks.md]``
+Usage: ``python benchmarks/bench_sensor_poke.py [--sizes 1000 100000] [--repeat 100] [--out FILE]``
+
+Prints the figures as a Markdown section and writes it to ``--out`` (default
+``benchmarks/out/sensor_poke.md``, replaced on every run); ``docs/benchmarks.md`` is edited by
+hand from it.
 """
 
 from __future__ import annotations
@@ -91,13 +95,15 @@ def make_sensor(path: Path, since: str):
 
 @contextlib.contextmanager
 def _quiet_stdout():
-    """The sensor logs each poke to stdout; send that to /dev/null while timing."""
+    """The sensor logs each poke to stdout; send that to /dev/null while timing (both file
+    descriptor 1 and ``sys.stdout``, which ``make bench`` also copies to ``benchmarks/out/``)."""
     sys.stdout.flush()
     saved = os.dup(1)
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     try:
-        yield
+        with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
+            yield
     finally:
         sys.stdout.flush()
         os.dup2(saved, 1)
@@ -132,8 +138,8 @@ def main() -> None:
     parser.add_argument("--since", nargs="+", default=["last_optimize", "last_checkpoint", "version",
                                                        "last_compaction"])
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "bench-sensor-poke"))
-    parser.add_argument("--doc", default=str(REPO / "docs" / "benchmarks.md"),
-                        help="markdown file to append the results to ('' for none)")
+    parser.add_argument("--out", default=str(REPO / "benchmarks" / "out" / "sensor_poke.md"),
+                        help="write the Markdown section here, replacing the file ('' for none)")
     args = parser.parse_args()
     os.environ.setdefault("AIRFLOW_HOME", os.path.join(args.workdir, "airflow"))
 
@@ -165,11 +171,12 @@ def main() -> None:
         f"| `{since}` | {results[(since, small)] * 1000:.2f} ms | {results[(since, large)] * 1000:.2f} ms "
         f"| {results[(since, large)] / results[(since, small)]:.2f} |\n" for since in args.since)
     print("\n" + header + rows)
-    if args.doc:
-        write_doc(Path(args.doc), header + rows, args.repeat, small, large)
+    if args.out:
+        write_section(Path(args.out), header + rows, args.repeat, small, large)
 
 
-def write_doc(doc: Path, table: str, repeat: int, small: int, large: int) -> None:
+def write_section(path: Path, table: str, repeat: int, small: int, large: int) -> None:
+    """Write the figures' Markdown section to ``path`` (a file of its own, replaced on every run)."""
     text = f"""{SECTION}
 
 `benchmarks/bench_sensor_poke.py`: the time of one `CommitIntervalSensor.poke()` (median of
@@ -189,15 +196,9 @@ the checkpoint on to find log compaction files; on object stores that listing st
 checkpoint's key, on local disk it reads the whole folder, so its cost grows with the number of
 log entries there.
 """
-    doc.parent.mkdir(parents=True, exist_ok=True)
-    existing = doc.read_text() if doc.exists() else "# Benchmarks\n"
-    if SECTION in existing:
-        start = existing.index(SECTION)
-        rest = existing[start + len(SECTION):]
-        end = rest.find("\n## ")
-        existing = existing[:start] + (rest[end + 1:] if end >= 0 else "")
-    doc.write_text(existing.rstrip("\n") + "\n\n" + text)
-    print(f"written to {doc}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    print(f"written to {path}")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,10 @@ ago); 25,000 more are untracked. So 50,000 files are orphans: 25,000 tombstoned,
 2. lite vs full on a nightly-style table: 100,000 referenced files, a watermark at version 0, and
    version 1 removing 1,000 files 20 days ago (default 7-day retention); medians of ``--repeat``.
 
-Usage: python benchmarks/bench_vacuum.py [--workdir DIR] [--repeat 3] [--out docs/benchmarks.md]
+Usage: python benchmarks/bench_vacuum.py [--workdir DIR] [--repeat 3] [--out benchmarks/out/vacuum.md]
+
+Prints the figures as a Markdown section and writes it to ``--out`` (replacing the file);
+``docs/benchmarks.md`` is edited by hand from it.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import time
 import uuid
 from pathlib import Path
 
+OUT = Path(__file__).resolve().parent / "out"  # make bench's outputs (not tracked)
 DAY_MS = 86_400_000
 PARTITIONS = 100
 PER_PARTITION = 1000
@@ -126,7 +130,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"))
+    parser.add_argument("--out", default=str(OUT / "vacuum.md"),
+                        help="write the Markdown section here, replacing the file (default benchmarks/out/vacuum.md)")
     args = parser.parse_args()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="bench-vacuum-"))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -252,8 +257,14 @@ default 7-day retention:
 Lite is {speedup:.1f}x faster than full; target >= 10x.
 """
     print(section)
-    with open(args.out, "a") as fh:
-        fh.write(section)
+    write_section(Path(args.out), section)
+
+
+def write_section(path: Path, section: str) -> None:
+    """Write the figures' Markdown section to ``path`` (a file of its own, replaced on every run)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(section.lstrip("\n"))
+    print(f"written to {path}")
 
 
 if __name__ == "__main__":

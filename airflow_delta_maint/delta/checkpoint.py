@@ -23,9 +23,15 @@ lost; JSON stats missing from the snapshot because the source checkpoint held on
 ``stats_parsed`` are rebuilt from it.
 
 The file is created with put-if-absent of the complete bytes, so it is written whole or not at
-all and never overwrites. A checkpoint that already exists at the version is success
-(``already_existed``). ``_last_checkpoint`` is then replaced whole, unless it names a newer
-version.
+all and never overwrites. When a complete checkpoint of the version is already there (classic,
+multi-part or V2, by any writer) nothing is written (``already_existed``); only an explicit
+``naming="classic"`` adds a classic-named copy beside a UUID-named V2 checkpoint. Before writing, the
+rows are checked against the reconciliation invariant (one live add per path, no file both live
+and removed); a state that breaks it is refused.
+
+``_last_checkpoint`` always describes the checkpoint it names (``parts`` for a multi-part one,
+``v2Checkpoint`` for a UUID-named V2 one) and is replaced whole, unless it names a newer version
+or already names that checkpoint.
 """
 
 from __future__ import annotations
@@ -49,9 +55,10 @@ import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
 from .actions import ADD, REMOVE, STR_MAP
-from .errors import DeltaError, InvalidArgumentError
+from .errors import DeltaError, InconsistentStateError, InvalidArgumentError
+from .reconciliation import state_problem
 from .features import check_supported
-from .log import LAST_CHECKPOINT, LOG_DIR, classic_checkpoint_key, list_log
+from .log import LAST_CHECKPOINT, LOG_DIR, Checkpoint, classic_checkpoint_key, list_log
 from .schema import parse_schema, to_arrow_schema
 from .snapshot import Snapshot
 from .storage import AlreadyExistsError, Storage
@@ -447,51 +454,88 @@ def _read_hint(storage: Storage) -> dict | None:
         return None
 
 
-def _count_actions(storage: Storage, key: str) -> tuple[int, int] | None:
-    """(actions, adds) of an existing single-file parquet checkpoint without sidecars."""
-    if not key.endswith(".parquet"):
-        return None
-    try:
-        pf = pq.ParquetFile(io.BytesIO(storage.read(key)))
-        names = pf.schema_arrow.names
-        if "sidecar" in names:
-            sidecars = pf.read(columns=["sidecar"]).column(0)
-            if sidecars.null_count != len(sidecars):
-                return None
-        adds = 0
-        if "add" in names:
-            paths = pf.read(columns=["add.path"]).column(0)
-            adds = len(paths) - paths.null_count
-        return pf.metadata.num_rows, adds
-    except (pa.ArrowException, OSError, KeyError):
-        return None
-
-
-def _existing(storage: Storage, version: int, v2_target: bool, classic_key: str) -> tuple[str, str, int] | None:
-    """(key, kind, size) of a checkpoint already at ``version`` that satisfies this call, if any."""
-    if not v2_target:
-        try:
-            return classic_key, "classic", storage.head(classic_key).size
-        except FileNotFoundError:
+def _count_actions(storage: Storage, checkpoint: Checkpoint) -> tuple[int, int] | None:
+    """(actions, adds) of an existing parquet checkpoint (all its parts) without sidecars."""
+    actions = adds = 0
+    for f in checkpoint.files:
+        if not f.key.endswith(".parquet"):
             return None
-    for cp in list_log(storage, version).checkpoints:
-        if cp.version == version and cp.kind == "v2" and len(cp.files) == 1:
-            return cp.files[0].key, "v2", cp.files[0].size
-    return None
+        try:
+            pf = pq.ParquetFile(io.BytesIO(storage.read(f.key)))
+            names = pf.schema_arrow.names
+            if "sidecar" in names:
+                sidecars = pf.read(columns=["sidecar"]).column(0)
+                if sidecars.null_count != len(sidecars):
+                    return None
+            if "add" in names:
+                paths = pf.read(columns=["add.path"]).column(0)
+                adds += len(paths) - paths.null_count
+            actions += pf.metadata.num_rows
+        except (pa.ArrowException, OSError, KeyError, FileNotFoundError):
+            return None
+    return actions, adds
+
+
+def describe_checkpoint(storage: Storage, checkpoint: Checkpoint, counts: tuple[int, int] | None = None) -> dict | None:
+    """The ``_last_checkpoint`` object that describes ``checkpoint`` (without its checksum):
+    ``parts`` for a multi-part checkpoint, ``v2Checkpoint`` for a UUID-named V2 one. None when
+    its action count cannot be read cheaply (a V2 checkpoint with sidecars, a JSON one)."""
+    counts = counts if counts is not None else _count_actions(storage, checkpoint)
+    if counts is None:
+        return None
+    hint: dict[str, Any] = {"version": checkpoint.version, "size": counts[0],
+                            "sizeInBytes": sum(f.size for f in checkpoint.files), "numOfAddFiles": counts[1]}
+    if checkpoint.kind == "multipart":
+        hint["parts"] = len(checkpoint.files)
+    elif checkpoint.kind == "v2":
+        f = checkpoint.files[0]
+        hint["v2Checkpoint"] = {"path": f.key.rpartition("/")[2], "sizeInBytes": f.size,
+                                "modificationTime": f.mtime_ms}
+    return hint
+
+
+def _existing(storage: Storage, version: int, classic_name: bool) -> Checkpoint | None:
+    """A complete checkpoint (classic, multi-part or V2) already at ``version``, if any. When a
+    classic name is asked for explicitly, a UUID-named V2 checkpoint does not count: the protocol
+    recommends a classic-named copy so that clients without V2 support find one."""
+    found = [cp for cp in list_log(storage, version).checkpoints
+             if cp.version == version and not (classic_name and cp.kind == "v2")]
+    # prefer what readers prefer to find first: a classic file, then parts, then a V2 file
+    order = {"classic": 0, "multipart": 1, "v2": 2}
+    return min(found, key=lambda cp: order[cp.kind]) if found else None
+
+
+def _same_checkpoint(current: dict, hint: dict) -> bool:
+    """Whether a ``_last_checkpoint`` object already names the checkpoint ``hint`` describes."""
+    v2 = (current.get("v2Checkpoint") or {}).get("path") if isinstance(current.get("v2Checkpoint"), dict) else None
+    return (current.get("version") == hint["version"] and current.get("parts") == hint.get("parts")
+            and v2 == (hint.get("v2Checkpoint") or {}).get("path"))
 
 
 def _update_hint(storage: Storage, hint: dict, wrote: bool) -> bool:
-    """Replace ``_last_checkpoint`` unless it names a newer version (or this one, when unchanged)."""
+    """Point ``_last_checkpoint`` at the checkpoint ``hint`` describes, unless it names a newer
+    version or (when this call wrote nothing) already names this checkpoint."""
     current = _read_hint(storage)
     if current is not None:
-        if current["version"] > hint["version"]:
-            return False
-        if current["version"] == hint["version"] and not wrote:
+        if current["version"] > hint["version"] or (not wrote and _same_checkpoint(current, hint)):
             return False
     hint = dict(hint)
     hint["checksum"] = last_checkpoint_checksum(hint)
     storage.put(LAST_CHECKPOINT, json.dumps(hint, separators=(",", ":")).encode("utf-8"))
     return True
+
+
+def _assert_reconciled(snapshot: Snapshot, table: pa.Table) -> None:
+    """Refuse to write checkpoint rows that are not a reconciled state."""
+    adds, removes = (table.column(c).combine_chunks() for c in ("add", "remove"))
+    adds, removes = adds.filter(adds.is_valid()), removes.filter(removes.is_valid())
+    problem = state_problem(
+        pa.table({"path": adds.field("path"), "deletionVector": adds.field("deletionVector")}),
+        pa.table({"path": removes.field("path"), "deletionVector": removes.field("deletionVector")}),
+        snapshot.storage.root)
+    if problem:
+        raise InconsistentStateError(f"refusing to write a checkpoint of {snapshot.storage.root} at version "
+                                     f"{snapshot.version}: {problem}")
 
 
 # -- entry point ------------------------------------------------------------------------------
@@ -533,26 +577,34 @@ def write_checkpoint(snapshot: Snapshot, *, now_ms: int | None = None,
     if now_ms is None:
         now_ms = int(time.time() * 1000)
 
-    found = _existing(storage, version, uuid_named, classic_key)
-    if found is None:
-        table, num_adds = build_checkpoint_table(snapshot, now_ms=now_ms, v2_spec=v2_spec)
-        data = _to_parquet(table, _compression(snapshot))
-        key = f"{LOG_DIR}{version:020d}.checkpoint.{uuid.uuid4()}.parquet" if uuid_named else classic_key
-        try:
-            storage.put_if_absent(key, data)
-            already, num_actions, size = False, table.num_rows, len(data)
-        except AlreadyExistsError:  # a concurrent writer won: its checkpoint is as good as ours
-            found = (key, kind, storage.head(key).size)
-    if found is not None:
-        key, _, size = found
-        counts = _count_actions(storage, key)
+    existing = _existing(storage, version, classic_name=naming == "classic")
+    if existing is not None:  # a complete checkpoint of the version is there: write nothing
+        hint = describe_checkpoint(storage, existing)
+        hint_updated = _update_hint(storage, hint, wrote=False) if hint is not None else False
+        return {
+            "version": version, "path": existing.files[0].key,
+            "kind": {"classic": "classic", "multipart": "multipart", "v2": "v2"}[existing.kind],
+            "num_actions": hint["size"] if hint else None,
+            "num_add_files": hint["numOfAddFiles"] if hint else snapshot.num_files,
+            "size_bytes": sum(f.size for f in existing.files), "already_existed": True,
+            "last_checkpoint_updated": hint_updated,
+        }
+    table, num_adds = build_checkpoint_table(snapshot, now_ms=now_ms, v2_spec=v2_spec)
+    _assert_reconciled(snapshot, table)
+    data = _to_parquet(table, _compression(snapshot))
+    key = f"{LOG_DIR}{version:020d}.checkpoint.{uuid.uuid4()}.parquet" if uuid_named else classic_key
+    already = False
+    try:
+        storage.put_if_absent(key, data)
+    except AlreadyExistsError:  # a concurrent writer won: its checkpoint is as good as ours
         already = True
-        num_actions, num_adds = counts if counts else (None, snapshot.num_files)
-
-    hint_updated = False
-    if num_actions is not None:
-        hint = {"version": version, "size": num_actions, "sizeInBytes": size, "numOfAddFiles": num_adds}
-        hint_updated = _update_hint(storage, hint, wrote=not already)
+    written = Checkpoint(version, "v2" if uuid_named else "classic", (storage.head(key),))
+    counts = (table.num_rows, num_adds) if not already else None
+    hint = describe_checkpoint(storage, written, counts)
+    num_actions = hint["size"] if hint else None
+    num_adds = hint["numOfAddFiles"] if hint else num_adds
+    size = written.files[0].size
+    hint_updated = _update_hint(storage, hint, wrote=not already) if hint is not None else False
     return {
         "version": version,
         "path": key,

@@ -25,12 +25,13 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from .actions import Metadata, dv_unique_id
-from .errors import InvalidArgumentError
+from .actions import Metadata
+from .errors import InconsistentStateError, InvalidArgumentError
 from .features import check_supported
 from .log import (Compaction, LogListing, build_segment, commit_key, compaction_key, list_log,
                   parse_json_lines, read_last_checkpoint_hint)
-from .snapshot import Snapshot, canonical_path
+from .reconciliation import Replay, actions_problem
+from .snapshot import Snapshot
 from .storage import AlreadyExistsError, Storage
 
 __all__ = [
@@ -134,26 +135,11 @@ def reconcile_window(commits: Iterable[Sequence[Mapping[str, Any]]], root: str =
         domain), remove (by path), add (by path). A file's newest action wins; removes and
         domain tombstones are kept.
     """
-    protocol = metadata = None
-    txns: dict[str, dict] = {}
-    domains: dict[str, dict] = {}
-    files: dict[tuple[str, str], tuple[str, dict]] = {}
-    for actions in commits:
-        for action in actions:
-            if action.get("add") is not None:
-                a = action["add"]
-                files[(canonical_path(a["path"], root), dv_unique_id(a.get("deletionVector")))] = ("add", a)
-            elif action.get("remove") is not None:
-                r = action["remove"]
-                files[(canonical_path(r["path"], root), dv_unique_id(r.get("deletionVector")))] = ("remove", r)
-            elif action.get("metaData") is not None:
-                metadata = action["metaData"]
-            elif action.get("protocol") is not None:
-                protocol = action["protocol"]
-            elif action.get("txn") is not None:
-                txns[action["txn"]["appId"]] = action["txn"]
-            elif action.get("domainMetadata") is not None:
-                domains[action["domainMetadata"]["domain"]] = action["domainMetadata"]
+    replay = Replay(root=root)
+    for n, actions in enumerate(commits):
+        replay.apply_commit(actions, f"commit {n} of the window")
+    protocol, metadata, txns, domains, files = (replay.protocol, replay.metadata, replay.txns, replay.domains,
+                                                replay.files)
     out: list[dict] = []
     if protocol is not None:
         out.append({"protocol": protocol})
@@ -163,6 +149,9 @@ def reconcile_window(commits: Iterable[Sequence[Mapping[str, Any]]], root: str =
     out.extend({"domainMetadata": domains[d]} for d in sorted(domains))
     ordered = sorted(files.items(), key=lambda kv: (kv[1][0] != "remove", kv[0]))
     out.extend({kind: action} for _, (kind, action) in ordered)
+    problem = actions_problem(out, root)
+    if problem:  # cannot happen for a valid replay; never write it if it does
+        raise InconsistentStateError(f"refusing to write a log compaction file that is not a reconciled state: {problem}")
     return out
 
 

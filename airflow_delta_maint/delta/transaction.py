@@ -35,9 +35,11 @@ from typing import Any, Iterable, Iterator, Mapping
 
 import airflow_delta_maint
 
-from .errors import CommitConflictError, CommitFailedError, InvalidArgumentError, UnsupportedFeatureError
+from .errors import (CommitConflictError, CommitFailedError, InconsistentStateError, InvalidArgumentError,
+                     UnsupportedFeatureError)
 from .features import check_supported, table_features
 from .log import commit_key, list_log, read_commit
+from .reconciliation import commit_problem
 from .snapshot import Snapshot
 from .storage import AlreadyExistsError, Storage
 
@@ -353,6 +355,9 @@ class Transaction:
 
         Raises:
             UnsupportedFeatureError: the feature gate refuses the table for this job.
+            InconsistentStateError: the actions are not a valid version on top of the read
+                snapshot (a file added twice, a removed file that is not live, a path left
+                live twice); nothing is written.
             ConflictError: (a ``CommitConflictError``) a concurrent commit conflicts; names the
                 conflict and the winning version.
             CommitFailedError: every retry was lost to non-conflicting commits.
@@ -360,6 +365,9 @@ class Transaction:
         if self._committed is not None:
             return self._committed
         self._check_writable()
+        problem = commit_problem(self.snapshot.files, self.read_version, self._actions, self.storage.root)
+        if problem:
+            raise InconsistentStateError(f"refusing to commit {self.operation} to {self.storage.root}: {problem}")
         use_ict = ict_enabled(self.snapshot)
         icts: dict[int, int | None] = {}
         version = self.read_version + 1

@@ -58,6 +58,8 @@ def run(argv: Sequence[str] | None = None) -> tuple[int, dict[str, Any]]:
         metrics.update(status="failed", error=f"{type(exc).__name__}: {exc}", error_type=type(exc).__name__)
         log.exception("%s failed", args.job)
         code = 1
+    if metrics.get("version_read") is None:
+        metrics["version_read"] = ctx.version_read
     finish(metrics)
     if args.metrics_out:
         write_metrics(metrics, args.metrics_out, dict(args.storage_option))

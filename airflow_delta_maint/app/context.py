@@ -15,6 +15,8 @@ class JobContext:
     storage_options: dict[str, str] = field(default_factory=dict)
     master: str | None = None
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("delta_maint"))
+    #: the table version the job planned from, once it has read it (kept in failure metrics)
+    version_read: int | None = None
     _spark: Any = None
     _storage: Storage | None = None
 

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 import numpy as np
 import pyarrow.compute as pc
 
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, UnsupportedFeatureError
 from .predicate import BoolOp, Cmp, Expr, In, Not, check_partition_columns, evaluate, parse_predicate
 from .schema import Column, parse_partition_value, parse_schema, resolve_column
 from .snapshot import Snapshot
@@ -86,6 +86,37 @@ class OptimizePlan:
             "num_deletion_vectors_to_purge": sum(b.num_dvs for b in self.bins),
             "partitions": partitions,
         }
+
+
+def _void_columns(t: Any, name: str) -> list[str]:
+    """Columns of Spark's ``void`` type (NullType) in a schema type, by dotted name."""
+    if t == "void":
+        return [name]
+    if not isinstance(t, dict):
+        return []
+    kind = t.get("type")
+    if kind == "struct":
+        return [c for f in t.get("fields") or () if isinstance(f, dict)
+                for c in _void_columns(f.get("type"), f"{name}.{f.get('name')}" if name else str(f.get("name")))]
+    if kind == "array":
+        return _void_columns(t.get("elementType"), f"{name}.element")
+    if kind == "map":
+        return _void_columns(t.get("keyType"), f"{name}.key") + _void_columns(t.get("valueType"), f"{name}.value")
+    return []
+
+
+def check_rewritable_schema(snapshot: Snapshot) -> None:
+    """Refuse, before any Spark work, a table whose data files OPTIMIZE cannot rewrite: a column of
+    Spark's ``void`` type (never stored in data files, no parquet type to write it as) or a type
+    this project does not know. Reading jobs (inspect, checkpoints, log compaction) accept both."""
+    void = _void_columns(snapshot.metadata.schema, "")
+    if void:
+        shown = ", ".join(repr(c) for c in void)
+        raise UnsupportedFeatureError(
+            f"cannot OPTIMIZE {snapshot.storage.root}: column{'s' if len(void) > 1 else ''} {shown} "
+            f"{'have' if len(void) > 1 else 'has'} Spark's void type, which data files do not store; drop "
+            "the column or cast it to a concrete type first")
+    parse_schema(snapshot.metadata)
 
 
 def file_size_settings(snapshot: Snapshot, min_file_size: int | None, max_file_size: int | None) -> tuple[int, int]:
@@ -171,7 +202,9 @@ def _dv_ratio_exceeded(add: dict, ratio: float) -> bool:
 def plan_optimize(snapshot: Snapshot, *, predicate: str | None = None, zorder_by: Sequence[str] = (),
                   min_file_size: int | None = None, max_file_size: int | None = None,
                   dv_ratio: float = DEFAULT_DV_RATIO) -> OptimizePlan:
-    """Plan the rewrite of ``snapshot``; raises InvalidArgumentError for bad input."""
+    """Plan the rewrite of ``snapshot``; raises InvalidArgumentError for bad input and
+    UnsupportedFeatureError for a schema whose files cannot be rewritten."""
+    check_rewritable_schema(snapshot)
     min_size, max_size = file_size_settings(snapshot, min_file_size, max_file_size)
     if not 0 <= dv_ratio <= 1:
         raise InvalidArgumentError(f"dv ratio must be between 0 and 1, got {dv_ratio}")

@@ -347,11 +347,14 @@ class Transaction:
         lines.extend(json.dumps(a, separators=(",", ":")) for a in self._actions)
         return ("\n".join(lines) + "\n").encode("utf-8")
 
-    def commit(self, metrics: Mapping[str, Any] | None = None) -> int:
+    def commit(self, metrics: Mapping[str, Any] | None = None, after_version: int | None = None) -> int:
         """Write the queued actions as the next version; return that version.
 
         Args:
             metrics: ``operationMetrics`` (delta-spark names); every value is written as a string.
+            after_version: a version known to exist after the read version (say this job's own
+                previous commit): the commits up to it are checked for conflicts first and the
+                first attempt goes to the version after it, instead of losing a race to it.
 
         Raises:
             UnsupportedFeatureError: the feature gate refuses the table for this job.
@@ -371,6 +374,12 @@ class Transaction:
         use_ict = ict_enabled(self.snapshot)
         icts: dict[int, int | None] = {}
         version = self.read_version + 1
+        if after_version is not None and after_version > self.read_version:
+            for winner in winning_commits(self.storage, self.read_version, after_version):
+                self._check_winner(winner)
+                if winner.in_commit_timestamp is not None:
+                    icts[winner.version] = winner.in_commit_timestamp
+            version = after_version + 1
         self.attempts = 0
         lost = 0
         while True:

@@ -20,6 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     snapshot = Snapshot.load(ctx.storage, args.version)
+    ctx.version_read = snapshot.version
     check_supported(snapshot.protocol, "checkpoint", snapshot.metadata)
     result = write_checkpoint(snapshot)
     return {"status": "skipped" if result["already_existed"] else "committed",

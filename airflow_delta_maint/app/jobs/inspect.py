@@ -84,6 +84,9 @@ def inspect_table(snapshot: Snapshot, small_file_bytes: int = DEFAULT_SMALL_FILE
         "commits_since_compaction": state.commits_since_compaction if at_latest else None,
         "last_optimize_version": last_optimize,
         "commits_since_optimize": snapshot.version - last_optimize if last_optimize is not None else None,
+        # checkpoints and compaction files that disagree with the log: readers that trust them
+        # (other engines) see another table than the commits say
+        "distrusted_log_files": list(snapshot.distrusted),
     }
     if with_files:
         report["files"] = snapshot.paths
@@ -92,6 +95,7 @@ def inspect_table(snapshot: Snapshot, small_file_bytes: int = DEFAULT_SMALL_FILE
 
 def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     snapshot = Snapshot.load(ctx.storage, args.version)
+    ctx.version_read = snapshot.version
     report = inspect_table(snapshot, args.small_file_bytes, args.files)
     report.pop("table")
     return {"status": "skipped", "version_read": snapshot.version, **report}
@@ -115,6 +119,8 @@ def format_human(m: dict[str, Any]) -> str:
         + (f" ({m['commits_since_optimize']} commits since)" if m['last_optimize_version'] is not None else ""),
         "file sizes:",
     ]
+    for d in m.get("distrusted_log_files") or ():
+        lines.append(f"DISTRUSTED       {d['file']}: {d['reason']}")
     width = max((h["files"] for h in m["file_size_histogram"]), default=0) or 1
     for h in m["file_size_histogram"]:
         bar = "#" * max(1 if h["files"] else 0, round(40 * h["files"] / width))

@@ -18,7 +18,7 @@ from airflow_delta_maint.delta.optimize_plan import (DEFAULT_DV_RATIO, Bin, Opti
                                                      size_percentiles)
 from airflow_delta_maint.delta.snapshot import Snapshot
 from airflow_delta_maint.delta.storage import Storage
-from airflow_delta_maint.delta.transaction import ConflictError, Transaction, conflicting_files
+from airflow_delta_maint.delta.transaction import ConflictError, Transaction, conflicting_files, winning_commits
 
 from ..context import JobContext
 from ..rewrite import RewriteSpec, rewrite_bin
@@ -175,11 +175,52 @@ def _delete_outputs(storage: Storage, adds: list[dict]) -> None:
 
 
 def _commit_batch(snapshot: Snapshot, plan: OptimizePlan, bins: list[Bin], outputs: list[list[dict]],
-                  parameters: dict) -> tuple[int | None, list[int]]:
+                  parameters: dict, after_version: int | None = None) -> tuple[int | None, list[int]]:
     """Commit one batch; on a concurrent delete of input files, drop the bins it touched and retry.
+
+    ``after_version`` is this run's previous batch commit: the batch goes on top of it. Whatever
+    the failure, the files of bins that are not committed are deleted before the error goes on.
 
     Returns (committed version or None, indexes of the bins dropped).
     """
+    txn_ids: list[str] = []
+    try:
+        return _commit_batch_once(snapshot, plan, bins, outputs, parameters, after_version, txn_ids)
+    except BaseException:
+        landed = _landed(snapshot.storage, after_version if after_version is not None else snapshot.version, txn_ids)
+        if landed == _UNKNOWN:  # cannot tell whether it landed: keep the files (VACUUM removes orphans)
+            raise
+        if landed is not None:  # the store failed after writing: the commit stands, keep its files
+            log.warning("OPTIMIZE %s: the commit reported a failure but landed as version %d",
+                        snapshot.storage.root, landed)
+            return landed, []
+        uncommitted = [a for out in outputs for a in out]
+        log.warning("OPTIMIZE %s: the commit failed; deleting the %d files this batch wrote",
+                    snapshot.storage.root, len(uncommitted))
+        _delete_outputs(snapshot.storage, uncommitted)
+        raise
+
+
+_UNKNOWN = -1
+
+
+def _landed(storage: Storage, from_version: int, txn_ids: list[str]) -> int | None:
+    """The version of a commit after ``from_version`` carrying one of ``txn_ids``, if any."""
+    if not txn_ids:
+        return None
+    try:
+        for winner in winning_commits(storage, from_version):
+            if winner.commit_info.get("txnId") in txn_ids:
+                return winner.version
+    except Exception as exc:  # cannot tell: keep the files (VACUUM removes orphans later)
+        log.warning("could not check whether the failed commit landed: %s", exc)
+        return _UNKNOWN
+    return None
+
+
+def _commit_batch_once(snapshot: Snapshot, plan: OptimizePlan, bins: list[Bin], outputs: list[list[dict]],
+                       parameters: dict, after_version: int | None,
+                       txn_ids: list[str]) -> tuple[int | None, list[int]]:
     keep = list(range(len(bins)))
     dropped: list[int] = []
     while keep:
@@ -195,9 +236,10 @@ def _commit_batch(snapshot: Snapshot, plan: OptimizePlan, bins: list[Bin], outpu
             **size_percentiles(added_sizes),
         }
         txn = Transaction(snapshot, "OPTIMIZE", parameters, job="optimize")
+        txn_ids.append(txn.txn_id)
         txn.add_actions(removes + adds)
         try:
-            return txn.commit(metrics), dropped
+            return txn.commit(metrics, after_version=after_version), dropped
         except ConflictError as exc:
             if exc.kind != "ConcurrentDeleteDelete":
                 raise
@@ -218,6 +260,7 @@ def _commit_batch(snapshot: Snapshot, plan: OptimizePlan, bins: list[Bin], outpu
 def run_optimize(ctx: JobContext, params: dict[str, Any], spark_factory: Callable[[], Any] | None = None) -> dict[str, Any]:
     """Plan, rewrite with Spark and commit in batches. Returns the job's metrics."""
     snapshot = Snapshot.load(ctx.storage)
+    ctx.version_read = snapshot.version
     check_supported(snapshot.protocol, "optimize", snapshot.metadata)
     plan = plan_from_params(snapshot, params)
     batch_bytes = int(params["batch_bytes"]) if params.get("batch_bytes") is not None else DEFAULT_BATCH_BYTES
@@ -268,7 +311,8 @@ def run_optimize(ctx: JobContext, params: dict[str, Any], spark_factory: Callabl
                 raise
         else:
             outputs = _execute_bins(spark, spec, batch, params.get("max_concurrent_bins"), label)
-        version, dropped = _commit_batch(snapshot, plan, batch, outputs, parameters)
+        version, dropped = _commit_batch(snapshot, plan, batch, outputs, parameters,
+                                         after_version=versions[-1] if versions else None)
         dropped_bins += len(dropped)
         kept = [i for i in range(len(batch)) if i not in set(dropped)]
         if version is not None:

@@ -236,6 +236,7 @@ def _commit_marker(snapshot: Snapshot, operation: str, parameters: dict, metrics
 def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     storage = ctx.storage
     snapshot = Snapshot.load(storage, paths_only=True)
+    ctx.version_read = snapshot.version
     check_supported(snapshot.protocol, "vacuum", snapshot.metadata)
     listing_log = list_log(storage)
     plan = plan_vacuum(snapshot, args.retention_hours, args.mode, args.ignore_retention_check,

@@ -21,6 +21,7 @@ are older than ``delta.logRetentionDuration`` are deleted.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
@@ -45,6 +46,8 @@ RETENTION_PROPERTY = "delta.logRetentionDuration"
 DEFAULT_INTERVAL = 5
 DEFAULT_MAX_WINDOW_BYTES = 1 << 30
 DEFAULT_LOG_RETENTION = "interval 30 days"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +220,9 @@ def compact_log(table: str | Storage, storage_options: Mapping[str, str] | None 
         ``numWindowsWritten``, ``numWindowsSkipped``, ``numWindowsAlreadyPresent``,
         ``numCommitsReconciled``, ``numActionsReconciled``, ``numActionsWritten``,
         ``numBytesWritten``, ``checkpoint`` (the checkpoint writer's metrics or None),
-        ``numFilesCleaned`` and ``filesCleaned``.
+        ``numDistrustedFilesRemoved`` and ``distrustedFilesRemoved`` (compaction files that
+        disagreed with their commits, each ``{file, reason}``), ``numFilesCleaned`` and
+        ``filesCleaned``.
 
     Raises:
         UnsupportedFeatureError: the table uses a feature this job does not support.
@@ -231,6 +236,13 @@ def compact_log(table: str | Storage, storage_options: Mapping[str, str] | None 
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     snapshot = Snapshot.load(storage)
     check_supported(snapshot.protocol, "compact-log", snapshot.metadata)
+    # A compaction file that disagrees with its commits misleads every reader that trusts it (other
+    # engines do); the commits it covers are all there, so removing it loses nothing.
+    distrusted = [d for d in snapshot.distrusted if d["file"].endswith(".compacted.json")]
+    for d in distrusted:
+        log.warning("%s: removing %s, which disagrees with the commits it covers: %s", storage.root, d["file"],
+                    d["reason"])
+    storage.delete_many([d["file"] for d in distrusted])
     configuration = snapshot.metadata.configuration
     window_len = compaction_interval(configuration, interval)
     retention_ms = _retention_ms(configuration)
@@ -281,7 +293,7 @@ def compact_log(table: str | Storage, storage_options: Mapping[str, str] | None 
     storage.delete_many(cleaned)
 
     checkpoint_written = checkpoint_metrics is not None and not checkpoint_metrics.get("already_existed")
-    changed = bool(written) or checkpoint_written or bool(cleaned)
+    changed = bool(written) or checkpoint_written or bool(cleaned) or bool(distrusted)
     return {
         "status": "committed" if changed else "skipped",
         "version_read": latest,
@@ -299,6 +311,8 @@ def compact_log(table: str | Storage, storage_options: Mapping[str, str] | None 
         "numActionsWritten": actions_out,
         "numBytesWritten": bytes_out,
         "checkpoint": checkpoint_metrics,
+        "numDistrustedFilesRemoved": len(distrusted),
+        "distrustedFilesRemoved": distrusted,
         "numFilesCleaned": len(cleaned),
         "filesCleaned": cleaned,
     }

@@ -149,8 +149,11 @@ class Replay:
     domains: dict[str, dict] = field(default_factory=dict)  # latest per domain, tombstones included
     files: dict[tuple[str, str], tuple[str, dict]] = field(default_factory=dict)  # key -> (kind, action)
 
-    def apply_commit(self, actions: Iterable[Mapping[str, Any]], what: str = "a commit") -> None:
-        """Apply one commit's (or one compaction file's) actions; ``what`` names the file in errors."""
+    def apply_commit(self, actions: Iterable[Mapping[str, Any]], what: str = "a commit", *,
+                     reconciled: bool = False) -> None:
+        """Apply one commit's actions; ``what`` names the file in errors. With ``reconciled`` the
+        actions are a reconciled state (a log compaction file, checked by :func:`actions_problem`),
+        which may hold several removes of one path."""
         adds: dict[tuple[str, str], dict] = {}
         removes: dict[tuple[str, str], dict] = {}
         add_dvs: dict[str, str] = {}
@@ -168,7 +171,7 @@ class Replay:
             except (KeyError, TypeError, AttributeError):
                 raise CorruptLogError(f"corrupt log file {what}: a {kind} action without a path") from None
             dv_id = dv_unique_id(body.get("deletionVector"))
-            if dvs.get(path, dv_id) != dv_id:
+            if not reconciled and dvs.get(path, dv_id) != dv_id:
                 raise CorruptLogError(
                     f"corrupt log file {what}: two {kind} actions for the file {path!r} with different "
                     "deletion vectors in one version")

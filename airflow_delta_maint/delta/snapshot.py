@@ -50,7 +50,7 @@ def _cross_check(storage: Storage, comp: Compaction, window: Replay) -> str | No
     if problem:
         return f"not a reconciliation of commits {comp.start} to {comp.end}: {problem}"
     theirs = Replay(root=storage.root)
-    theirs.apply_commit(actions, comp.file.key)
+    theirs.apply_commit(actions, comp.file.key, reconciled=True)
     ours, got = window.file_kinds(), theirs.file_kinds()
     if ours != got:
         for key in sorted(set(ours) | set(got)):
@@ -397,7 +397,7 @@ class Snapshot:
                 problem = actions_problem(actions, root)
                 if problem:
                     raise _Untrusted((f.key,), f"not a reconciliation of commits {start} to {end}: {problem}")
-            replay.apply_commit(actions, f.key)
+            replay.apply_commit(actions, f.key, reconciled=start != end)
             if start == end:
                 if start in pending:
                     open_windows.append((pending.pop(start), Replay(root=root)))

@@ -14,7 +14,6 @@ import json
 import os
 import subprocess
 import sys
-from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
@@ -28,7 +27,7 @@ from airflow_delta_maint.delta.checkpoint import write_checkpoint
 from airflow_delta_maint.delta.deletion_vectors import write_deletion_vector
 from airflow_delta_maint.delta.errors import CorruptLogError, InconsistentStateError
 from airflow_delta_maint.delta.log_compaction import compact_log, reconcile_window, render_window
-from airflow_delta_maint.delta.reconciliation import actions_problem, commit_problem, state_problem
+from airflow_delta_maint.delta.reconciliation import commit_problem, state_problem
 from airflow_delta_maint.delta.snapshot import Snapshot
 from airflow_delta_maint.delta.storage import Storage
 from airflow_delta_maint.delta.transaction import Transaction

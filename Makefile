@@ -1,6 +1,8 @@
-# Two entry points on a fresh machine (Python 3.11+ and Java 17+ only):
-#   make demo   - a demo table of many small files, maintained end to end
+# Two entry points on a fresh machine (Python 3.11+, Java 17+, and the Python package index
+# reachable for the first run, which creates .venv/):
+#   make demo   - a demo table of 200 small files, maintained end to end by the example DAG
 #   make test   - the test suite
+#   make bench  - the benchmarks; their output goes to benchmarks/out/
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python

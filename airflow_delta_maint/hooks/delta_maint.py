@@ -135,8 +135,10 @@ class DeltaMaintHook(SparkSubmitHook):
     :param env_vars: environment variables for spark-submit (and the driver in client mode).
     :param name: the Spark application name.
     :param cache_dir: folder for the cached ``--py-files`` zip.
-    :param spark_submit_kwargs: any other :class:`SparkSubmitHook` argument (``executor_memory``,
-        ``driver_memory``, ``num_executors``, ``verbose``, ...).
+
+    Any other keyword argument goes to :class:`SparkSubmitHook` as it is (``executor_memory="4g"``,
+    ``driver_memory="2g"``, ``num_executors=4``, ``verbose=True``, ...). The operators collect
+    these in their ``spark_submit_kwargs`` dictionary and pass them on this way.
     """
 
     conn_name_attr = "conn_id"

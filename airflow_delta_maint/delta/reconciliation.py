@@ -25,7 +25,7 @@ from .actions import dv_unique_id
 from .errors import CorruptLogError
 from .paths import canonical_path, canonical_paths
 
-__all__ = ["Replay", "actions_problem", "commit_problem", "live_dv_ids", "state_problem"]
+__all__ = ["Replay", "actions_problem", "added_problem", "commit_problem", "live_dv_ids", "state_problem"]
 
 
 def _describe(path: str, dv_id: str) -> str:
@@ -38,28 +38,53 @@ def _rows(mask: pa.Array) -> pa.Array:
 
 def state_problem(adds: pa.Table, removes: pa.Table, root: str) -> str | None:
     """Why live ``adds`` and tombstones ``removes`` (tables with ``path`` and ``deletionVector``)
-    are not a reconciled state, or None. Vectorised: only rows that may share a key are looked
-    at in Python."""
+    are not a reconciled state, or None. Vectorised: one hash pass over the paths, and only rows
+    that may share a key are looked at in Python."""
     if adds.num_rows == 0:
         return None
     keys = canonical_paths(adds.column("path"), root)
-    if pc.count_distinct(keys).as_py() + keys.null_count != len(keys):
+    if len(pc.unique(keys)) != len(keys):
         counts = pc.value_counts(keys)
         dup = counts.filter(pc.greater(counts.field("counts"), 1))[0].as_py()
         return f"{dup['counts']} live add actions for the file {dup['values']!r}"
     if removes.num_rows == 0:
         return None
     removed = canonical_paths(removes.column("path"), root)
-    hit = pc.fill_null(pc.is_in(removed, value_set=keys), False)
-    if not pc.any(hit).as_py():
+    # probe the larger side with a hash of the smaller one
+    if len(removed) <= len(keys):
+        shared = pc.filter(keys, pc.fill_null(pc.is_in(keys, value_set=pc.unique(removed)), False))
+    else:
+        shared = pc.filter(removed, pc.fill_null(pc.is_in(removed, value_set=keys), False))
+    if len(shared) == 0:
         return None
-    rows = _rows(hit)
-    paths = removed.take(rows).to_pylist()
-    live = live_dv_ids(adds, set(paths), root, keys)
-    for path, dv in zip(paths, removes.column("deletionVector").take(rows).to_pylist()):
+    paths = set(shared.to_pylist())
+    live = live_dv_ids(adds, paths, root, keys)
+    rows = _rows(pc.fill_null(pc.is_in(removed, value_set=pa.array(sorted(paths), pa.string())), False))
+    for path, dv in zip(removed.take(rows).to_pylist(), removes.column("deletionVector").take(rows).to_pylist()):
         dv_id = dv_unique_id(dv)
         if live.get(path) == dv_id:
             return f"the file {_describe(path, dv_id)} is both live and removed"
+    return None
+
+
+def added_problem(base: pa.Table, adds: Iterable[Mapping[str, Any]], root: str) -> str | None:
+    """Why live files ``base`` (a reconciled state, checked already) joined by new ``adds`` of other
+    logical files would hold a path live twice, or None. Cheap: the new paths are few."""
+    new: dict[str, str] = {}
+    for a in adds:
+        path = canonical_path(a["path"], root)
+        dv_id = dv_unique_id(a.get("deletionVector"))
+        if path in new:
+            return (f"2 live add actions for the file {path!r} (deletion vectors {new[path] or 'none'} and "
+                    f"{dv_id or 'none'})")
+        new[path] = dv_id
+    if not new or base.num_rows == 0:
+        return None
+    keys = canonical_paths(base.column("path"), root)
+    shared = pc.filter(keys, pc.fill_null(pc.is_in(keys, value_set=pa.array(sorted(new), pa.string())), False))
+    if len(shared):
+        path = shared[0].as_py()
+        return f"2 live add actions for the file {path!r}"
     return None
 
 

@@ -23,7 +23,7 @@ from .actions import ADD, ADD_SCHEMA, REMOVE, REMOVE_SCHEMA, Metadata, Protocol,
 from .errors import CorruptLogError, InconsistentStateError, InvalidArgumentError, MissingVersionError
 from .log import LOG_DIR, Checkpoint, Compaction, LogSegment, build_segment, commit_key, parse_json_lines
 from .paths import _file_name, canonical_path, maybe_noncanonical
-from .reconciliation import Replay, actions_problem, state_problem
+from .reconciliation import Replay, actions_problem, added_problem, state_problem
 from .storage import FileInfo, Storage
 
 log = logging.getLogger(__name__)
@@ -441,15 +441,18 @@ class Snapshot:
         spellings = {a["path"] for _, a in replay.files.values()}
         new_adds = [a for kind, a in replay.files.values() if kind == "add"]
         new_removes = [a for kind, a in replay.files.values() if kind == "remove"]
+        kept_adds = _drop_keys(cp.adds, touched, spellings, root)
         files = pa.concat_tables([
-            _drop_keys(cp.adds, touched, spellings, root),
+            kept_adds,
             pa.Table.from_struct_array(pa.array(new_adds, type=ADD)) if new_adds else ADD_SCHEMA.empty_table(),
         ])
         tombstones = pa.concat_tables([
             _drop_keys(cp.removes, touched, spellings, root),
             pa.Table.from_struct_array(pa.array(new_removes, type=REMOVE)) if new_removes else REMOVE_SCHEMA.empty_table(),
         ])
-        problem = state_problem(files, tombstones, root)
+        # The checkpoint is a reconciled state (checked above) and the replay's keys were taken out
+        # of it, so no file can be live and removed; only a new add can make a path live twice.
+        problem = added_problem(kept_adds, new_adds, root)
         if problem:
             suspects = tuple(c.file.key for c in segment.compactions) or cp_keys
             if suspects:

@@ -310,15 +310,17 @@ def test_corpus_table(name: str, tmp_path: Path) -> None:
             except DeltaError:
                 continue  # an older version is not reconstructable from what the log kept
             assert state(t, v) == expected
+    # a rerun is a no-op
+    again = compact_log(str(t), interval=2)
+    assert again["status"] == "skipped" and again["numWindowsWritten"] == 0
+    assert again["numDistrustedFilesRemoved"] == 0
     if _rs_loads(src):
         expected_rs = rs_state(src)
         assert rs_state(t) == (expected_rs[0], expected_rs[1])
         if written:
+            # commits emptied behind the compaction files: only a reader of them sees the table
             blank_covered_commits(t)
             assert rs_state(t) == expected_rs, "delta-rs 1.6.0 did not read the compaction files"
-    # a rerun is a no-op
-    again = compact_log(str(t), interval=2)
-    assert again["status"] == "skipped" and again["numWindowsWritten"] == 0
 
 
 # -- random delta-rs histories ------------------------------------------------------------------

@@ -187,41 +187,56 @@ def build_segment(storage: Storage, version: int | None = None, use_compactions:
             checkpoint = c  # ascending: keeps the latest
     start = checkpoint.version + 1 if checkpoint else 0
 
-    by_start: dict[int, Compaction] = {}
+    by_start: dict[int, list[Compaction]] = {}
     if use_compactions:
         for comp in listing.compactions:
             if comp.start >= start and comp.end <= version and comp.file.key not in exclude:
-                best = by_start.get(comp.start)
-                if best is None or comp.end > best.end:
-                    by_start[comp.start] = comp
+                by_start.setdefault(comp.start, []).append(comp)
+    # Cover start..version with commits and compaction files. Each step from v is commit v or a
+    # compaction file starting at v; the cheapest cover wins: fewest compaction files first when
+    # commits are preferred, then fewest files. Solved backwards, one step per version.
+    cost: dict[int, tuple[int, int]] = {version + 1: (0, 0)}
+    step: dict[int, Compaction | None] = {}
+    for v in range(version, start - 1, -1):
+        options: list[tuple[tuple[int, int], Compaction | None]] = []
+        if v in listing.commits and v + 1 in cost:
+            c = cost[v + 1]
+            options.append(((c[0], c[1] + 1), None))
+        for comp in by_start.get(v, ()):
+            if comp.end + 1 in cost:
+                c = cost[comp.end + 1]
+                options.append(((c[0] + (1 if prefer_commits else 0), c[1] + 1), comp))
+        if options:  # ties: a compaction file over a commit, the longer one first
+            best = min(options, key=lambda o: (o[0], o[1] is None, -(o[1].end if o[1] else v)))
+            cost[v], step[v] = best
+    if start not in cost:
+        gap = next(v for v in range(start, version + 1) if v not in listing.commits)
+        if checkpoint is None and gap == 0:
+            earliest = min(listing.commits) if listing.commits else None
+            raise MissingVersionError(
+                f"cannot reconstruct version {version}: no checkpoint at or before it and commit 0 is gone"
+                + (f" (earliest commit is {earliest})" if earliest is not None else ""))
+        raise MissingVersionError(
+            f"the log has a gap: commit {gap} is missing (needed to read version {version}"
+            f" from {'checkpoint ' + str(checkpoint.version) if checkpoint else 'version 0'})")
     replay: list[tuple[int, int, FileInfo]] = []
     used: list[Compaction] = []
-    shadowed: list[Compaction] = []
     commits: list[FileInfo] = []
     v = start
     while v <= version:
-        comp = by_start.get(v)
-        if comp is not None and (not prefer_commits
-                                 or any(u not in listing.commits for u in range(comp.start, comp.end + 1))):
+        comp = step[v]
+        if comp is not None:
             replay.append((comp.start, comp.end, comp.file))
             used.append(comp)
             v = comp.end + 1
-            continue
-        if comp is not None:
-            shadowed.append(comp)
-        f = listing.commits.get(v)
-        if f is None:
-            if checkpoint is None and v == 0:
-                earliest = min(listing.commits) if listing.commits else None
-                raise MissingVersionError(
-                    f"cannot reconstruct version {version}: no checkpoint at or before it and commit 0 is gone"
-                    + (f" (earliest commit is {earliest})" if earliest is not None else ""))
-            raise MissingVersionError(
-                f"the log has a gap: commit {v} is missing (needed to read version {version}"
-                f" from {'checkpoint ' + str(checkpoint.version) if checkpoint else 'version 0'})")
-        replay.append((v, v, f))
-        commits.append(f)
-        v += 1
+        else:
+            replay.append((v, v, listing.commits[v]))
+            commits.append(listing.commits[v])
+            v += 1
+    replayed = {s for s, e, _ in replay if s == e}
+    shadowed = [c for group in by_start.values() for c in group
+                if c not in used and all(u in replayed for u in range(c.start, c.end + 1))]
+    shadowed.sort(key=lambda c: (c.start, c.end))
     return LogSegment(version, checkpoint, tuple(commits), tuple(used), tuple(replay), tuple(shadowed))
 
 

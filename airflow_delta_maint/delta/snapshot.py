@@ -387,7 +387,9 @@ class Snapshot:
             cp = CheckpointData(ADD_SCHEMA.empty_table(), REMOVE_SCHEMA.empty_table(), None, None, {}, {})
         replay = Replay(root=root, protocol=cp.protocol, metadata=cp.metadata, txns=dict(cp.txns),
                         domains=dict(cp.domains))
-        pending = {c.start: c for c in segment.shadowed} if verify else {}
+        pending: dict[int, list[Compaction]] = {}
+        for c in segment.shadowed if verify else ():
+            pending.setdefault(c.start, []).append(c)
         open_windows: list[tuple[Compaction, Replay]] = []
         mismatches: list[dict[str, str]] = []
         commit_ts = None
@@ -399,8 +401,7 @@ class Snapshot:
                     raise _Untrusted((f.key,), f"not a reconciliation of commits {start} to {end}: {problem}")
             replay.apply_commit(actions, f.key, reconciled=start != end)
             if start == end:
-                if start in pending:
-                    open_windows.append((pending.pop(start), Replay(root=root)))
+                open_windows.extend((c, Replay(root=root)) for c in pending.pop(start, ()))
                 for comp, window in open_windows:
                     window.apply_commit(actions, f.key)
                     if comp.end == start:

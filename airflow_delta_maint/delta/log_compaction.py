@@ -359,8 +359,10 @@ def nothing_to_do(table: str | Storage, storage_options: Mapping[str, str] | Non
                   params: Mapping[str, Any] | None = None) -> str | None:
     """Why a compact-log run would do nothing, or None when it has work (cheap, no Spark).
 
-    Lists the log from the last checkpoint and reads at most the newest metaData. Cleaning up
-    old compaction files is not considered: it happens on the next run that has work.
+    Lists the log from the last checkpoint and reads at most the newest metaData; when compaction
+    files follow the checkpoint, the commits they cover are read too, so that one that disagrees
+    with them (which the run removes) counts as work. Cleaning up old compaction files is not
+    considered: it happens on the next run that has work.
 
     Args:
         table: the table path or URI, or its Storage.
@@ -396,6 +398,10 @@ def nothing_to_do(table: str | Storage, storage_options: Mapping[str, str] | Non
     for window in missing:
         size, gap = _window_bytes(listing, window)
         if gap is None and size <= max_bytes:
+            return None
+    if any(checkpoint_version is None or c.start > checkpoint_version for c in listing.compactions):
+        # a compaction file that disagrees with its commits is work: the run removes it
+        if Snapshot.load(storage).distrusted:
             return None
     return (f"no log compaction window is due: {since} commits since the last checkpoint, "
             f"every window of {window_len} commits up to version {latest} is written or cannot be")

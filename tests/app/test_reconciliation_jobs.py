@@ -68,6 +68,9 @@ def test_checkpoint_writes_the_commits_state(bad_table: Path):
 
 
 def test_compact_log_removes_the_bad_file_and_writes_good_windows(bad_table: Path):
+    from airflow_delta_maint.delta.log_compaction import nothing_to_do
+
+    assert nothing_to_do(str(bad_table), None, {"interval": 2}) is None  # the operator does not skip it
     code, m = run("compact-log", str(bad_table), "--interval", "2")
     assert code == 0 and m["status"] == "committed"
     assert [d["file"] for d in m["distrustedFilesRemoved"]] == [BAD_COMPACTION]
@@ -76,6 +79,7 @@ def test_compact_log_removes_the_bad_file_and_writes_good_windows(bad_table: Pat
     snap = Snapshot.load(str(bad_table), compactions="trust")
     assert len(snap.segment.compactions) == 2 and snap.num_files == 2 and snap.distrusted == []
     assert deltars_ids(bad_table) == EXPECTED_IDS  # delta-rs 1.6.0 reads the new compaction files
+    assert nothing_to_do(str(bad_table), None, {"interval": 2}) is not None
     code, m = run("compact-log", str(bad_table), "--checkpoint-interval", "1")
     assert code == 0 and m["checkpoint"]["num_add_files"] == 2
     assert deltars_ids(bad_table) == EXPECTED_IDS

@@ -44,3 +44,13 @@ class InconsistentStateError(CorruptLogError):
 
     Raised instead of returning or writing such a state: by the reader when no trustworthy log
     files reconstruct the version, and by every writer before it writes."""
+
+
+class StorageError(DeltaError):
+    """The object store refused or failed a request: missing bucket or container, rejected
+    credentials, permission denied, unreachable endpoint, bad storage option."""
+
+
+class PutIfAbsentUnsupportedError(StorageError):
+    """The store cannot create an object only if it is absent, so a commit could overwrite another;
+    writing jobs are refused before they write anything."""

@@ -6,18 +6,25 @@ Keys are relative to the table root and use ``/``: ``_delta_log/0000000000000000
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import uuid
 from dataclasses import dataclass
 from typing import Iterator, Mapping
 from urllib.parse import quote, unquote, urlparse
 
 import obstore
-from obstore.exceptions import AlreadyExistsError
+from obstore.exceptions import AlreadyExistsError, NotSupportedError, PreconditionError
 from obstore.store import LocalStore, from_url
 
-from .errors import TableNotFoundError
+from .errors import PutIfAbsentUnsupportedError, StorageError, TableNotFoundError
+from .storage_env import conditional_put_disabled, split_options, store_environ, store_family
+from .storage_errors import translate
 
-_CLIENT_KEYS = {"allow_http", "aws_allow_http"}
+log = logging.getLogger("delta_maint.storage")
+
+#: the key the put-if-absent probe asks about; a conforming store never creates it
+_PROBE_PREFIX = "_delta_log/.delta-maint-put-if-absent-probe-"
 
 __all__ = ["FileInfo", "Storage", "AlreadyExistsError", "normalize_table_uri"]
 
@@ -45,15 +52,24 @@ def normalize_table_uri(uri: str) -> str:
 class Storage:
     """List, read, put-if-absent and delete the objects under one table root.
 
+    Object-store failures (missing bucket or container, rejected credentials, permission denied,
+    unreachable endpoint) raise :class:`~.errors.StorageError` with one line naming the table and
+    the cause; a missing object still raises ``FileNotFoundError`` and an existing one
+    ``AlreadyExistsError``. Before its first write, a Storage checks that the store can create an
+    object only if it is absent (:meth:`require_put_if_absent`) and refuses to write otherwise.
+
     Args:
-        root: a local path or a ``file://``, ``s3://``, ``gs://``, ``az://``/``abfss://`` URI.
-        options: storage options passed to obstore (credentials, endpoint, region, ...).
+        root: a local path or a ``file://``, ``s3://``/``s3a://``, ``gs://``, ``az://``/``abfss://`` URI.
+        options: storage options (credentials, endpoint, region, ``allow_http``, ``max_retries``,
+            ...), over the ``AWS_*``/``AZURE_*``/``GOOGLE_*`` environment variables.
     """
 
     def __init__(self, root: str, options: Mapping[str, str] | None = None):
         self.root = normalize_table_uri(root)
         self.options = dict(options or {})
         self.is_local = self.root.startswith("file://")
+        self.family = store_family(self.root)
+        self._put_if_absent_checked = self.is_local
         if self.is_local:
             self.local_root = self.root[len("file://"):] or "/"
             if not os.path.isdir(self.local_root):
@@ -61,23 +77,28 @@ class Storage:
             self._store = LocalStore(self.local_root)
         else:
             self.local_root = None
-            self._store = from_url(self.root, config=self._config(), client_options=self._client_options())
-
-    def _config(self) -> dict[str, str]:
-        return {k: v for k, v in self.options.items()
-                if not k.startswith("client.") and k.lower() not in _CLIENT_KEYS}
-
-    def _client_options(self) -> dict[str, str]:
-        opts = {k[len("client."):]: v for k, v in self.options.items() if k.startswith("client.")}
-        if any(str(v).lower() == "true" for k, v in self.options.items() if k.lower() in _CLIENT_KEYS):
-            opts.setdefault("allow_http", True)
-        return opts
+            try:
+                config, client, retry = split_options(self.family, self.options)
+            except ValueError as exc:
+                raise StorageError(f"cannot open {self.root}: bad storage option: {exc}") from None
+            self._config = config
+            try:
+                self._store = from_url(self.root, config=config, client_options=client or None,
+                                       retry_config=retry or None)
+            except Exception as exc:  # bad URL or option: obstore's error, one line
+                raise translate(exc, self.root, self.family, "open") from None
 
     def __getstate__(self) -> dict:
-        return {"root": self.root, "options": self.options}
+        # Spark executors get the driver's store environment (AWS_*, AZURE_*, GOOGLE_* variables) for
+        # the variables their own environment does not set: on a cluster the executors do not
+        # inherit the shell that ran spark-submit, and a table the driver opened must open there too.
+        return {"root": self.root, "options": self.options, "checked": self._put_if_absent_checked,
+                "environ": store_environ(self.family)}
 
     def __setstate__(self, state: dict) -> None:
+        _apply_shipped_environ(state.get("environ", {}))
         self.__init__(state["root"], state["options"])
+        self._put_if_absent_checked = state.get("checked", self.is_local)
 
     def __repr__(self) -> str:
         return f"Storage({self.root!r})"
@@ -94,9 +115,10 @@ class Storage:
             return iter(self._scan_local(prefix, start_after))
         kwargs = {"offset": start_after} if start_after else {}
         items: list[FileInfo] = []
-        for chunk in obstore.list(self._store, prefix, **kwargs):
-            for meta in chunk:
-                items.append(_info(meta))
+        with self._errors("list"):
+            for chunk in obstore.list(self._store, prefix, **kwargs):
+                for meta in chunk:
+                    items.append(_info(meta))
         items.sort(key=lambda f: f.key)
         return iter(items)
 
@@ -125,51 +147,111 @@ class Storage:
 
     def list_recursive(self, prefix: str = "") -> Iterator[FileInfo]:
         """Every object under ``prefix`` (unsorted, streamed)."""
-        for chunk in obstore.list(self._store, prefix or None):
-            for meta in chunk:
-                yield _info(meta)
+        with self._errors("list"):
+            for chunk in obstore.list(self._store, prefix or None):
+                for meta in chunk:
+                    yield _info(meta)
 
     def list_dir(self, prefix: str = "") -> tuple[list[str], list[FileInfo]]:
         """Immediate children of a folder: (sub-folder keys, objects)."""
-        res = obstore.list_with_delimiter(self._store, prefix or None)
+        with self._errors("list"):
+            res = obstore.list_with_delimiter(self._store, prefix or None)
         return list(res["common_prefixes"]), [_info(m) for m in res["objects"]]
 
     def read(self, key: str) -> bytes:
         """The whole object. Raises FileNotFoundError when it does not exist."""
-        return bytes(obstore.get(self._store, key).bytes())
+        with self._errors("read"):
+            return bytes(obstore.get(self._store, key).bytes())
 
     def read_range(self, key: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of an object."""
-        return bytes(obstore.get_range(self._store, key, start=start, end=end))
+        with self._errors("read"):
+            return bytes(obstore.get_range(self._store, key, start=start, end=end))
 
     def head(self, key: str) -> FileInfo:
         """Size and modification time of one object."""
-        return _info(obstore.head(self._store, key))
+        with self._errors("read"):
+            return _info(obstore.head(self._store, key))
 
     def exists(self, key: str) -> bool:
         try:
-            obstore.head(self._store, key)
+            self.head(key)
             return True
         except FileNotFoundError:
             return False
 
     # -- writing --------------------------------------------------------------------------
+    def require_put_if_absent(self) -> None:
+        """Raise PutIfAbsentUnsupportedError unless the store can create an object only if absent.
+
+        Local disk can. An S3 store configured with ``conditional_put=disabled`` (option or
+        ``AWS_CONDITIONAL_PUT``) cannot, and is refused without a request. Otherwise one
+        conditional request asks the store: a put of a probe key under ``_delta_log/`` that must
+        match a version it does not have. A store that honours preconditions refuses it and
+        nothing is written; a store that ignores them creates the object, which is deleted at
+        once, and the store is refused. The answer is kept (also in pickled copies).
+        """
+        if self._put_if_absent_checked:
+            return
+        if self.family not in ("s3", "azure", "gcs"):
+            raise PutIfAbsentUnsupportedError(
+                f"cannot write to {self.root}: put-if-absent is not known to work on this store, so a commit "
+                "could overwrite another; only local disk, S3, Azure and GCS are written")
+        if conditional_put_disabled(self.family, self._config):
+            raise PutIfAbsentUnsupportedError(
+                f"cannot write to {self.root}: the store is configured without conditional put "
+                "(conditional_put=disabled), so a commit could overwrite another; remove that setting "
+                "on a store that supports If-None-Match")
+        key = f"{_PROBE_PREFIX}{uuid.uuid4().hex}"
+        try:
+            with self._errors("write to"):
+                obstore.put(self._store, key, b"", mode={"e_tag": '"delta-maint-probe"', "version": "1"})
+        except (FileNotFoundError, PreconditionError, AlreadyExistsError):
+            self._put_if_absent_checked = True  # the precondition held the put back
+            return
+        except (NotImplementedError, NotSupportedError) as exc:
+            log.debug("put-if-absent probe on %s: %s", self.root, exc)
+            raise PutIfAbsentUnsupportedError(
+                f"cannot write to {self.root}: the store does not support conditional puts, so a commit "
+                "could overwrite another") from None
+        with contextlib.suppress(Exception):
+            obstore.delete(self._store, key)
+        raise PutIfAbsentUnsupportedError(
+            f"cannot write to {self.root}: the store ignored a conditional put (If-Match), so put-if-absent "
+            "cannot be trusted and a commit could overwrite another")
+
     def put_if_absent(self, key: str, data: bytes) -> None:
         """Create the object; raises AlreadyExistsError if it exists. Never overwrites."""
-        obstore.put(self._store, key, data, mode="create")
+        self.require_put_if_absent()
+        with self._errors("write to"):
+            obstore.put(self._store, key, data, mode="create")
 
     def put(self, key: str, data: bytes) -> None:
         """Create or overwrite the object (whole or not at all)."""
-        obstore.put(self._store, key, data)
+        self.require_put_if_absent()
+        with self._errors("write to"):
+            obstore.put(self._store, key, data)
 
     def delete(self, key: str) -> None:
-        obstore.delete(self._store, key)
+        with self._errors("delete from"):
+            obstore.delete(self._store, key)
 
     def delete_many(self, keys: list[str]) -> None:
         """Delete objects; keys already gone are ignored."""
         for key in keys:
             with contextlib.suppress(FileNotFoundError):
-                obstore.delete(self._store, key)
+                self.delete(key)
+
+    @contextlib.contextmanager
+    def _errors(self, action: str) -> Iterator[None]:
+        """Turn object-store failures into one-line StorageErrors (the raw text is logged at debug)."""
+        if self.is_local:
+            yield
+            return
+        try:
+            yield
+        except Exception as exc:
+            raise translate(exc, self.root, self.family, action) from None
 
     # -- paths ----------------------------------------------------------------------------
     def key_for_path(self, path: str) -> str | None:
@@ -196,6 +278,21 @@ class Storage:
     def store(self):
         """The underlying obstore store (for readers that accept one)."""
         return self._store
+
+
+#: the variables a pickled Storage set in this process (a reused Spark worker runs many tasks)
+_SHIPPED_ENVIRON: dict[str, str] = {}
+
+
+def _apply_shipped_environ(environ: Mapping[str, str]) -> None:
+    """Set the driver's store variables that this process's own environment does not set."""
+    for key in list(_SHIPPED_ENVIRON):
+        if key not in environ and os.environ.get(key) == _SHIPPED_ENVIRON.pop(key):
+            del os.environ[key]
+    for key, value in environ.items():
+        if key not in os.environ or key in _SHIPPED_ENVIRON:
+            os.environ[key] = value
+            _SHIPPED_ENVIRON[key] = value
 
 
 def _info(meta: Mapping) -> FileInfo:

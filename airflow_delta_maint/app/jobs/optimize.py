@@ -277,6 +277,7 @@ def run_optimize(ctx: JobContext, params: dict[str, Any], spark_factory: Callabl
     if plan.is_empty:
         return {**out, "status": "skipped", "reason": "nothing to compact",
                 "numAddedFiles": 0, "numRemovedFiles": 0, "numAddedBytes": 0, "numRemovedBytes": 0}
+    ctx.storage.require_put_if_absent()  # refuse a store without put-if-absent before any file is written
     spark = (spark_factory or ctx.spark)()
     # On a table with deletion vectors every file's stats say whether they are exact; ours are.
     tight_bounds = True if "deletionVectors" in table_features(snapshot.protocol)[1] else None

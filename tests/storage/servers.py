@@ -1,0 +1,123 @@
+"""Object-store servers on 127.0.0.1 for the tests: moto (S3), Azurite (Azure Blob), gcp-storage-emulator
+(GCS). Each starts on a free port as a child process and is stopped by its process id."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+#: where ``make test`` installs the npm package ``azurite`` (see the Makefile)
+AZURITE_PREFIX = Path(os.environ.get("DELTA_MAINT_AZURITE_PREFIX", REPO / ".venv" / "azurite"))
+#: Azurite's well-known development account
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode} before listening on {port}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise RuntimeError(f"server did not listen on {port} within {timeout}s")
+
+
+@dataclass
+class Server:
+    name: str
+    port: int
+    proc: subprocess.Popen
+    env: dict[str, str] = field(default_factory=dict)  # the environment that points a shell at it
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)  # the server's own process group (npm starts a child)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+
+
+def _start(name: str, argv: list[str], port: int, env: dict[str, str] | None = None, cwd: str | None = None,
+           log: Path | None = None) -> subprocess.Popen:
+    out = open(log, "wb") if log else subprocess.DEVNULL
+    proc = subprocess.Popen(argv, env={**os.environ, **(env or {})}, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        wait_for_port(port, proc)
+    except Exception:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    return proc
+
+
+def start_moto(workdir: Path, auth_actions: int | None = None) -> Server:
+    """A moto S3 server. With ``auth_actions``, requests after the first N need valid IAM credentials."""
+    port = free_port()
+    env = {"INITIAL_NO_AUTH_ACTION_COUNT": str(auth_actions)} if auth_actions is not None else {}
+    proc = _start("moto", [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], port, env,
+                  log=workdir / f"moto-{port}.log")
+    server = Server("moto", port, proc)
+    server.env = {"AWS_ENDPOINT_URL": server.endpoint, "AWS_ALLOW_HTTP": "true", "AWS_REGION": "us-east-1",
+                  "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+    return server
+
+
+def azurite_command() -> list[str]:
+    exe = AZURITE_PREFIX / "node_modules" / ".bin" / "azurite-blob"
+    if not exe.exists():
+        hint = ("npm is not installed: install Node.js 20+ and npm, then run `make test`"
+                if shutil.which("npm") is None else "run `make test` (its install step runs npm install azurite)")
+        raise RuntimeError(f"Azurite is not installed at {AZURITE_PREFIX}; {hint}")
+    return [str(exe)]
+
+
+def start_azurite(workdir: Path) -> Server:
+    port = free_port()
+    data = workdir / f"azurite-{port}"
+    data.mkdir(parents=True, exist_ok=True)
+    proc = _start("azurite", [*azurite_command(), "--blobHost", "127.0.0.1", "--blobPort", str(port),
+                              "--location", str(data), "--skipApiVersionCheck", "--loose", "--silent"], port,
+                  log=workdir / f"azurite-{port}.log")
+    server = Server("azurite", port, proc)
+    server.env = {"AZURE_STORAGE_ACCOUNT_NAME": AZURITE_ACCOUNT, "AZURE_STORAGE_ACCOUNT_KEY": AZURITE_KEY,
+                  "AZURE_STORAGE_USE_EMULATOR": "true",
+                  "AZURITE_BLOB_STORAGE_URL": server.endpoint}
+    return server
+
+
+def start_gcs(workdir: Path) -> Server:
+    port = free_port()
+    exe = Path(sys.executable).parent / "gcp-storage-emulator"
+    proc = _start("gcs", [str(exe), "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"], port,
+                  log=workdir / f"gcs-{port}.log")
+    server = Server("gcs", port, proc)
+    creds = workdir / f"gcs-{port}.json"
+    creds.write_text(json.dumps({"gcs_base_url": server.endpoint, "disable_oauth": True, "client_email": "",
+                                 "private_key": "", "private_key_id": ""}))
+    server.env = {"GOOGLE_SERVICE_ACCOUNT": str(creds), "GOOGLE_ALLOW_HTTP": "true"}
+    return server

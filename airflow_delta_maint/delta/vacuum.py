@@ -581,7 +581,7 @@ def nothing_to_do(table: str, storage_options: Mapping[str, str] | None = None,
 
     Returns:
         A one-line reason (lite mode: no commits newly outside the retention window, or none of
-        them removed a file that is not still needed), or None. Full mode returns None: only a
+        them removed a file that is not still needed and the watermark would not move), or None. Full mode returns None: only a
         listing can prove a table has no orphans.
 
     Raises:
@@ -602,9 +602,11 @@ def nothing_to_do(table: str, storage_options: Mapping[str, str] | None = None,
         return (f"no commits left the retention window since the last VACUUM (watermark "
                 f"{plan.lite.watermark}, newest commit outside the window {plan.latest_outside})")
     found = lite_candidates(plan, snapshot.storage, snapshot)
-    if not found.files:
+    # a run that deletes nothing still moves the watermark, so that later runs read fewer commits
+    if not found.files and found.watermark == plan.lite.watermark:
         return (f"commits {plan.lite.start} to {plan.lite.end} removed no file that has expired and is no "
-                "longer needed")
+                "longer needed, and the watermark stays at version "
+                f"{plan.lite.watermark}")
     return None
 
 

@@ -483,3 +483,22 @@ def test_lite_mode_parses_only_the_actions_it_needs():
     assert skipped == [{"remove": {"path": "b.parquet"}}, {"cdc": {"path": "c.parquet"}},
                        {"add": {"path": "d.parquet"}}]  # unusual spacing: parsed, never lost
     assert len(parse_json_lines(data, "x")) == 5
+
+
+def test_lite_mode_has_work_when_only_the_watermark_moves(tmp_path):
+    """Append-only commits left the window: nothing to delete, but the watermark moves, so that
+    the commits read each night do not pile up until the log is cleaned under them."""
+    path = tmp_path / "t"
+    for v in range(3):
+        write_deltalake(str(path), pa.table({"id": [v]}), mode="append")
+    now = int(time.time() * 1000)
+    for v in range(3):
+        age_commit(path, v, now - (12 - v) * DAY_MS)
+    write_last_vacuum_info(Storage(str(path)), 0)
+    snapshot = Snapshot.load(str(path))
+    plan = plan_vacuum(snapshot, mode="lite", now_ms=now, with_valid=False)
+    found = lite_candidates(plan, snapshot.storage, snapshot)
+    assert found.files == [] and found.watermark == 2 and plan.lite.watermark == 0
+    assert nothing_to_do(str(path), None, {"mode": "lite"}) is None
+    write_last_vacuum_info(snapshot.storage, found.watermark)
+    assert "no commits left the retention window" in nothing_to_do(str(path), None, {"mode": "lite"})

@@ -7,6 +7,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# the Azure Storage emulator the object-store tests start (npm package, installed beside the virtualenv)
+AZURITE := $(VENV)/azurite/node_modules/.bin/azurite-blob
 
 .PHONY: demo test bench check-java clean
 
@@ -17,13 +19,17 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/uv pip install --quiet --python $(PY) -e '.[test]'
 	@touch $(STAMP)
 
+$(AZURITE): | $(STAMP)
+	@command -v npm >/dev/null || { echo "npm is required to install Azurite (the Azure Storage emulator the tests use): install Node.js 20+ and npm" >&2; exit 1; }
+	npm install --prefix $(VENV)/azurite --no-audit --no-fund --silent azurite@3
+
 check-java:
 	@$(PYTHON) scripts/check_java.py
 
 demo: $(STAMP) check-java
 	$(PY) scripts/demo.py
 
-test: $(STAMP) check-java
+test: $(STAMP) $(AZURITE) check-java
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 bench: $(STAMP) check-java

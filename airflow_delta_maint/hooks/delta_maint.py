@@ -25,6 +25,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 
 import airflow_delta_maint
 from airflow_delta_maint.app.metrics import read_metrics
+from airflow_delta_maint.hooks.storage_credentials import StorageCredentials
 
 PACKAGE_DIR = Path(airflow_delta_maint.__file__).resolve().parent
 APPLICATION = PACKAGE_DIR / "app" / "main.py"
@@ -135,6 +136,11 @@ class DeltaMaintHook(SparkSubmitHook):
     :param env_vars: environment variables for spark-submit (and the driver in client mode).
     :param name: the Spark application name.
     :param cache_dir: folder for the cached ``--py-files`` zip.
+    :param storage_credentials: object-store credentials from an Airflow connection (see
+        :mod:`~airflow_delta_maint.hooks.storage_credentials`). They go into the environment of the
+        spark-submit process only, never into its arguments or ``--conf`` values, and replace the
+        ambient credential variables of their store there. Refused in cluster deploy mode, where
+        the only way to a remote driver is ``--conf`` values (on the command line, in the event log).
 
     Any other keyword argument goes to :class:`SparkSubmitHook` as it is (``executor_memory="4g"``,
     ``driver_memory="2g"``, ``num_executors=4``, ``verbose=True``, ...). The operators collect
@@ -156,9 +162,11 @@ class DeltaMaintHook(SparkSubmitHook):
         env_vars: Mapping[str, Any] | None = None,
         name: str = "delta-maint",
         cache_dir: str | os.PathLike | None = None,
+        storage_credentials: StorageCredentials | None = None,
         **spark_submit_kwargs: Any,
     ) -> None:
         self._check_connection(conn_id)
+        self.storage_credentials = storage_credentials
         self.user_env_vars = {k: str(v) for k, v in (env_vars or {}).items()}
         self.metrics_uri = metrics_uri
         self.cache_dir = cache_dir
@@ -174,6 +182,14 @@ class DeltaMaintHook(SparkSubmitHook):
             raise AirflowException(
                 "Spark standalone clusters do not run Python applications in cluster deploy mode; "
                 f"use deploy mode 'client' with master {self._connection['master']}"
+            )
+        if storage_credentials is not None and self.is_cluster_mode:
+            raise AirflowException(
+                f"storage_conn_id {storage_credentials.conn_id!r} cannot be used in deploy mode 'cluster': a driver "
+                "on the cluster could only get the credentials through --conf values, which are on the spark-submit "
+                "command line and in the Spark event log. Use deploy mode 'client', or give the cluster's driver "
+                "and executors their own credentials (IAM role, workload identity, Kubernetes secrets with "
+                "spark.kubernetes.driver.secretKeyRef.*) and drop storage_conn_id"
             )
         if self._is_yarn or self._is_kubernetes:
             self._add_driver_env_conf()
@@ -247,6 +263,10 @@ class DeltaMaintHook(SparkSubmitHook):
                 env["PYSPARK_PYTHON"] = str(python)
         if not (self._is_yarn or self._is_kubernetes) or not self.is_cluster_mode:
             env.update(self.user_env_vars)
+        if self.storage_credentials is not None:
+            for name in self.storage_credentials.unset:
+                env.pop(name, None)
+            env.update(self.storage_credentials.env)
         return env
 
     def check_master_reachable(self, timeout_s: float = 10.0) -> None:

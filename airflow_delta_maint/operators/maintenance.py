@@ -16,6 +16,12 @@ from airflow_delta_maint.app.jobs import JOB_MODULES
 from airflow_delta_maint.app.metrics import base_metrics, finish
 from airflow_delta_maint.delta.errors import DeltaError
 from airflow_delta_maint.hooks.delta_maint import DeltaMaintHook
+from airflow_delta_maint.hooks.storage_credentials import (
+    StorageCredentials,
+    refuse_secret_options,
+    resolve_storage_credentials,
+    worker_options,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -63,7 +69,13 @@ class DeltaMaintenanceOperator(BaseOperator):
     ``reason``.
 
     :param table_uri: the table's path or URI (``/data/t``, ``s3://bucket/t``, ...). (templated)
-    :param storage_options: object-store options for the table (credentials, endpoint, ...). (templated)
+    :param storage_options: non-secret object-store options for the table (endpoint, region, ...);
+        a key that names a secret (``secret``, ``password``, ``token``, ``account_key``, ``sas``,
+        ``private_key``, ``credential``, ...) is refused: use ``storage_conn_id``. (templated)
+    :param storage_conn_id: an Airflow connection holding the table's credentials: type ``aws``,
+        ``wasb`` / ``adls`` or ``google_cloud_platform``. Its secrets reach spark-submit through the
+        child process's environment only and are masked in logs. Without it, the worker's
+        environment provides the credentials.
     :param conn_id: the Spark connection id.
     :param conf: extra Spark configuration. (templated)
     :param spark_binary: the spark-submit command (default ``spark-submit``).
@@ -85,6 +97,7 @@ class DeltaMaintenanceOperator(BaseOperator):
         *,
         table_uri: str,
         storage_options: Mapping[str, Any] | None = None,
+        storage_conn_id: str | None = None,
         conn_id: str = DeltaMaintHook.default_conn_name,
         conf: Mapping[str, Any] | None = None,
         spark_binary: str | None = None,
@@ -97,7 +110,9 @@ class DeltaMaintenanceOperator(BaseOperator):
     ) -> None:
         super().__init__(**kwargs)
         self.table_uri = table_uri
+        refuse_secret_options(storage_options, self.task_id)
         self.storage_options = storage_options
+        self.storage_conn_id = storage_conn_id
         self.conn_id = conn_id
         self.conf = conf
         self.spark_binary = spark_binary
@@ -107,6 +122,7 @@ class DeltaMaintenanceOperator(BaseOperator):
         self.skip_if_nothing_to_do = skip_if_nothing_to_do
         self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
         self._hook: DeltaMaintHook | None = None
+        self._storage_credentials: StorageCredentials | None = None
 
     # -- what subclasses define ---------------------------------------------------------------
     def job_args(self) -> list[str]:
@@ -116,8 +132,19 @@ class DeltaMaintenanceOperator(BaseOperator):
     # -- helpers ------------------------------------------------------------------------------
     @property
     def table_storage_options(self) -> dict[str, str]:
-        """The storage options as strings."""
+        """The storage options as strings (no credentials: these go on the application's command line)."""
         return {str(k): str(v) for k, v in (self.storage_options or {}).items()}
+
+    @property
+    def worker_storage_options(self) -> dict[str, str]:
+        """Storage options for the checks on this worker: the connection's credentials under the explicit options."""
+        return worker_options(self._storage_credentials, self.table_storage_options)
+
+    def resolve_storage_credentials(self) -> StorageCredentials | None:
+        """Fetch ``storage_conn_id`` (when set) and keep its credentials for this run; masks its secrets."""
+        refuse_secret_options(self.storage_options, self.task_id)
+        self._storage_credentials = resolve_storage_credentials(self.storage_conn_id, self.table_uri)
+        return self._storage_credentials
 
     def _job_module(self) -> Any | None:
         name = JOB_MODULES.get(self.job)
@@ -162,6 +189,7 @@ class DeltaMaintenanceOperator(BaseOperator):
             deploy_mode=self.deploy_mode,
             env_vars=self.env_vars,
             name=f"delta-maint-{self.job}-{self.task_id}",
+            storage_credentials=self._storage_credentials,
             **self.spark_submit_kwargs,
         )
 
@@ -179,7 +207,7 @@ class DeltaMaintenanceOperator(BaseOperator):
         check = getattr(module, "nothing_to_do", None) if module is not None else None
         if check is None:
             return None
-        return check(self.table_uri, self.table_storage_options, params)
+        return check(self.table_uri, self.worker_storage_options, params)
 
     def check_nothing_to_do(self) -> dict[str, Any] | None:
         """
@@ -196,7 +224,7 @@ class DeltaMaintenanceOperator(BaseOperator):
             from airflow_delta_maint.delta.history import log_state
             from airflow_delta_maint.delta.storage import Storage
 
-            version = log_state(Storage(self.table_uri, self.table_storage_options)).latest_version
+            version = log_state(Storage(self.table_uri, self.worker_storage_options)).latest_version
         except DeltaError as exc:
             raise AirflowException(f"delta-maint {self.job} failed: {exc}") from exc
         metrics.update(status="skipped", reason=str(reason), version_read=version)
@@ -204,6 +232,7 @@ class DeltaMaintenanceOperator(BaseOperator):
 
     # -- Airflow ------------------------------------------------------------------------------
     def execute(self, context: Context) -> dict[str, Any]:
+        self.resolve_storage_credentials()
         if _as_bool(self.skip_if_nothing_to_do):
             skipped = self.check_nothing_to_do()
             if skipped is not None:
@@ -350,7 +379,7 @@ class VacuumOperator(DeltaMaintenanceOperator):
         from airflow_delta_maint.delta.vacuum import lite_candidates, plan_vacuum
 
         mode = params.get("mode") or "full"
-        snapshot = Snapshot.load(self.table_uri, storage_options=self.table_storage_options, paths_only=True)
+        snapshot = Snapshot.load(self.table_uri, storage_options=self.worker_storage_options, paths_only=True)
         check_supported(snapshot.protocol, "vacuum", snapshot.metadata)
         plan = plan_vacuum(snapshot, params.get("retention_hours"), mode,
                            bool(params.get("ignore_retention_check")), with_valid=False)
@@ -410,7 +439,7 @@ class LogCompactionOperator(DeltaMaintenanceOperator):
         """
         from airflow_delta_maint.delta.log_compaction import nothing_to_do
 
-        return nothing_to_do(self.table_uri, self.table_storage_options, params)
+        return nothing_to_do(self.table_uri, self.worker_storage_options, params)
 
 
 class InspectTableOperator(DeltaMaintenanceOperator):

@@ -10,6 +10,11 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_delta_maint.delta.errors import DeltaError
+from airflow_delta_maint.hooks.storage_credentials import (
+    refuse_secret_options,
+    resolve_storage_credentials,
+    worker_options,
+)
 from airflow_delta_maint.triggers.commit_interval import (
     SINCE_CHOICES,
     CommitIntervalTrigger,
@@ -38,7 +43,11 @@ class CommitIntervalSensor(BaseSensorOperator):
         compaction file) or ``version``. (templated)
     :param since_version: the version to count from when ``since="version"``, e.g.
         ``"{{ ti.xcom_pull(task_ids='wait', include_prior_dates=True)['to_version'] }}"``. (templated)
-    :param storage_options: object-store options for the table. (templated)
+    :param storage_options: non-secret object-store options for the table (endpoint, region, ...);
+        keys naming a secret are refused. (templated)
+    :param storage_conn_id: an Airflow connection holding the table's credentials (type ``aws``,
+        ``wasb`` / ``adls`` or ``google_cloud_platform``). Each poke fetches it; a deferred sensor's
+        trigger carries only its id and fetches it in the triggerer.
     :param deferrable: wait in the triggerer instead of a worker slot.
 
     Other parameters (``poke_interval``, ``timeout``, ``mode``, ``soft_fail``, ...): see
@@ -56,6 +65,7 @@ class CommitIntervalSensor(BaseSensorOperator):
         since: str = "last_optimize",
         since_version: int | str | None = None,
         storage_options: Mapping[str, Any] | None = None,
+        storage_conn_id: str | None = None,
         deferrable: bool = False,
         **kwargs: Any,
     ) -> None:
@@ -66,7 +76,9 @@ class CommitIntervalSensor(BaseSensorOperator):
         self.min_commits = min_commits
         self.since = since
         self.since_version = since_version
+        refuse_secret_options(storage_options, self.task_id)
         self.storage_options = storage_options
+        self.storage_conn_id = storage_conn_id
         self.deferrable = deferrable
 
     def _arguments(self) -> tuple[int | None, int]:
@@ -81,8 +93,10 @@ class CommitIntervalSensor(BaseSensorOperator):
 
     def poke(self, context: Context) -> PokeReturnValue:
         since_version, min_commits = self._arguments()
+        refuse_secret_options(self.storage_options, self.task_id)
+        options = worker_options(resolve_storage_credentials(self.storage_conn_id, self.table_uri), self._options)
         try:
-            seen = count_commits(self.table_uri, min_commits, self.since, since_version, self._options)
+            seen = count_commits(self.table_uri, min_commits, self.since, since_version, options)
         except DeltaError as exc:
             raise AirflowException(f"cannot count the commits of {self.table_uri}: {exc}") from exc
         self.log.info(
@@ -105,6 +119,7 @@ class CommitIntervalSensor(BaseSensorOperator):
                 since=self.since,
                 since_version=since_version,
                 storage_options=self._options,
+                storage_conn_id=self.storage_conn_id,
                 poke_interval=self.poke_interval,
             ),
             method_name="execute_complete",

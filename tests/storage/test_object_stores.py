@@ -1,5 +1,5 @@
-"""Every job on object stores: S3 (moto), Azure Blob (Azurite) and GCS (gcp-storage-emulator), servers on
-127.0.0.1 started by the tests.
+"""Every job on object stores: S3 (moto) and Azure Blob (Azurite), servers on 127.0.0.1 started by the tests
+(GCS, which fake-gcs-server serves for reading only, is in test_gcs.py).
 
 delta-rs writes a table of many small files; the jobs run through the CLI in-process, configured the way a
 shell configures delta-rs (environment variables) or with ``--storage-option``; delta-rs reads the table back

@@ -29,7 +29,7 @@ from airflow_delta_maint.delta.vacuum import (
     VacuumPlan, lite_candidates, plan_vacuum, remove_empty_dirs, table_retention_ms, valid_keys,
     write_last_vacuum_info,
 )
-from airflow_delta_maint.delta.vacuum_files import Subtree, delete_files_parallel, list_folder
+from airflow_delta_maint.delta.vacuum_files import Subtree, delete_files_parallel, list_folder, list_subtree
 
 from ..context import JobContext
 from ..vacuum_tasks import DELETE_BATCH, TASK_THREADS, delete_partition, list_partition, split_keys, summarize
@@ -37,6 +37,9 @@ from ..vacuum_tasks import DELETE_BATCH, TASK_THREADS, delete_partition, list_pa
 NAME = "vacuum"
 DRY_RUN_LIST_CAP = 1000
 SPARK_DELETE_MIN = 1_000_000  # this many files or more are deleted by Spark tasks, fewer by the driver
+#: an object-store table whose log references fewer files is listed on the driver in one stream:
+#: at most some 20-40 pages of 1,000 keys (about a second or two on S3), less than a Spark job costs
+DRIVER_LIST_MAX = 20_000
 DRIVER_DELETE_THREADS = 16
 LOCAL_DELETE_BATCH = 50
 _PROGRESS_EVERY_S = 5.0
@@ -77,14 +80,29 @@ class Listing:
         return [FileInfo(k, s, m) for k, s, m in zip(old.keys, old.sizes, old.mtimes) if k not in valid]
 
 
-def list_table(ctx: JobContext, storage: Storage, cutoff_ms: int, partition_columns: Sequence[str]) -> Listing:
-    """List every visible file under the table root in parallel.
+def list_table(ctx: JobContext, storage: Storage, cutoff_ms: int, partition_columns: Sequence[str],
+               known_files: int | None = None) -> Listing:
+    """List every visible file under the table root: on the driver in one stream for a small
+    table on an object store, else in parallel.
+
+    ``known_files`` (the files the log references, live and tombstoned) sizes the table before
+    listing. Below :data:`DRIVER_LIST_MAX` on an object store, one recursive listing on the
+    driver (a page per 1,000 objects, as delta-rs lists) costs less than a Spark job's tasks and
+    its extra per-prefix requests.
 
     The driver lists the top folders (and one or two levels more while there are fewer folders
     than twice Spark's parallelism); Spark tasks list the subtrees and send back the visible
     files older than the cutoff. The valid set stays on the driver: shipping it to every task
     costs more than shipping the old files back.
     """
+    if not storage.is_local and known_files is not None and known_files < DRIVER_LIST_MAX:
+        found = list_subtree(storage, "", partition_columns)
+        keys, sizes, mtimes, count, size, dirs = summarize(found, cutoff_ms)
+        old = Subtree()
+        old.keys, old.sizes, old.mtimes = split_keys(keys), list(sizes), list(mtimes)
+        old.dirs.update(dirs)
+        log.info("listed %d files (%d bytes) on the driver; %d are older than the cutoff", count, size, len(old.keys))
+        return Listing(old, count, size)
     spark = ctx.spark()
     sc = spark.sparkContext
     parallelism = max(1, sc.defaultParallelism)
@@ -243,7 +261,8 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
                        listing=listing_log, with_valid=False)
     listing_job = None
     if plan.mode == "full":  # list while the driver builds the valid set
-        listing_job = _Background(list_table, ctx, storage, plan.cutoff_ms, plan.partition_columns)
+        listing_job = _Background(list_table, ctx, storage, plan.cutoff_ms, plan.partition_columns,
+                                  snapshot.num_files + snapshot.tombstones.num_rows)
     if listing_job is not None:  # lite mode looks up only its candidates
         plan.valid = valid_keys(snapshot, plan.cutoff_ms)
     retention_hours = plan.retention_ms / 3_600_000

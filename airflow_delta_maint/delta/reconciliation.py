@@ -25,10 +25,12 @@ from .actions import dv_unique_id
 from .errors import CorruptLogError
 from .paths import canonical_path, canonical_paths
 
-__all__ = ["Replay", "actions_problem", "added_problem", "commit_problem", "live_dv_ids", "state_problem"]
+__all__ = ["Replay", "actions_problem", "added_problem", "commit_problem", "describe_file", "live_dv_ids",
+           "state_problem"]
 
 
-def _describe(path: str, dv_id: str) -> str:
+def describe_file(path: str, dv_id: str) -> str:
+    """A logical file as error messages name it: its path, and its deletion vector if any."""
     return f"{path!r} (deletion vector {dv_id})" if dv_id else f"{path!r}"
 
 
@@ -63,7 +65,7 @@ def state_problem(adds: pa.Table, removes: pa.Table, root: str) -> str | None:
     for path, dv in zip(removed.take(rows).to_pylist(), removes.column("deletionVector").take(rows).to_pylist()):
         dv_id = dv_unique_id(dv)
         if live.get(path) == dv_id:
-            return f"the file {_describe(path, dv_id)} is both live and removed"
+            return f"the file {describe_file(path, dv_id)} is both live and removed"
     return None
 
 
@@ -120,7 +122,7 @@ def actions_problem(actions: Iterable[Mapping[str, Any]], root: str) -> str | No
         before = seen.get((path, dv_id))
         if before is not None:
             what = f"two {kind} actions" if before == kind else "an add and a remove"
-            return f"{what} of the file {_describe(path, dv_id)}"
+            return f"{what} of the file {describe_file(path, dv_id)}"
         seen[(path, dv_id)] = kind
         if kind == "add":
             if path in live:
@@ -147,11 +149,11 @@ def commit_problem(files: pa.Table, version: int, actions: Iterable[Mapping[str,
     live = live_dv_ids(files, set(adds) | set(removes), root)
     for path, dv_id in removes.items():
         if live.get(path) != dv_id:
-            return f"the commit removes the file {_describe(path, dv_id)}, which is not live at version {version}"
+            return f"the commit removes the file {describe_file(path, dv_id)}, which is not live at version {version}"
     for path, dv_id in adds.items():
         current = live.get(path)
         if current is not None and current != dv_id and removes.get(path) != current:
-            return (f"the commit adds the file {_describe(path, dv_id)} while {_describe(path, current)} "
+            return (f"the commit adds the file {describe_file(path, dv_id)} while {describe_file(path, current)} "
                     f"is live at version {version} and not removed")
     return None
 

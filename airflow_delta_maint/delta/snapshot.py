@@ -23,7 +23,7 @@ from .actions import ADD, ADD_SCHEMA, REMOVE, REMOVE_SCHEMA, Metadata, Protocol,
 from .errors import CorruptLogError, InconsistentStateError, InvalidArgumentError, MissingVersionError
 from .log import LOG_DIR, Checkpoint, Compaction, LogSegment, build_segment, commit_key, parse_json_lines
 from .paths import _file_name, canonical_path, maybe_noncanonical
-from .reconciliation import Replay, actions_problem, added_problem, state_problem
+from .reconciliation import Replay, actions_problem, added_problem, describe_file, state_problem
 from .storage import FileInfo, Storage
 
 log = logging.getLogger(__name__)
@@ -55,9 +55,7 @@ def _cross_check(storage: Storage, comp: Compaction, window: Replay) -> str | No
     if ours != got:
         for key in sorted(set(ours) | set(got)):
             if ours.get(key) != got.get(key):
-                path, dv_id = key
-                shown = f"{path!r}" + (f" (deletion vector {dv_id})" if dv_id else "")
-                return (f"the commits leave {shown} {_state_word(ours.get(key))}, the compaction file "
+                return (f"the commits leave {describe_file(*key)} {_state_word(ours.get(key))}, the compaction file "
                         f"{_state_word(got.get(key))}")
     for name in ("protocol", "metadata"):
         if getattr(window, name) is not None and getattr(window, name) != getattr(theirs, name):

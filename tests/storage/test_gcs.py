@@ -18,8 +18,9 @@ import pytest
 
 from airflow_delta_maint.delta.storage import Storage
 from tests.storage.conftest import gcs_json_api, gcs_upload_dir
-from tests.storage.test_object_stores import (COMMITS, JOBS, ROWS, _closed_port, assert_one_line_error, listing,
-                                              rows, run_cli, shell_env, storage_args, write_table)
+from tests.storage.test_object_stores import (COMMITS, JOBS, ROWS, _closed_port, assert_failures,
+                                              assert_one_line_error, listing, rows, run_cli, shell_env, storage_args,
+                                              write_table)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -83,9 +84,5 @@ def test_gcs_failures_are_one_line_and_write_nothing(job, args, gcs_store, gcs_t
         (gcs_table, {**gcs_store.env, "GOOGLE_ALLOW_HTTP": "false"}, [gcs_table, "plain http", "GOOGLE_ALLOW_HTTP=true"]),
         (plain, gcs_store.env, [plain, "not a Delta table"]),
     ]
-    for table, env, needles in cases:
-        shell_env(env)
-        code, m = run_cli(job, table, *args)
-        assert code == 2 and m["status"] == "failed", (job, table, m)
-        assert_one_line_error(capsys, job, *needles)
+    assert_failures(cases, job, args, shell_env, capsys)
     assert listing(gcs_table, gcs_store.options) == before

@@ -338,12 +338,17 @@ def test_azure_failures_are_one_line_and_write_nothing(job, args, azure_store, s
         (uri, {**env, "AZURE_STORAGE_ACCOUNT_KEY": "d3Jvbmcga2V5"}, [uri, "permission denied"]),
         (azure_store.uri(f"plain-{job}"), env, [azure_store.uri(f"plain-{job}"), "not a Delta table"]),
     ]
+    assert_failures(cases, job, args, shell_env, capsys)
+    assert listing(uri, azure_store.options) == before
+
+
+def assert_failures(cases, job: str, args, shell_env, capsys) -> None:
+    """Run ``job`` on each (table, environment, needles) case: it fails with one line holding the needles."""
     for table, case_env, needles in cases:
         shell_env(case_env)
         code, m = run_cli(job, table, *args)
         assert code == 2 and m["status"] == "failed", (job, table, m)
         assert_one_line_error(capsys, job, *needles)
-    assert listing(uri, azure_store.options) == before
 
 
 def _closed_port() -> int:

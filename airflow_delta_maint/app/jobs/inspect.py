@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from airflow_delta_maint.delta.features import check_supported, table_features
+from airflow_delta_maint.delta.health import health_inputs, health_score
 from airflow_delta_maint.delta.history import last_operation_version, log_state
 from airflow_delta_maint.delta.snapshot import Snapshot
 
@@ -87,6 +88,7 @@ def inspect_table(snapshot: Snapshot, small_file_bytes: int = DEFAULT_SMALL_FILE
         # checkpoints and compaction files that disagree with the log: readers that trust them
         # (other engines) see another table than the commits say
         "distrusted_log_files": list(snapshot.distrusted),
+        "health": health_score(health_inputs(snapshot, small_file_bytes, state if at_latest else None)),
     }
     if with_files:
         report["files"] = snapshot.paths
@@ -117,6 +119,8 @@ def format_human(m: dict[str, Any]) -> str:
         f"log compaction   {m['last_compaction_end']} ({m['commits_since_compaction']} commits since)",
         f"last OPTIMIZE    {m['last_optimize_version']}"
         + (f" ({m['commits_since_optimize']} commits since)" if m['last_optimize_version'] is not None else ""),
+        f"health           {m['health']['score']}/100 ("
+        + ", ".join(f"{k} -{v['points_lost']:g}" for k, v in m['health']['parts'].items() if v['points_lost']) + ")",
         "file sizes:",
     ]
     for d in m.get("distrusted_log_files") or ():

@@ -27,7 +27,11 @@ Every job calls :func:`check_supported` before it writes anything. The decision 
   feature allows that (the checkpoint writer writes V2-spec checkpoints on ``v2Checkpoint``
   tables). A job that writes both checks each.
 - Catalog-managed tables are refused by every job: their latest commits live in a catalog.
-- Nothing here deletes log files, so ``checkpointProtection`` is allowed everywhere.
+- ``cleanup-log`` deletes expired log files; it honours every known writer feature, and
+  ``checkpointProtection`` through :func:`checkpoint_protection_version`: history before
+  ``delta.requireCheckpointProtectionBeforeVersion`` goes only as the protocol allows (see
+  :mod:`.log_cleanup`), and :func:`check_checkpoint_allowed` refuses a checkpoint of a version
+  before it. Every other job deletes no commit or checkpoint.
 """
 
 from __future__ import annotations
@@ -40,13 +44,13 @@ from .errors import UnsupportedFeatureError
 __all__ = [
     "JOBS", "KNOWN_READER_WRITER_FEATURES", "KNOWN_WRITER_FEATURES", "MAX_READER_VERSION",
     "MAX_WRITER_VERSION", "SUPPORTED_READER_FEATURES", "SUPPORTED_WRITER_FEATURES",
-    "check_supported", "table_features", "unsupported_features",
+    "check_checkpoint_allowed", "check_supported", "checkpoint_protection_version", "table_features", "unsupported_features",
 ]
 
 MAX_READER_VERSION = 3
 MAX_WRITER_VERSION = 7
 
-JOBS: tuple[str, ...] = ("read", "inspect", "checkpoint", "compact-log", "vacuum", "optimize")
+JOBS: tuple[str, ...] = ("read", "inspect", "checkpoint", "compact-log", "cleanup-log", "vacuum", "optimize")
 
 #: Features that appear in both ``readerFeatures`` and ``writerFeatures``.
 KNOWN_READER_WRITER_FEATURES: frozenset[str] = frozenset({
@@ -87,6 +91,7 @@ SUPPORTED_READER_FEATURES: dict[str, frozenset[str]] = {
     "inspect": _READ_CORE | _TYPE_WIDENING | _VARIANT,
     "checkpoint": _READ_CORE | _TYPE_WIDENING | _VARIANT,
     "compact-log": _READ_CORE | _TYPE_WIDENING | _VARIANT,
+    "cleanup-log": _READ_CORE | _TYPE_WIDENING | _VARIANT,
     "vacuum": _READ_CORE | _TYPE_WIDENING | _VARIANT,
     "optimize": _READ_CORE,
 }
@@ -99,6 +104,7 @@ SUPPORTED_WRITER_FEATURES: dict[str, frozenset[str]] = {
     "inspect": frozenset(),
     "checkpoint": _LOG_ONLY_WRITER,
     "compact-log": _LOG_ONLY_WRITER,
+    "cleanup-log": _LOG_ONLY_WRITER,
     "vacuum": _LOG_ONLY_WRITER,
     "optimize": frozenset({
         "appendOnly", "invariants", "checkConstraints", "generatedColumns", "allowColumnDefaults",
@@ -116,7 +122,8 @@ CONDITIONAL_WRITER_FEATURES: dict[str, dict[str, str]] = {
     },
 }
 
-_WRITES = frozenset({"checkpoint", "compact-log", "vacuum", "optimize"})
+_WRITES = frozenset({"checkpoint", "compact-log", "cleanup-log", "vacuum", "optimize"})
+PROTECTION_PROPERTY = "delta.requireCheckpointProtectionBeforeVersion"
 
 
 def table_features(protocol: Protocol) -> tuple[frozenset[str], frozenset[str]]:
@@ -181,6 +188,39 @@ def unsupported_features(protocol: Protocol, job: str, metadata: Metadata | None
             if name in supported_reader and name not in SUPPORTED_WRITER_FEATURES[job]:
                 problems.append(f"writer feature '{name}'")
     return problems
+
+
+def checkpoint_protection_version(protocol: Protocol, metadata: Metadata) -> int | None:
+    """``delta.requireCheckpointProtectionBeforeVersion`` when the table has the
+    ``checkpointProtection`` writer feature (None otherwise, or when the property is unset).
+
+    Raises:
+        UnsupportedFeatureError: the property is not a whole number.
+    """
+    if "checkpointProtection" not in table_features(protocol)[1]:
+        return None
+    value = metadata.configuration.get(PROTECTION_PROPERTY)
+    if value is None:
+        return None
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise UnsupportedFeatureError(
+            f"the table property {PROTECTION_PROPERTY}={value!r} is not a version number") from None
+
+
+def check_checkpoint_allowed(protocol: Protocol, metadata: Metadata, version: int) -> None:
+    """Refuse a checkpoint of ``version`` where ``checkpointProtection`` forbids one: before
+    ``delta.requireCheckpointProtectionBeforeVersion`` (``protocol``/``metadata``: the latest).
+
+    Raises:
+        UnsupportedFeatureError: naming the version and the property.
+    """
+    protected = checkpoint_protection_version(protocol, metadata)
+    if protected is not None and version < protected:
+        raise UnsupportedFeatureError(
+            f"cannot write a checkpoint of version {version}: the table's checkpointProtection forbids "
+            f"checkpoints before version {protected} ({PROTECTION_PROPERTY})")
 
 
 def check_supported(protocol: Protocol, job: str, metadata: Metadata | None = None) -> None:

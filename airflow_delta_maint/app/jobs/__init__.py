@@ -12,4 +12,5 @@ JOB_MODULES = {
     "optimize": "airflow_delta_maint.app.jobs.optimize",
     "checkpoint": "airflow_delta_maint.app.jobs.checkpoint",
     "compact-log": "airflow_delta_maint.app.jobs.compact_log",
+    "cleanup-log": "airflow_delta_maint.app.jobs.cleanup_log",
 }

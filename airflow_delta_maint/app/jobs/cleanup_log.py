@@ -1,0 +1,77 @@
+"""Delete expired log files: commits, checkpoints, checksums and sidecars older than the log retention.
+
+Planning and deleting run on the driver with the core alone; no Spark starts. The rules are
+those of :mod:`airflow_delta_maint.delta.log_cleanup`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from airflow_delta_maint.delta.errors import InvalidArgumentError
+from airflow_delta_maint.delta.log_cleanup import cleanup_expired_log
+from airflow_delta_maint.delta.snapshot import Snapshot
+
+from ..context import JobContext
+
+NAME = "cleanup-log"
+DRY_RUN_LIST_CAP = 1000
+
+
+def parse_versions(text: str | None) -> list[int]:
+    """``"12,40"`` -> ``[12, 40]``; empty or None -> ``[]``.
+
+    Raises:
+        InvalidArgumentError: a part is not a whole number >= 0.
+    """
+    if not text:
+        return []
+    out = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if not part.isdigit():
+            raise InvalidArgumentError(f"versions must be whole numbers >= 0 separated by commas, got {text!r}")
+        out.append(int(part))
+    return sorted(set(out))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--retention", metavar="INTERVAL",
+                        help="log retention, e.g. 'interval 30 days' or '720 hours' (default: the table's "
+                             "delta.logRetentionDuration, 30 days if unset)")
+    parser.add_argument("--keep-versions", metavar="V1,V2",
+                        help="versions whose log entries must stay (time travel to them keeps working)")
+    parser.add_argument("--dry-run", action="store_true", help="list what would be deleted; change nothing")
+
+
+def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
+    """Clean up the expired log files of ``ctx.table``; returns the job's metrics."""
+    keep = parse_versions(args.keep_versions)
+    snapshot = Snapshot.load(ctx.storage, paths_only=True)
+    ctx.version_read = snapshot.version
+    metrics = cleanup_expired_log(ctx.storage, retention=args.retention, dry_run=args.dry_run,
+                                  keep_versions=keep, snapshot=snapshot)
+    listed = metrics.get("log_files_to_delete")
+    if listed is not None and len(listed) > DRY_RUN_LIST_CAP:
+        metrics["log_files_to_delete"] = listed[:DRY_RUN_LIST_CAP]
+        metrics["log_files_to_delete_truncated"] = True
+    return metrics
+
+
+def format_human(m: dict[str, Any]) -> str:
+    """A short report of one run."""
+    lines = [f"expired log cleanup of {m['table']}: {m['status']}",
+             f"  version read       {m.get('version_read')}",
+             f"  cut-off commit     {m.get('cutoffCommitVersion')}",
+             f"  kept from          checkpoint {m.get('checkpointVersion')}"]
+    if m.get("checkpointWritten") is not None:
+        lines.append(f"  checkpoint written version {m['checkpointWritten']}")
+    lines.append(f"  log files          {m.get('numLogFilesToDelete')} to delete, {m.get('numLogFilesDeleted')} deleted")
+    for key in m.get("log_files_to_delete") or []:
+        lines.append(f"    {key}")
+    if m.get("reason"):
+        lines.append(f"  reason             {m['reason']}")
+    return "\n".join(lines)

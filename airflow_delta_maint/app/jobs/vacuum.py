@@ -30,8 +30,11 @@ from airflow_delta_maint.delta.vacuum import (
     write_last_vacuum_info,
 )
 from airflow_delta_maint.delta.vacuum_files import Subtree, delete_files_parallel, list_folder, list_subtree
+from airflow_delta_maint.delta.vacuum_inventory import Inventory, check_fresh, inventory_files, read_inventory
+from airflow_delta_maint.delta.vacuum_keep import kept_version_keys
 
 from ..context import JobContext
+from .cleanup_log import parse_versions
 from ..vacuum_tasks import DELETE_BATCH, TASK_THREADS, delete_partition, list_partition, split_keys, summarize
 
 NAME = "vacuum"
@@ -57,6 +60,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true", help="report what would be deleted; delete and commit nothing")
     parser.add_argument("--ignore-retention-check", action="store_true",
                         help="allow a retention shorter than the table's (unsafe while others read or write)")
+    parser.add_argument("--keep-versions", metavar="V1,V2",
+                        help="also keep every file these versions read, so time travel to them keeps working")
+    parser.add_argument("--inventory", metavar="PATH",
+                        help="read the files under the table from this inventory (parquet, CSV or Delta; "
+                             "columns path, length, isDir, modificationTime) instead of listing (full mode)")
 
 
 # -- listing with Spark ----------------------------------------------------------------------------
@@ -137,6 +145,21 @@ def list_table(ctx: JobContext, storage: Storage, cutoff_ms: int, partition_colu
     log.info("listed %d files (%d bytes) in %d folders; %d are older than the cutoff",
              listing.files, listing.bytes, len(listing.dirs) + 1, len(old.keys))
     return listing
+
+
+def inventory_listing(inventory: Inventory, storage: Storage, cutoff_ms: int,
+                      partition_columns: Sequence[str]) -> Listing:
+    """The listing an inventory stands for: its visible files under the table root."""
+    files, outside = inventory_files(inventory, storage, tuple(partition_columns))
+    old = Subtree()
+    total = 0
+    for f in files:
+        total += f.size
+        if f.mtime_ms < cutoff_ms:
+            old.add(f)
+    log.info("the inventory lists %d files (%d bytes) under the table (%d rows elsewhere); %d are older than the "
+             "cutoff", len(files), total, outside, len(old.keys))
+    return Listing(old, len(files), total)
 
 
 class _Background:
@@ -259,8 +282,19 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     listing_log = list_log(storage)
     plan = plan_vacuum(snapshot, args.retention_hours, args.mode, args.ignore_retention_check,
                        listing=listing_log, with_valid=False)
+    keep_versions = parse_versions(args.keep_versions)
+    kept = kept_version_keys(storage, keep_versions, snapshot.version) if keep_versions else set()
+    inventory = None
+    if args.inventory:
+        if plan.mode != "full":
+            raise InvalidArgumentError("--inventory replaces the listing of a full VACUUM; it cannot be used with "
+                                       "--mode lite")
+        inventory = read_inventory(args.inventory, ctx.storage_options)
+        check_fresh(inventory, plan.cutoff_ms)
     listing_job = None
-    if plan.mode == "full":  # list while the driver builds the valid set
+    if plan.mode == "full" and inventory is not None:
+        listing_job = _Background(inventory_listing, inventory, storage, plan.cutoff_ms, plan.partition_columns)
+    elif plan.mode == "full":  # list while the driver builds the valid set
         listing_job = _Background(list_table, ctx, storage, plan.cutoff_ms, plan.partition_columns,
                                   snapshot.num_files + snapshot.tombstones.num_rows)
     if listing_job is not None:  # lite mode looks up only its candidates
@@ -299,6 +333,12 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
                        numCommitsRead=lite.commits_read, numTombstonesNotExpired=lite.skipped_young)
         log.info("read commits %d to %d: %d files to delete", plan.lite.start, plan.lite.end, len(files))
 
+    if keep_versions:  # files the kept versions read stay, and are never counted as deletable
+        before = len(files)
+        files = [f for f in files if f.key not in kept]
+        metrics.update(keepVersions=keep_versions, numFilesKeptForVersions=before - len(files))
+    if inventory is not None:
+        metrics.update(inventory=inventory.source, inventoryTakenAt=inventory.taken_at_ms)
     files.sort(key=lambda f: f.key)
     size = sum(f.size for f in files)
     metrics.update(numFilesToDelete=len(files), sizeOfDataToDelete=size)

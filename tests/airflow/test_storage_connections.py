@@ -7,12 +7,15 @@ module and stopped by process id. The connections are ``AIRFLOW_CONN_<ID>`` vari
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
+import secrets
 import sqlite3
 import subprocess
 import threading
 import time
+from dataclasses import dataclass
 
 import boto3
 import psutil
@@ -22,16 +25,17 @@ from airflow.sdk.exceptions import AirflowException
 from delta_maint_testing import BIN, airflow_env, task_results
 from deltalake import DeltaTable, write_deltalake
 
+from airflow_delta_maint.delta.storage import Storage
+from airflow_delta_maint.delta.storage_errors import StorageError
 from airflow_delta_maint.hooks.delta_maint import DeltaMaintHook
 from airflow_delta_maint.hooks.storage_credentials import (
-    credentials_from_connection,
     resolve_storage_credentials,
     secret_option_keys,
 )
 from airflow_delta_maint.operators.maintenance import OptimizeOperator, VacuumOperator
 from airflow_delta_maint.sensors.commit_interval import CommitIntervalSensor
 from airflow_delta_maint.triggers.commit_interval import CommitIntervalTrigger
-from tests.storage.servers import AZURITE_ACCOUNT, AZURITE_KEY, start_azurite, start_moto
+from tests.storage.servers import start_azurite, start_moto
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -49,22 +53,33 @@ def no_ambient_credentials(monkeypatch):
 
 @pytest.fixture(scope="module")
 def iam_s3(tmp_path_factory):
-    """moto with IAM checks: bucket ``lake`` and a user allowed to read, write and delete in it.
+    """moto with IAM checks: bucket ``lake``, a user allowed to read, write and delete in it, and a role.
 
-    Yields (server, access key id, secret). The first 4 requests set it up unauthenticated.
+    Yields (server, access key id, secret, role) where role is (role ARN, key id, secret) of a user that
+    may only assume the role, which alone may read, write and delete. The first 9 requests set it up
+    unauthenticated.
     """
-    server = start_moto(tmp_path_factory.mktemp("moto"), auth_actions=4)
+    server = start_moto(tmp_path_factory.mktemp("moto"), auth_actions=9)
     try:
         kw = dict(endpoint_url=server.endpoint, region_name="us-east-1", aws_access_key_id="setup",
                   aws_secret_access_key="setup")
         boto3.client("s3", **kw).create_bucket(Bucket="lake")
         iam = boto3.client("iam", **kw)
+        s3_policy = json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Resource": "*", "Action": [
+            "s3:GetObject", "s3:ListBucket", "s3:PutObject", "s3:DeleteObject"]}]})
         iam.create_user(UserName="maint")
         key = iam.create_access_key(UserName="maint")["AccessKey"]
-        iam.put_user_policy(UserName="maint", PolicyName="lake", PolicyDocument=json.dumps({
-            "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Resource": "*", "Action": [
-                "s3:GetObject", "s3:ListBucket", "s3:PutObject", "s3:DeleteObject"]}]}))
-        yield server, key["AccessKeyId"], key["SecretAccessKey"]
+        iam.put_user_policy(UserName="maint", PolicyName="lake", PolicyDocument=s3_policy)
+        iam.create_user(UserName="assumer")
+        assumer = iam.create_access_key(UserName="assumer")["AccessKey"]
+        iam.put_user_policy(UserName="assumer", PolicyName="assume", PolicyDocument=json.dumps({
+            "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Resource": "*", "Action": "sts:AssumeRole"}]}))
+        role = iam.create_role(RoleName="lake-maint", AssumeRolePolicyDocument=json.dumps({
+            "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
+                                                    "Principal": {"AWS": "*"}}]}))["Role"]
+        iam.put_role_policy(RoleName="lake-maint", PolicyName="lake", PolicyDocument=s3_policy)
+        yield (server, key["AccessKeyId"], key["SecretAccessKey"],
+               (role["Arn"], assumer["AccessKeyId"], assumer["SecretAccessKey"]))
     finally:
         server.stop()
 
@@ -72,6 +87,14 @@ def iam_s3(tmp_path_factory):
 def s3_connection(server, key_id: str, secret: str) -> str:
     return json.dumps({"conn_type": "aws", "login": key_id, "password": secret,
                        "extra": {"region_name": "us-east-1", "endpoint_url": server.endpoint}})
+
+
+def s3_role_connection(server, role: tuple[str, str, str]) -> str:
+    """An ``aws`` connection whose keys may only assume ``role``: the Amazon provider's hook assumes it."""
+    role_arn, key_id, secret = role
+    return json.dumps({"conn_type": "aws", "login": key_id, "password": secret,
+                       "extra": {"region_name": "us-east-1", "endpoint_url": server.endpoint, "role_arn": role_arn,
+                                 "service_config": {"sts": {"endpoint_url": server.endpoint}}}})
 
 
 def s3_options(server, key_id: str, secret: str) -> dict[str, str]:
@@ -213,7 +236,7 @@ def test_secret_rendered_into_storage_options_is_refused_at_run_time():
 
 # -- worker-side checks, the sensor and the trigger on S3 ------------------------------------------
 def test_sensor_and_trigger_count_commits_with_the_connection(iam_s3, monkeypatch, no_ambient_credentials):
-    server, key_id, secret = iam_s3
+    server, key_id, secret, _ = iam_s3
     uri = "s3://lake/sensor"
     write_appends(uri, s3_options(server, key_id, secret), commits=4)
     monkeypatch.setenv("AIRFLOW_CONN_LAKE_S3", s3_connection(server, key_id, secret))
@@ -247,7 +270,7 @@ def test_sensor_and_trigger_count_commits_with_the_connection(iam_s3, monkeypatc
 
 def test_nothing_to_do_check_uses_the_connection(iam_s3, monkeypatch, no_ambient_credentials):
     """The worker-side check (no Spark) opens the table with the connection's credentials."""
-    server, key_id, secret = iam_s3
+    server, key_id, secret, _ = iam_s3
     uri = "s3://lake/lite"
     write_appends(uri, s3_options(server, key_id, secret), commits=2)
     monkeypatch.setenv("AIRFLOW_CONN_LAKE_S3", s3_connection(server, key_id, secret))
@@ -258,46 +281,110 @@ def test_nothing_to_do_check_uses_the_connection(iam_s3, monkeypatch, no_ambient
     assert secret not in json.dumps(metrics)
 
 
+def test_role_assumption_gives_the_job_temporary_credentials(iam_s3, monkeypatch, no_ambient_credentials):
+    """role_arn in an aws connection: the Amazon provider's hook assumes the role through STS, and the
+    temporary key id, secret and session token are what reaches the store (the connection's own keys may
+    only assume the role)."""
+    server, key_id, secret, role = iam_s3
+    uri = "s3://lake/assumed"
+    write_appends(uri, s3_options(server, key_id, secret), commits=2)
+    monkeypatch.setenv("AIRFLOW_CONN_LAKE_S3_ROLE", s3_role_connection(server, role))
+    creds = resolve_storage_credentials("lake_s3_role", uri)
+    env = creds.env
+    assert env["AWS_ACCESS_KEY_ID"] != role[1] and env["AWS_SECRET_ACCESS_KEY"] != role[2]
+    assert env["AWS_SESSION_TOKEN"] and set(creds.secrets) == {env["AWS_SECRET_ACCESS_KEY"], env["AWS_SESSION_TOKEN"]}
+    assert masked(env["AWS_SECRET_ACCESS_KEY"]) and masked(env["AWS_SESSION_TOKEN"])
+    assert role[2] not in repr(creds) and env["AWS_SESSION_TOKEN"] not in repr(creds)
+
+    # the connection's own keys and the temporary ones without their token are refused; the assumed
+    # role's credentials let the requests through (read with our own store here: delta-rs exports the
+    # storage options it is given into the process environment, where a token would outlive the call)
+    with pytest.raises(StorageError, match="permission denied"):
+        Storage(uri, s3_options(server, role[1], role[2])).read("_delta_log/00000000000000000000.json")
+    without_token = {k: v for k, v in env.items() if k != "AWS_SESSION_TOKEN"}
+    with pytest.raises(StorageError, match="credentials were rejected"):
+        Storage(uri, without_token).read("_delta_log/00000000000000000000.json")
+    assert [f.key for f in Storage(uri, env).list_from("_delta_log/")] == [
+        "_delta_log/00000000000000000000.json", "_delta_log/00000000000000000001.json"]
+
+    # spark-submit gets all three in its environment, none on its command line
+    hook = DeltaMaintHook(conn_id="spark_default", storage_credentials=creds)
+    cmd = hook.build_command("vacuum", uri, [], "/tmp/m.json", {})
+    submit_env = hook.submit_env()
+    assert all(submit_env[k] == env[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"))
+    assert not any(env["AWS_SECRET_ACCESS_KEY"] in part or env["AWS_SESSION_TOKEN"] in part for part in cmd)
+
+    # the worker-side check opens the table with them too
+    metrics = VacuumOperator(task_id="vacuum", table_uri=uri, mode="lite", storage_conn_id="lake_s3_role").execute({})
+    assert metrics["status"] == "skipped" and metrics["version_read"] == 1
+
+
 # -- Azure (Azurite) -------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def azurite(tmp_path_factory):
+    """Azurite with a private account (not the well-known development key) and container ``lake``.
+
+    Yields (server, account, key, endpoint)."""
     from azure.storage.blob import BlobServiceClient
 
-    server = start_azurite(tmp_path_factory.mktemp("azurite"))
+    account, key = "lakeacct", base64.b64encode(secrets.token_bytes(48)).decode()
+    server = start_azurite(tmp_path_factory.mktemp("azurite"), account=(account, key))
+    endpoint = f"{server.endpoint}/{account}"
     try:
         BlobServiceClient.from_connection_string(
-            f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={AZURITE_KEY};"
-            f"BlobEndpoint={server.endpoint}/{AZURITE_ACCOUNT};").create_container("lake")
-        yield server
+            f"DefaultEndpointsProtocol=http;AccountName={account};AccountKey={key};"
+            f"BlobEndpoint={endpoint};").create_container("lake")
+        yield server, account, key, endpoint
     finally:
         server.stop()
 
 
+def azure_options(account: str, key: str, endpoint: str) -> dict[str, str]:
+    return {"account_name": account, "account_key": key, "allow_http": "true", "endpoint": endpoint}
+
+
+def wasb_connection(account: str, key: str, endpoint: str) -> str:
+    return json.dumps({"conn_type": "wasb", "login": account, "password": key, "host": endpoint})
+
+
 def test_sensor_on_azure_with_a_wasb_connection(azurite, monkeypatch, no_ambient_credentials):
-    endpoint = f"{azurite.endpoint}/{AZURITE_ACCOUNT}"
-    options = {"account_name": AZURITE_ACCOUNT, "account_key": AZURITE_KEY, "allow_http": "true", "endpoint": endpoint}
+    _, account, key, endpoint = azurite
     uri = "az://lake/events"
-    write_appends(uri, options, commits=3)
-    monkeypatch.setenv("AIRFLOW_CONN_LAKE_WASB", json.dumps({
-        "conn_type": "wasb", "login": AZURITE_ACCOUNT, "password": AZURITE_KEY, "host": endpoint}))
+    write_appends(uri, azure_options(account, key, endpoint), commits=3)
+    monkeypatch.setenv("AIRFLOW_CONN_LAKE_WASB", wasb_connection(account, key, endpoint))
     sensor = CommitIntervalSensor(task_id="wait", table_uri=uri, min_commits=3, storage_conn_id="lake_wasb")
     assert sensor.poke(context={}).xcom_value == {"from_version": 0, "to_version": 2, "commits": 3}
     monkeypatch.setenv("AIRFLOW_CONN_LAKE_WASB_STRING", json.dumps({
         "conn_type": "wasb", "extra": {"connection_string": (
-            f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={AZURITE_KEY};"
-            f"BlobEndpoint={endpoint};")}}))
+            f"DefaultEndpointsProtocol=http;AccountName={account};AccountKey={key};BlobEndpoint={endpoint};")}}))
     sensor = CommitIntervalSensor(task_id="wait", table_uri=uri, min_commits=3, storage_conn_id="lake_wasb_string")
     assert sensor.poke(context={}).xcom_value["commits"] == 3
-    monkeypatch.setenv("AIRFLOW_CONN_LAKE_WASB_WRONG", json.dumps({
-        "conn_type": "wasb", "login": AZURITE_ACCOUNT, "password": "d3Jvbmcta2V5", "host": endpoint}))
+    monkeypatch.setenv("AIRFLOW_CONN_LAKE_WASB_WRONG", wasb_connection(account, "d3Jvbmcta2V5", endpoint))
     wrong = CommitIntervalSensor(task_id="wait", table_uri=uri, min_commits=3, storage_conn_id="lake_wasb_wrong")
     with pytest.raises(AirflowException, match="cannot count the commits"):
         wrong.poke(context={})
 
 
-# -- end to end: airflow dags test, spark-submit on an S3 table, and a scan for the secret ----------
-def _sample_processes(root: int, seen: dict[int, list[str]], environs: list[dict], stop: threading.Event) -> None:
-    """Note the arguments of every descendant of ``root`` (and the environment of spark-submit's JVM)."""
+# -- end to end: airflow dags test, spark-submit on a store's table, and a scan for the secrets -----
+@dataclass
+class ScannedRun:
+    """One ``airflow dags test`` run of ``delta_maint_storage_conn`` and what was seen while it ran."""
+
+    out: str
+    err: str
+    #: pid -> arguments of every descendant process
+    seen: dict[int, list[str]]
+    #: pid -> environment of every spark-submit JVM
+    environs: dict[int, dict[str, str]]
+    run_id: str
+
+    def submits(self, job: str) -> list[dict[str, str]]:
+        """The environments of the spark-submit runs of ``job`` (an application argument)."""
+        return [self.environs[pid] for pid, cmd in self.seen.items() if pid in self.environs and job in cmd]
+
+
+def _sample_processes(root: int, seen: dict[int, list[str]], environs: dict[int, dict], stop: threading.Event) -> None:
+    """Note the arguments of every descendant of ``root`` (and the environment of spark-submit's JVMs)."""
     while not stop.is_set():
         try:
             children = psutil.Process(root).children(recursive=True)
@@ -307,36 +394,27 @@ def _sample_processes(root: int, seen: dict[int, list[str]], environs: list[dict
             try:
                 cmdline = p.cmdline()
                 seen.setdefault(p.pid, cmdline)
-                if any("SparkSubmit" in part for part in cmdline) and not environs:
-                    environs.append(p.environ())
+                if any("SparkSubmit" in part for part in cmdline) and p.pid not in environs:
+                    environs[p.pid] = p.environ()
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 pass
         time.sleep(0.05)
 
 
-@pytest.mark.e2e
-def test_dag_on_s3_with_a_connection_never_shows_the_secret(iam_s3, airflow_home, tmp_path, no_ambient_credentials):
-    server, key_id, secret = iam_s3
-    uri = "s3://lake/events"
-    options = s3_options(server, key_id, secret)
-    write_appends(uri, options, commits=6)  # 12 small files in 2 partitions
-    before = table_rows(uri, options)
+def _dags_test_scanned(airflow_home, tmp_path, uri: str, **connections: str) -> tuple[ScannedRun, object]:
+    """Run the DAG on ``uri`` with only ``connections`` (AIRFLOW_CONN_* and the DAG's variables) holding
+    credentials, sampling the processes; the Spark event log is written under ``tmp_path``."""
     events = tmp_path / "spark-events"
     events.mkdir()
-    env = airflow_env(
-        airflow_home,
-        AIRFLOW_CONN_LAKE_S3=s3_connection(server, key_id, secret),
-        DELTA_MAINT_TEST_TABLE=uri,
-        DELTA_MAINT_TEST_SPARK_CONF=json.dumps({"spark.eventLog.enabled": "true", "spark.eventLog.compress": "false",
-                                                "spark.eventLog.dir": events.as_uri()}),
-    )
+    env = airflow_env(airflow_home, DELTA_MAINT_TEST_TABLE=uri, DELTA_MAINT_TEST_SPARK_CONF=json.dumps({
+        "spark.eventLog.enabled": "true", "spark.eventLog.compress": "false", "spark.eventLog.dir": events.as_uri()}))
     for key in [k for k in env if k.startswith(STORE_PREFIXES)]:
-        del env[key]  # only the connection holds credentials
-    env["AIRFLOW_CONN_LAKE_S3"] = s3_connection(server, key_id, secret)
+        del env[key]  # only the connections hold credentials
+    env.update(connections)
     proc = subprocess.Popen([str(BIN / "airflow"), "dags", "test", "delta_maint_storage_conn"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen: dict[int, list[str]] = {}
-    environs: list[dict] = []
+    environs: dict[int, dict] = {}
     stop = threading.Event()
     sampler = threading.Thread(target=_sample_processes, args=(proc.pid, seen, environs, stop), daemon=True)
     sampler.start()
@@ -347,8 +425,54 @@ def test_dag_on_s3_with_a_connection_never_shows_the_secret(iam_s3, airflow_home
         sampler.join(10)
         if proc.poll() is None:
             proc.kill()
-    state, tasks = task_results(airflow_home, "delta_maint_storage_conn")
+    with sqlite3.connect(airflow_home / "airflow.db") as conn:
+        run_id, state = conn.execute("SELECT run_id, state FROM dag_run WHERE dag_id = 'delta_maint_storage_conn' "
+                                     "ORDER BY id DESC LIMIT 1").fetchone()
     assert state == "success", out[-6000:] + err[-3000:]
+    return ScannedRun(out, err, seen, environs, run_id), events
+
+
+def _assert_hidden(run: ScannedRun, airflow_home, events, hidden: list[str]) -> None:
+    """None of ``hidden`` in: any process's arguments, the task logs, the Spark event log (the Spark UI's
+    environment page), XCom, the rendered task fields or anything else in the metadata database."""
+    assert hidden and all(len(value) >= 16 for value in hidden)
+    submits = [cmd for cmd in run.seen.values() if any("SparkSubmit" in part for part in cmd)]
+    assert len(submits) >= 2, "spark-submit was not seen running"
+    assert [cmd for cmd in run.seen.values() if any(value in part for value in hidden for part in cmd)] == []
+    texts = {"dags test output": run.out + run.err}
+    logs = airflow_home / "logs"
+    for f in (logs.rglob("*") if logs.exists() else []):
+        if f.is_file():
+            texts[str(f)] = f.read_text(errors="replace")
+    event_files = [f for f in events.rglob("*") if f.is_file()]
+    assert len(event_files) >= 2
+    texts["event log"] = "".join(f.read_text(errors="replace") for f in event_files)
+    assert "SparkListenerEnvironmentUpdate" in texts["event log"]  # what the Spark UI's environment page shows
+    with sqlite3.connect(airflow_home / "airflow.db") as conn:
+        rendered = conn.execute("SELECT task_id, rendered_fields FROM rendered_task_instance_fields "
+                                "WHERE dag_id = 'delta_maint_storage_conn' AND run_id = ?", (run.run_id,)).fetchall()
+        xcoms = conn.execute("SELECT task_id, value FROM xcom WHERE dag_id = 'delta_maint_storage_conn' "
+                             "AND run_id = ?", (run.run_id,)).fetchall()
+        texts["metadata database"] = "\n".join(conn.iterdump())
+    assert {t for t, _ in rendered} >= {"optimize", "inspect"} and {t for t, _ in xcoms} >= {"optimize", "inspect"}
+    leaks = [(where, i) for where, text in texts.items() for i, value in enumerate(hidden) if value in text]
+    assert leaks == []
+
+
+@pytest.mark.e2e
+def test_dag_on_s3_with_connections_never_shows_the_secrets(iam_s3, airflow_home, tmp_path, no_ambient_credentials):
+    """The sensor reads with an access key; optimize and inspect assume a role (STS through the Amazon
+    provider's hook) whose temporary credentials alone may touch the bucket."""
+    server, key_id, secret, role = iam_s3
+    uri = "s3://lake/events"
+    options = s3_options(server, key_id, secret)
+    write_appends(uri, options, commits=6)  # 12 small files in 2 partitions
+    before = table_rows(uri, options)
+    run, events = _dags_test_scanned(airflow_home, tmp_path, uri, DELTA_MAINT_TEST_CONN="lake_s3",
+                                     DELTA_MAINT_TEST_JOB_CONN="lake_s3_role",
+                                     AIRFLOW_CONN_LAKE_S3=s3_connection(server, key_id, secret),
+                                     AIRFLOW_CONN_LAKE_S3_ROLE=s3_role_connection(server, role))
+    _, tasks = task_results(airflow_home, "delta_maint_storage_conn")
 
     # the table: compacted, rows unchanged, read back by delta-rs
     assert tasks[("wait", -1)]["value"]["commits"] >= 3
@@ -360,29 +484,66 @@ def test_dag_on_s3_with_a_connection_never_shows_the_secret(iam_s3, airflow_home
     assert table_rows(uri, options) == before
     assert DeltaTable(uri, storage_options=options).history(1)[0]["operation"] == "OPTIMIZE"
 
-    # spark-submit ran with the secret in its environment, and in no process's arguments
-    submits = [cmd for cmd in seen.values() if any("SparkSubmit" in part for part in cmd)]
-    assert len(submits) >= 2, "spark-submit was not seen running"
-    assert environs and environs[0].get("AWS_SECRET_ACCESS_KEY") == secret
-    leaks = [cmd for cmd in seen.values() if any(secret in part for part in cmd)]
-    assert leaks == []
+    # each job's spark-submit ran with the role's temporary credentials in its environment
+    jobs = run.submits("optimize") + run.submits("inspect")
+    assert len(jobs) >= 2
+    temporary = set()
+    for job_env in jobs:
+        assert job_env.get("AWS_SESSION_TOKEN") and job_env["AWS_ACCESS_KEY_ID"] not in (key_id, role[1])
+        temporary |= {job_env["AWS_SECRET_ACCESS_KEY"], job_env["AWS_SESSION_TOKEN"]}
+    _assert_hidden(run, airflow_home, events, [secret, role[2], *sorted(temporary)])
 
-    # the task log (stdout of dags test and the log files), the Spark event log
-    assert secret not in out and secret not in err
-    logs = [f for f in (airflow_home / "logs").rglob("*") if f.is_file()] if (airflow_home / "logs").exists() else []
-    for f in logs:
-        assert secret not in f.read_text(errors="replace"), f
-    event_files = [f for f in events.rglob("*") if f.is_file()]
-    assert len(event_files) >= 2
-    event_text = "".join(f.read_text(errors="replace") for f in event_files)
-    assert "SparkListenerEnvironmentUpdate" in event_text  # what the Spark UI's environment page shows
-    assert secret not in event_text and key_id in json.dumps(environs[0])
 
-    # the metadata database: XCom, rendered task fields, everything else
-    with sqlite3.connect(airflow_home / "airflow.db") as conn:
-        rendered = conn.execute("SELECT task_id, rendered_fields FROM rendered_task_instance_fields "
-                                "WHERE dag_id = 'delta_maint_storage_conn'").fetchall()
-        xcoms = conn.execute("SELECT task_id, value FROM xcom WHERE dag_id = 'delta_maint_storage_conn'").fetchall()
-        dump = "\n".join(conn.iterdump())
-    assert {t for t, _ in rendered} >= {"optimize", "inspect"} and {t for t, _ in xcoms} >= {"optimize", "inspect"}
-    assert secret not in dump
+@pytest.mark.e2e
+def test_dag_on_azure_with_a_wasb_connection_never_shows_the_key(azurite, airflow_home, tmp_path,
+                                                                  no_ambient_credentials):
+    _, account, key, endpoint = azurite
+    uri = "az://lake/maintained"
+    options = azure_options(account, key, endpoint)
+    write_appends(uri, options, commits=6)  # 12 small files in 2 partitions
+    before = table_rows(uri, options)
+    run, events = _dags_test_scanned(airflow_home, tmp_path, uri, DELTA_MAINT_TEST_CONN="lake_wasb",
+                                     AIRFLOW_CONN_LAKE_WASB=wasb_connection(account, key, endpoint))
+    _, tasks = task_results(airflow_home, "delta_maint_storage_conn")
+
+    assert tasks[("wait", -1)]["value"]["commits"] >= 3
+    optimize = tasks[("optimize", -1)]["value"]
+    assert optimize["status"] == "committed" and optimize["version_committed"] == 6
+    assert optimize["numRemovedFiles"] == 12 and optimize["numAddedFiles"] == 2
+    assert tasks[("inspect", -1)]["value"]["version_read"] == 6
+    assert table_rows(uri, options) == before
+    assert DeltaTable(uri, storage_options=options).history(1)[0]["operation"] == "OPTIMIZE"
+
+    jobs = run.submits("optimize") + run.submits("inspect")
+    assert len(jobs) >= 2 and all(job_env.get("AZURE_STORAGE_ACCOUNT_KEY") == key for job_env in jobs)
+    _assert_hidden(run, airflow_home, events, [key])
+
+
+def test_event_trigger_uses_the_connection(iam_s3, monkeypatch, no_ambient_credentials, capsys):
+    """The event trigger stores only the connection's id, fetches it for each check, never logs the secret."""
+    from airflow_delta_maint.triggers.table_commits import TableCommitsTrigger
+
+    server, key_id, secret, _ = iam_s3
+    uri = "s3://lake/events"
+    write_appends(uri, s3_options(server, key_id, secret), commits=3)
+    monkeypatch.setenv("AIRFLOW_CONN_LAKE_S3", s3_connection(server, key_id, secret))
+    monkeypatch.setenv("AIRFLOW_CONN_LAKE_S3_WRONG", s3_connection(server, key_id, "not-the-secret"))
+    trigger = TableCommitsTrigger(table_uri=uri, min_commits=3, storage_conn_id="lake_s3", poke_interval=0.1)
+    _, kwargs = trigger.serialize()
+    assert kwargs["storage_conn_id"] == "lake_s3" and secret not in json.dumps(kwargs)
+
+    async def first_event(t, timeout):
+        gen = t.run()
+        try:
+            return (await asyncio.wait_for(gen.__anext__(), timeout)).payload
+        finally:
+            await gen.aclose()
+
+    assert asyncio.run(first_event(trigger, 30)) == {"table_uri": uri, "from_version": 0, "to_version": 2,
+                                                     "commits": 3}
+    wrong = TableCommitsTrigger(table_uri=uri, min_commits=3, storage_conn_id="lake_s3_wrong", poke_interval=0.1)
+    with pytest.raises(TimeoutError):  # rejected credentials: logged, checked again, no event
+        asyncio.run(first_event(wrong, 2))
+    out = capsys.readouterr()
+    assert "credentials were rejected" in out.out
+    assert secret not in out.out + out.err

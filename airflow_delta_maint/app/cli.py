@@ -14,6 +14,8 @@ from airflow_delta_maint.delta.errors import DeltaError
 from .context import JobContext
 from .jobs import JOB_MODULES
 from .metrics import base_metrics, finish, write_metrics
+from .report_cli import REPORT, add_report_parser, run_report
+from .run_history import record_run
 
 log = logging.getLogger("delta_maint")
 
@@ -37,13 +39,18 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--storage-option", action="append", type=_storage_option, default=[], metavar="K=V",
                        help="object-store option (repeatable), e.g. AWS_ENDPOINT_URL=http://...")
         p.add_argument("--master", help="Spark master for a run outside spark-submit (default local[*])")
+        p.add_argument("--history-uri", metavar="URI",
+                       help="append this run to the maintenance history (a Delta table) at URI")
         module.add_arguments(p)
+    add_report_parser(sub)
     return parser
 
 
 def run(argv: Sequence[str] | None = None) -> tuple[int, dict[str, Any]]:
     """Parse arguments, run one job, print and write its metrics. Returns (exit code, metrics)."""
     args = build_parser().parse_args(argv)
+    if args.job == REPORT:
+        return run_report(args)
     module = importlib.import_module(JOB_MODULES[args.job])
     metrics = base_metrics(args.job, args.table)
     ctx = JobContext(table=args.table, storage_options=dict(args.storage_option), master=args.master)
@@ -61,6 +68,10 @@ def run(argv: Sequence[str] | None = None) -> tuple[int, dict[str, Any]]:
     if metrics.get("version_read") is None:
         metrics["version_read"] = ctx.version_read
     finish(metrics)
+    if args.history_uri:  # never fails the run: a failure is logged and reported under "history"
+        spark = ctx._spark
+        metrics["history"] = record_run(args.history_uri, metrics,
+                                        spark_app_id=spark.sparkContext.applicationId if spark is not None else None)
     if args.metrics_out:
         write_metrics(metrics, args.metrics_out, dict(args.storage_option))
     if args.json:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import time
 import uuid
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ from .errors import CommitConflictError, CommitFailedError, InvalidArgumentError
 from .log import commit_key
 from .snapshot import Snapshot
 from .stats import stats_json, table_stats
-from .storage import AlreadyExistsError, Storage
+from .storage import AlreadyExistsError, Storage, normalize_table_uri
 from .transaction import Transaction, default_engine_info
 
 log = logging.getLogger(__name__)
@@ -160,8 +161,13 @@ def run_record(metrics: Mapping[str, Any], *, dag_id: str | None = None, dag_run
     }
 
 
-def _storage(uri: str | Storage, storage_options: Mapping[str, str] | None) -> Storage:
-    return uri if isinstance(uri, Storage) else Storage(uri, storage_options)
+def _storage(uri: str | Storage, storage_options: Mapping[str, str] | None, create: bool = False) -> Storage:
+    if isinstance(uri, Storage):
+        return uri
+    root = normalize_table_uri(uri)
+    if create and root.startswith("file://"):
+        os.makedirs(root[len("file://"):], exist_ok=True)  # a new run log on local disk
+    return Storage(uri, storage_options)
 
 
 def _metadata_action() -> dict[str, Any]:
@@ -195,7 +201,7 @@ def create_run_log(uri: str | Storage, storage_options: Mapping[str, str] | None
     Raises:
         InvalidArgumentError: a Delta table is there that is not a run log.
     """
-    storage = _storage(uri, storage_options)
+    storage = _storage(uri, storage_options, create=True)
     try:
         snapshot = Snapshot.load(storage)
     except (TableNotFoundError, NotADeltaTableError):
@@ -251,7 +257,7 @@ def append_runs(uri: str | Storage, rows: Iterable[Mapping[str, Any]],
     batch = list(rows)
     if not batch:
         raise InvalidArgumentError("no run log rows to append")
-    storage = _storage(uri, storage_options)
+    storage = _storage(uri, storage_options, create=True)
     snapshot = create_run_log(storage)
     action = _add_action(storage, _to_table(batch), snapshot.metadata, data_change=True)
     while True:

@@ -19,11 +19,13 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_delta_maint.delta.actions import Metadata
 from airflow_delta_maint.delta.deletion_vectors import live_row_mask, read_deletion_vector
 from airflow_delta_maint.delta.errors import CorruptLogError
+from airflow_delta_maint.delta.row_tracking import RowTracking
 from airflow_delta_maint.delta.schema import to_arrow_schema
 from airflow_delta_maint.delta.stats import StatsCollector, stats_json
 from airflow_delta_maint.delta.storage import Storage
@@ -45,6 +47,10 @@ class RewriteSpec:
     #: 8 hex digits that start the UUID of every file this run writes, so that a failed run can
     #: find and delete what its tasks wrote before it failed
     run_token: str = ""
+    #: the table's row-tracking state: which hidden columns rewritten files carry
+    row_tracking: RowTracking = field(default_factory=RowTracking)
+    #: logical column paths whose statistics must be written whatever the indexed-column settings
+    required_stats_columns: tuple[tuple[str, ...], ...] = ()
     _schema: pa.Schema | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -53,9 +59,13 @@ class RewriteSpec:
 
     @property
     def write_schema(self) -> pa.Schema:
-        """The table's physical schema without partition columns, every field nullable."""
+        """The table's physical schema without partition columns, every field nullable, then the
+        materialized row-tracking columns (int64) when the table names them."""
         if self._schema is None:
-            self._schema = _nullable(to_arrow_schema(self.metadata, physical=True))
+            schema = _nullable(to_arrow_schema(self.metadata, physical=True))
+            for name in self.row_tracking.hidden_columns:
+                schema = schema.append(pa.field(name, pa.int64()))
+            self._schema = schema
         return self._schema
 
     def __getstate__(self) -> dict:
@@ -143,10 +153,42 @@ def read_data_file(spec: RewriteSpec, add: dict, columns: list[str] | None = Non
         raise CorruptLogError(f"data file referenced by the log is missing: {add['path']}") from None
     present = [f.name for f in schema if f.name in pf.schema_arrow.names]
     table = pf.read(columns=present, use_threads=False)
+    if spec.row_tracking.materializes and columns is None:
+        table = materialize_row_tracking(spec.row_tracking, table, add)
     dv = add.get("deletionVector")
     if dv:
         table = table.filter(pa.array(live_row_mask(read_deletion_vector(storage, dv), table.num_rows)))
     return conform_table(table, schema)
+
+
+def materialize_row_tracking(rt: RowTracking, table: pa.Table, add: dict) -> pa.Table:
+    """Every row's stable Row ID and Row Commit Version in the materialized columns: the value
+    already there, else ``baseRowId`` + the row's physical position in the file and the file's
+    ``defaultRowCommitVersion``. Runs before a deletion vector drops rows, so positions are the
+    file's own."""
+    n = table.num_rows
+    for name, default in ((rt.row_id_column, add.get("baseRowId")),
+                          (rt.commit_version_column, add.get("defaultRowCommitVersion"))):
+        assert name is not None  # enabled row tracking names both columns (row_tracking checks)
+        existing = table.column(name).combine_chunks().cast(pa.int64()) if name in table.column_names else None
+        if existing is not None and existing.null_count == 0:
+            continue
+        if default is None:
+            raise CorruptLogError(
+                f"row tracking is enabled but {add['path']} has rows without a materialized "
+                f"{'Row ID' if name == rt.row_id_column else 'Row Commit Version'} and its add action has no "
+                f"{'baseRowId' if name == rt.row_id_column else 'defaultRowCommitVersion'}: stable row ids "
+                "cannot be preserved")
+        if name == rt.row_id_column:
+            computed = pa.array(np.arange(int(default), int(default) + n, dtype=np.int64))
+        else:
+            computed = pa.array(np.full(n, int(default), dtype=np.int64))
+        value = computed if existing is None else pc.coalesce(existing, computed)
+        if name in table.column_names:
+            table = table.set_column(table.column_names.index(name), name, value)
+        else:
+            table = table.append_column(name, value)
+    return table
 
 
 def iter_files(spec: RewriteSpec, adds: list[dict], columns: list[str] | None = None) -> Iterator[pa.Table]:
@@ -186,7 +228,7 @@ class DataFileWriter:
             self._tmp = self.local
         self.writer = pq.ParquetWriter(self.local, spec.write_schema, compression=spec.compression,
                                        write_statistics=True, use_dictionary=True)
-        self._stats = StatsCollector(spec.metadata)
+        self._stats = StatsCollector(spec.metadata, required=spec.required_stats_columns)
         self._buffer: list[pa.Table] = []
         self._buffered = 0
         self.rows = 0

@@ -110,7 +110,7 @@ SUPPORTED_WRITER_FEATURES: dict[str, frozenset[str]] = {
         "appendOnly", "invariants", "checkConstraints", "generatedColumns", "allowColumnDefaults",
         "changeDataFeed", "columnMapping", "identityColumns", "deletionVectors", "timestampNtz",
         "domainMetadata", "v2Checkpoint", "vacuumProtocolCheck", "inCommitTimestamp",
-        "checkpointProtection", "icebergCompatV1", "icebergCompatV2",
+        "checkpointProtection", "icebergCompatV1", "icebergCompatV2", "rowTracking",
     }),
 }
 

@@ -22,7 +22,7 @@ import json
 import math
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import IO, Any, Union
+from typing import IO, Any, Sequence, Union
 
 import numpy as np
 import pyarrow as pa
@@ -51,8 +51,24 @@ def _eligible(col: Column) -> bool:
     return isinstance(t, PrimitiveType) and (t.name in _MIN_MAX_TYPES or t.is_decimal)
 
 
-def stats_columns(metadata: Metadata) -> list[Column]:
-    """The leaf columns whose statistics are collected, in schema order."""
+def stats_columns(metadata: Metadata, required: Sequence[Sequence[str]] = ()) -> list[Column]:
+    """The leaf columns whose statistics are collected, in schema order.
+
+    ``required``: logical paths (say, clustering columns) whose leaves are collected whatever
+    ``delta.dataSkippingStatsColumns`` / ``delta.dataSkippingNumIndexedCols`` say.
+    """
+    chosen = _configured_stats_columns(metadata)
+    if not required:
+        return chosen
+    wanted = [tuple(p.lower() for p in path) for path in required]
+    have = {c.logical_path for c in chosen}
+    extra = {c.logical_path for c in leaf_columns(metadata)
+             if c.logical_path not in have and any(tuple(p.lower() for p in c.logical_path)[:len(w)] == w
+                                                   for w in wanted)}
+    return [c for c in leaf_columns(metadata) if c.logical_path in have or c.logical_path in extra]
+
+
+def _configured_stats_columns(metadata: Metadata) -> list[Column]:
     conf = metadata.configuration
     leaves = leaf_columns(metadata)
     if conf.get(STATS_COLUMNS_KEY) is not None:
@@ -489,9 +505,9 @@ class StatsCollector:
     as it is written (``update``). ``file_stats`` then gives what ``parquet_file_stats`` would.
     """
 
-    def __init__(self, metadata: Metadata):
+    def __init__(self, metadata: Metadata, required: Sequence[Sequence[str]] = ()):
         self.metadata = metadata
-        self.cols = stats_columns(metadata)
+        self.cols = stats_columns(metadata, required)
         self._watch = [i for i, c in enumerate(self.cols)
                        if _eligible(c) and c.type.name in ("float", "double")]  # type: ignore[union-attr]
         self._leaves: dict[int, _LeafStats] = {}

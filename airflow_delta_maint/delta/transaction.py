@@ -40,6 +40,8 @@ from .errors import (CommitConflictError, CommitFailedError, InconsistentStateEr
 from .features import check_supported, table_features
 from .log import commit_key, list_log, read_commit
 from .reconciliation import commit_problem
+from .row_tracking import DOMAIN as ROW_TRACKING_DOMAIN
+from .row_tracking import assign_fresh_ids, domain_action, high_water_mark, row_tracking
 from .snapshot import Snapshot
 from .storage import AlreadyExistsError, Storage
 
@@ -102,6 +104,8 @@ class WinningCommit:
     protocol_changed: bool
     metadata_changed: bool
     commit_info: dict = field(default_factory=dict, compare=False)
+    #: the ``rowIdHighWaterMark`` the commit set, if it wrote the row-tracking domain
+    row_id_high_water_mark: int | None = None
 
     @property
     def in_commit_timestamp(self) -> int | None:
@@ -122,6 +126,7 @@ def _summarise(storage: Storage, version: int, actions: list[dict]) -> WinningCo
     app_ids: set[str] = set()
     protocol = metadata = False
     info: dict = {}
+    high_water: int | None = None
     for action in actions:
         if action.get("remove") is not None:
             removed.add(_canonical(storage, action["remove"]["path"]))
@@ -130,6 +135,8 @@ def _summarise(storage: Storage, version: int, actions: list[dict]) -> WinningCo
                 adds += 1
         elif action.get("domainMetadata") is not None:
             domains.add(action["domainMetadata"]["domain"])
+            if action["domainMetadata"]["domain"] == ROW_TRACKING_DOMAIN:
+                high_water = high_water_mark({ROW_TRACKING_DOMAIN: action["domainMetadata"]})
         elif action.get("txn") is not None:
             app_ids.add(action["txn"]["appId"])
         elif action.get("protocol") is not None:
@@ -139,7 +146,7 @@ def _summarise(storage: Storage, version: int, actions: list[dict]) -> WinningCo
         elif action.get("commitInfo") is not None:
             info = action["commitInfo"]
     return WinningCommit(version, frozenset(removed), adds, frozenset(domains), frozenset(app_ids),
-                         protocol, metadata, info)
+                         protocol, metadata, info, high_water)
 
 
 def winning_commits(storage: Storage, read_version: int, until_version: int | None = None) -> Iterator[WinningCommit]:
@@ -214,8 +221,13 @@ class Transaction:
         self.engine_info = engine_info or default_engine_info()
         self.txn_id = str(uuid.uuid4())
         self.attempts = 0
+        #: commitInfo ``tags`` (e.g. ``delta.rowTracking.preserved``)
+        self.tags: dict[str, str] = {}
         self._actions: list[dict] = []
         self._committed: int | None = None
+        self._row_tracking = row_tracking(snapshot.protocol, snapshot.metadata, snapshot.domains)
+        #: the row-id high-water mark the committed version set (None when it assigned no ids)
+        self.row_id_high_water_mark: int | None = None
 
     # -- building --------------------------------------------------------------------------
     def add_actions(self, actions: Iterable[dict]) -> None:
@@ -276,6 +288,8 @@ class Transaction:
         check_supported(self.snapshot.protocol, self.job, self.snapshot.metadata)
         _, writer = table_features(self.snapshot.protocol)
         kinds = {next(iter(a)) for a in self._actions}
+        if self._assigns_row_ids:
+            kinds.add("domainMetadata")  # the row-id high-water mark
         if "domainMetadata" in kinds and "domainMetadata" not in writer:
             raise UnsupportedFeatureError(
                 f"cannot run {self.job} on this table: writing domainMetadata needs the writer feature "
@@ -306,6 +320,9 @@ class Transaction:
             raise ConflictError("ConcurrentAppend", v,
                                 detail=f"added {winner.data_change_adds} data files this commit did not read")
         domains = {a["domainMetadata"]["domain"] for a in self._actions if "domainMetadata" in a}
+        if self._assigns_row_ids:
+            # fresh row ids are assigned per attempt above the newest mark: no conflict
+            domains.discard(ROW_TRACKING_DOMAIN)
         if domains & winner.domains:
             raise ConflictError("ConcurrentDomainMetadata", v, domains & winner.domains,
                                 detail="wrote domain metadata this commit writes")
@@ -313,6 +330,25 @@ class Transaction:
         if app_ids & winner.app_ids:
             raise ConflictError("ConcurrentTransaction", v, app_ids & winner.app_ids,
                                 detail="wrote transaction identifiers this commit writes")
+
+    # -- row tracking ------------------------------------------------------------------------
+    @property
+    def _assigns_row_ids(self) -> bool:
+        """New adds get fresh row ids and commit versions (row tracking supported, not suspended)."""
+        return self._row_tracking.assigns_fresh_ids and any(
+            k == "add" and body.get("baseRowId") is None for k, body in self._file_actions())
+
+    def _attempt_actions(self, version: int, high_water: int) -> tuple[list[dict], int | None]:
+        """The actions as written at ``version``: new adds numbered above ``high_water`` (the
+        newest mark any commit up to ``version - 1`` set) and the advanced mark recorded."""
+        if not self._assigns_row_ids:
+            return self._actions, None
+        fresh = [a["add"] for a in self._actions if "add" in a and a["add"].get("baseRowId") is None]
+        numbered, mark = assign_fresh_ids(fresh, high_water, version)
+        it = iter(numbered)
+        out = [{"add": next(it)} if "add" in a and a["add"].get("baseRowId") is None else a for a in self._actions]
+        out.append(domain_action(mark))
+        return out, mark
 
     # -- writing -----------------------------------------------------------------------------
     def _commit_info(self, timestamp: int, ict: int | None, metrics: Mapping[str, Any] | None) -> dict:
@@ -326,6 +362,8 @@ class Transaction:
         info["isolationLevel"] = self.isolation_level
         info["isBlindAppend"] = self.is_blind_append
         info["operationMetrics"] = {str(k): _metric(v) for k, v in (metrics or {}).items() if v is not None}
+        if self.tags:
+            info["tags"] = dict(self.tags)
         info["engineInfo"] = self.engine_info
         info["txnId"] = self.txn_id
         return info
@@ -342,9 +380,9 @@ class Transaction:
             known[version] = int(ts) if ts is not None else None
         return known[version]
 
-    def _encode(self, info: dict) -> bytes:
+    def _encode(self, info: dict, actions: list[dict]) -> bytes:
         lines = [json.dumps({"commitInfo": info}, separators=(",", ":"))]
-        lines.extend(json.dumps(a, separators=(",", ":")) for a in self._actions)
+        lines.extend(json.dumps(a, separators=(",", ":")) for a in actions)
         return ("\n".join(lines) + "\n").encode("utf-8")
 
     def commit(self, metrics: Mapping[str, Any] | None = None, after_version: int | None = None) -> int:
@@ -373,12 +411,15 @@ class Transaction:
             raise InconsistentStateError(f"refusing to commit {self.operation} to {self.storage.root}: {problem}")
         use_ict = ict_enabled(self.snapshot)
         icts: dict[int, int | None] = {}
+        high_water = self._row_tracking.high_water_mark
         version = self.read_version + 1
         if after_version is not None and after_version > self.read_version:
             for winner in winning_commits(self.storage, self.read_version, after_version):
                 self._check_winner(winner)
                 if winner.in_commit_timestamp is not None:
                     icts[winner.version] = winner.in_commit_timestamp
+                if winner.row_id_high_water_mark is not None:
+                    high_water = max(high_water, winner.row_id_high_water_mark)
             version = after_version + 1
         self.attempts = 0
         lost = 0
@@ -389,13 +430,15 @@ class Transaction:
                 previous = self._previous_ict(version - 1, icts)
                 ict = max(now, previous + 1) if previous is not None else now
             info = self._commit_info(ict if ict is not None else now, ict, metrics)
+            actions, mark = self._attempt_actions(version, high_water)
             self.attempts += 1
             try:
-                self.storage.put_if_absent(commit_key(version), self._encode(info))
+                self.storage.put_if_absent(commit_key(version), self._encode(info, actions))
             except AlreadyExistsError:
                 pass
             else:
                 self._committed = version
+                self.row_id_high_water_mark = mark
                 log.info("committed %s to %s at version %d (read version %d, %d attempts)", self.operation,
                          self.storage.root, version, self.read_version, self.attempts)
                 return version
@@ -407,10 +450,13 @@ class Transaction:
                 if winner.commit_info.get("txnId") == self.txn_id:
                     # Our own earlier attempt landed (e.g. the store reported a failure after writing).
                     self._committed = winner.version
+                    self.row_id_high_water_mark = winner.row_id_high_water_mark
                     return winner.version
                 self._check_winner(winner)
                 if winner.in_commit_timestamp is not None:
                     icts[winner.version] = winner.in_commit_timestamp
+                if winner.row_id_high_water_mark is not None:
+                    high_water = max(high_water, winner.row_id_high_water_mark)
                 latest = max(latest, winner.version)
             if lost > self.max_retries:
                 raise CommitFailedError(

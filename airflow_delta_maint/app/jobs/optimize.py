@@ -16,6 +16,7 @@ from airflow_delta_maint.delta.errors import InvalidArgumentError
 from airflow_delta_maint.delta.features import check_supported, table_features
 from airflow_delta_maint.delta.optimize_plan import (DEFAULT_DV_RATIO, Bin, OptimizePlan, plan_optimize,
                                                      size_percentiles)
+from airflow_delta_maint.delta.row_tracking import PRESERVED_TAG, row_tracking
 from airflow_delta_maint.delta.snapshot import Snapshot
 from airflow_delta_maint.delta.storage import Storage
 from airflow_delta_maint.delta.transaction import ConflictError, Transaction, conflicting_files, winning_commits
@@ -248,6 +249,8 @@ def _commit_batch_once(snapshot: Snapshot, plan: OptimizePlan, bins: list[Bin], 
             **size_percentiles(added_sizes),
         }
         txn = Transaction(snapshot, "OPTIMIZE", parameters, job="optimize")
+        if row_tracking(snapshot.protocol, snapshot.metadata, snapshot.domains).materializes:
+            txn.tags[PRESERVED_TAG] = "true"  # every copied row keeps its stable id and commit version
         txn_ids.append(txn.txn_id)
         txn.add_actions(removes + adds)
         try:
@@ -296,9 +299,10 @@ def run_optimize(ctx: JobContext, params: dict[str, Any], spark_factory: Callabl
     compression = params.get("compression") or DEFAULT_COMPRESSION
     if compression not in COMPRESSIONS:
         raise InvalidArgumentError(f"unknown compression {compression!r}; one of {', '.join(COMPRESSIONS)}")
+    rows = row_tracking(snapshot.protocol, snapshot.metadata, snapshot.domains)
     spec = RewriteSpec(ctx.storage, snapshot.metadata.to_action(), compression=compression,
                        target_file_bytes=plan.max_file_size, tight_bounds=tight_bounds,
-                       run_token=uuid.uuid4().hex[:8])
+                       run_token=uuid.uuid4().hex[:8], row_tracking=rows)
     parameters = {"predicate": [plan.predicate] if plan.predicate else [], "zOrderBy": plan.zorder_by,
                   "auto": False}
     log.info("OPTIMIZE %s at version %d: %d bins, %d files, %.1f MiB to rewrite", ctx.storage.root,

@@ -16,6 +16,7 @@ from airflow_delta_maint.app.jobs import JOB_MODULES
 from airflow_delta_maint.app.metrics import base_metrics, finish
 from airflow_delta_maint.delta.errors import DeltaError
 from airflow_delta_maint.hooks.delta_maint import DeltaMaintHook
+from airflow_delta_maint.hooks.maintenance_history import configured_history_uri, history_args, record_on_worker
 from airflow_delta_maint.hooks.storage_credentials import (
     StorageCredentials,
     refuse_secret_options,
@@ -86,10 +87,12 @@ class DeltaMaintenanceOperator(BaseOperator):
     :param skip_if_nothing_to_do: check cheaply first and skip Spark when there is nothing to do.
     :param spark_submit_kwargs: further :class:`SparkSubmitHook` arguments (``executor_memory``,
         ``driver_memory``, ``num_executors``, ``verbose``, ...).
+    :param history_uri: the maintenance history table every run of this task is appended to
+        (default: ``[delta_maint] history_uri``; none: not recorded). (templated)
     """
 
     job: ClassVar[str] = ""
-    template_fields: Sequence[str] = ("table_uri", "storage_options", "conf", "metrics_uri")
+    template_fields: Sequence[str] = ("table_uri", "storage_options", "conf", "metrics_uri", "history_uri")
     ui_color = "#00add4"
 
     def __init__(
@@ -106,10 +109,12 @@ class DeltaMaintenanceOperator(BaseOperator):
         env_vars: Mapping[str, Any] | None = None,
         skip_if_nothing_to_do: bool = True,
         spark_submit_kwargs: Mapping[str, Any] | None = None,
+        history_uri: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.table_uri = table_uri
+        self.history_uri = history_uri
         refuse_secret_options(storage_options, self.task_id)
         self.storage_options = storage_options
         self.storage_conn_id = storage_conn_id
@@ -233,15 +238,19 @@ class DeltaMaintenanceOperator(BaseOperator):
     # -- Airflow ------------------------------------------------------------------------------
     def execute(self, context: Context) -> dict[str, Any]:
         self.resolve_storage_credentials()
+        history = configured_history_uri(self.history_uri)
         if _as_bool(self.skip_if_nothing_to_do):
             skipped = self.check_nothing_to_do()
             if skipped is not None:
                 self.log.info("Nothing to do on %s: %s", self.table_uri, skipped["reason"])
+                if history:
+                    skipped["history"] = record_on_worker(history, skipped, context)
                 return skipped
         else:
             self.job_params()
         self._hook = self.get_hook()
-        metrics = self._hook.run_job(self.job, self.table_uri, self.job_args(), self.table_storage_options)
+        metrics = self._hook.run_job(self.job, self.table_uri, self.job_args() + history_args(history),
+                                     self.table_storage_options)
         self.log.info(
             "%s on %s: %s (version read %s, committed %s)",
             self.job, self.table_uri, metrics.get("status"), metrics.get("version_read"),

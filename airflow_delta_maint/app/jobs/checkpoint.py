@@ -6,7 +6,8 @@ import argparse
 from typing import Any
 
 from airflow_delta_maint.delta.checkpoint import write_checkpoint
-from airflow_delta_maint.delta.features import check_supported
+from airflow_delta_maint.delta.features import check_checkpoint_allowed, check_supported
+from airflow_delta_maint.delta.log_cleanup import cleanup_expired_log
 from airflow_delta_maint.delta.snapshot import Snapshot
 
 from ..context import JobContext
@@ -16,16 +17,26 @@ NAME = "checkpoint"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--version", type=int, help="checkpoint this version (default: the latest)")
+    parser.add_argument("--cleanup-expired-log", action="store_true",
+                        help="then delete log files older than delta.logRetentionDuration (see cleanup-log)")
 
 
 def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     snapshot = Snapshot.load(ctx.storage, args.version)
     ctx.version_read = snapshot.version
     check_supported(snapshot.protocol, "checkpoint", snapshot.metadata)
+    if args.version is not None:
+        latest = Snapshot.load(ctx.storage, paths_only=True)
+        check_checkpoint_allowed(latest.protocol, latest.metadata, snapshot.version)
     result = write_checkpoint(snapshot)
-    return {"status": "skipped" if result["already_existed"] else "committed",
-            "version_read": snapshot.version,
-            "version_committed": None, "checkpoint_version": result["version"], "checkpoint": result}
+    metrics = {"status": "skipped" if result["already_existed"] else "committed",
+               "version_read": snapshot.version,
+               "version_committed": None, "checkpoint_version": result["version"], "checkpoint": result}
+    if args.cleanup_expired_log:
+        metrics["expired_log_cleanup"] = cleanup = cleanup_expired_log(ctx.storage)
+        if cleanup["status"] == "committed":
+            metrics["status"] = "committed"
+    return metrics
 
 
 def format_human(m: dict[str, Any]) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from airflow_delta_maint.delta.log_cleanup import cleanup_expired_log
 from airflow_delta_maint.delta.log_compaction import DEFAULT_MAX_WINDOW_BYTES, compact_log
 
 from ..context import JobContext
@@ -24,12 +25,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="skip (and report) a window whose commit files total more (default 1 GiB)")
     parser.add_argument("--checkpoint-interval", type=int, metavar="M",
                         help="first write a checkpoint when M commits follow the last one")
+    parser.add_argument("--cleanup-expired-log", action="store_true",
+                        help="then delete log files older than delta.logRetentionDuration (see cleanup-log)")
 
 
 def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     """Compact the log of ``ctx.table``; returns the job's metrics."""
-    return compact_log(ctx.storage, interval=args.interval, max_window_bytes=args.max_window_bytes,
-                       checkpoint_interval=args.checkpoint_interval)
+    metrics = compact_log(ctx.storage, interval=args.interval, max_window_bytes=args.max_window_bytes,
+                          checkpoint_interval=args.checkpoint_interval)
+    if args.cleanup_expired_log:
+        metrics["expired_log_cleanup"] = cleanup = cleanup_expired_log(ctx.storage)
+        if cleanup["status"] == "committed" and metrics.get("status") == "skipped":
+            metrics["status"] = "committed"
+    return metrics
 
 
 def format_human(m: dict[str, Any]) -> str:
@@ -52,5 +60,9 @@ def format_human(m: dict[str, Any]) -> str:
     for w in m["windows_skipped"]:
         lines.append(f"  {w['start']}..{w['end']}  {w['reason']}")
     lines.append(f"files cleaned    {m['numFilesCleaned']}")
+    if m.get("expired_log_cleanup"):
+        c = m["expired_log_cleanup"]
+        lines.append(f"expired log      {c['numLogFilesDeleted']} files deleted, kept from checkpoint "
+                     f"{c.get('checkpointVersion')}")
     lines.append(f"duration         {m['duration_s']} s")
     return "\n".join(lines)

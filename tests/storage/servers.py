@@ -99,15 +99,18 @@ def azurite_command() -> list[str]:
     return [node, str(exe)]
 
 
-def start_azurite(workdir: Path) -> Server:
+def start_azurite(workdir: Path, account: tuple[str, str] | None = None) -> Server:
+    """Azurite's blob service. With ``account`` (name, base64 key), that account replaces the well-known one."""
     port = free_port()
     data = workdir / f"azurite-{port}"
     data.mkdir(parents=True, exist_ok=True)
+    name, key = account or (AZURITE_ACCOUNT, AZURITE_KEY)
     proc = _start("azurite", [*azurite_command(), "--blobHost", "127.0.0.1", "--blobPort", str(port),
                               "--location", str(data), "--skipApiVersionCheck", "--loose", "--silent"], port,
+                  env={"AZURITE_ACCOUNTS": f"{name}:{key}"} if account else None,
                   log=workdir / f"azurite-{port}.log")
     server = Server("azurite", port, proc)
-    server.env = {"AZURE_STORAGE_ACCOUNT_NAME": AZURITE_ACCOUNT, "AZURE_STORAGE_ACCOUNT_KEY": AZURITE_KEY,
+    server.env = {"AZURE_STORAGE_ACCOUNT_NAME": name, "AZURE_STORAGE_ACCOUNT_KEY": key,
                   "AZURE_STORAGE_USE_EMULATOR": "true",
                   "AZURITE_BLOB_STORAGE_URL": server.endpoint}
     return server

@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 # the Azure Storage emulator the object-store tests start (npm package, installed beside the virtualenv)
 AZURITE := $(VENV)/azurite/node_modules/.bin/azurite-blob
 
-.PHONY: demo test bench check-java clean
+.PHONY: demo test bench check-java chromium clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required (found %s)" % sys.version.split()[0])'
@@ -23,13 +23,21 @@ $(STAMP): pyproject.toml
 $(AZURITE): | $(STAMP)
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/npm install --prefix $(VENV)/azurite --no-audit --no-fund --silent azurite@3
 
+# the headless browser the UI test drives: Debian's chromium and chromium-driver (test tools cannot
+# download browsers here); installed with apt when missing and running as root (CI), else a clear message
+chromium:
+	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	else echo "the UI test needs /usr/bin/chromium and /usr/bin/chromedriver: apt-get install chromium chromium-driver (as root)" >&2; exit 1; fi
+
 check-java:
 	@$(PYTHON) scripts/check_java.py
 
 demo: $(STAMP) check-java
 	$(PY) scripts/demo.py
 
-test: $(STAMP) $(AZURITE) check-java
+test: $(STAMP) $(AZURITE) check-java chromium
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 bench: $(STAMP) check-java

@@ -9,7 +9,7 @@ import importlib.util
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow.sdk import BaseOperator
+from airflow.sdk import Asset, BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_delta_maint.app.jobs import JOB_MODULES
@@ -23,8 +23,15 @@ from airflow_delta_maint.hooks.storage_credentials import (
     resolve_storage_credentials,
     worker_options,
 )
+from airflow_delta_maint.operators.lineage import (
+    asset_event_extra,
+    inject_parent_job_info,
+    operator_lineage,
+    table_uri_matches,
+)
 
 if TYPE_CHECKING:
+    from airflow.providers.openlineage.extractors import OperatorLineage
     from airflow.sdk import Context
 
 
@@ -89,6 +96,13 @@ class DeltaMaintenanceOperator(BaseOperator):
         ``driver_memory``, ``num_executors``, ``verbose``, ...).
     :param history_uri: the maintenance history table every run of this task is appended to
         (default: ``[delta_maint] history_uri``; none: not recorded). (templated)
+
+    Assets and lineage: when the table's asset (an ``Asset`` whose URI names ``table_uri``) is among
+    the task's ``outlets``, its asset event carries the run's metrics as ``extra``; a skipped run
+    emits no event for it. The table is not an outlet by default: maintenance changes no data
+    (``dataChange=false``). With the OpenLineage provider, runs report the table as input and
+    output dataset with the files and bytes written and a ``deltaMaintenance`` run facet holding
+    the metrics; ``[openlineage] spark_inject_parent_job_info`` adds the parent job to the Spark conf.
     """
 
     job: ClassVar[str] = ""
@@ -128,6 +142,8 @@ class DeltaMaintenanceOperator(BaseOperator):
         self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
         self._hook: DeltaMaintHook | None = None
         self._storage_credentials: StorageCredentials | None = None
+        self._spark_conf: dict[str, Any] | None = None
+        self._metrics: dict[str, Any] | None = None
 
     # -- what subclasses define ---------------------------------------------------------------
     def job_args(self) -> list[str]:
@@ -188,7 +204,7 @@ class DeltaMaintenanceOperator(BaseOperator):
         """The hook that submits the application."""
         return DeltaMaintHook(
             conn_id=self.conn_id,
-            conf=self.conf,
+            conf=self._spark_conf if self._spark_conf is not None else self.conf,
             spark_binary=self.spark_binary,
             metrics_uri=self.metrics_uri,
             deploy_mode=self.deploy_mode,
@@ -245,9 +261,10 @@ class DeltaMaintenanceOperator(BaseOperator):
                 self.log.info("Nothing to do on %s: %s", self.table_uri, skipped["reason"])
                 if history:
                     skipped["history"] = record_on_worker(history, skipped, context)
-                return skipped
+                return self.report(skipped, context)
         else:
             self.job_params()
+        self._spark_conf = inject_parent_job_info(self.conf, context)
         self._hook = self.get_hook()
         metrics = self._hook.run_job(self.job, self.table_uri, self.job_args() + history_args(history),
                                      self.table_storage_options)
@@ -256,7 +273,37 @@ class DeltaMaintenanceOperator(BaseOperator):
             self.job, self.table_uri, metrics.get("status"), metrics.get("version_read"),
             metrics.get("version_committed"),
         )
+        return self.report(metrics, context)
+
+    # -- assets and lineage -------------------------------------------------------------------
+    def table_outlets(self) -> list[Asset]:
+        """The task's outlets that name this table."""
+        return [o for o in self.outlets if isinstance(o, Asset) and table_uri_matches(o.uri, self.table_uri)]
+
+    def report(self, metrics: dict[str, Any], context: Context) -> dict[str, Any]:
+        """Keep the run's metrics for lineage; put them on the table's asset event, or drop the event when skipped."""
+        self._metrics = metrics
+        tables = self.table_outlets()
+        if tables and metrics.get("status") == "skipped":
+            self.outlets = [o for o in self.outlets if o not in tables]  # this run only: no event
+            self.log.info("Skipped: no asset event for %s", ", ".join(a.uri for a in tables))
+        else:
+            extra = asset_event_extra(metrics)
+            for asset in tables:
+                context["outlet_events"][asset].extra.update(extra)
         return metrics
+
+    def get_openlineage_facets_on_start(self) -> OperatorLineage:
+        """OpenLineage: the table as input and output dataset."""
+        return operator_lineage(self.table_uri)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage:
+        """OpenLineage: the datasets, the output's statistics and the run's metrics."""
+        return operator_lineage(self.table_uri, self._metrics)
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> OperatorLineage:
+        """OpenLineage: the datasets of the failed run."""
+        return operator_lineage(self.table_uri)
 
     def on_kill(self) -> None:
         if self._hook is not None:

@@ -17,7 +17,7 @@ log_compaction      10      min(1, floor(uncovered / interval) / 4): complete lo
                             windows after the newest checkpoint or compaction file
 ==================  ======  =================================================================
 
-``score = round(100 - sum(weight x penalty))``. docs/health.md explains each choice.
+``score = floor(100 - sum(weight x penalty) + 0.5)`` (halves round up). docs/health.md explains each choice.
 """
 
 from __future__ import annotations
@@ -99,8 +99,12 @@ def health_inputs(snapshot: Snapshot, target_file_bytes: int, state: LogState | 
         if snapshot.num_files else np.zeros(0, dtype=np.int64)
     small = sizes[sizes < target_file_bytes]
     records, deleted = _records_and_deleted(snapshot.files)
-    tombstone_bytes = int(pc.sum(pc.fill_null(snapshot.tombstones.column("size"), 0)).as_py() or 0) \
-        if snapshot.tombstones.num_rows else 0
+    tombstone_bytes = 0
+    if snapshot.tombstones.num_rows:
+        # a removed logical file whose path is still live (say, re-added with a deletion vector)
+        # keeps its bytes: VACUUM cannot delete them
+        gone = pc.invert(pc.is_in(snapshot.tombstones.column("path"), snapshot.files.column("path")))
+        tombstone_bytes = int(pc.sum(pc.fill_null(snapshot.tombstones.column("size").filter(gone), 0)).as_py() or 0)
     checkpoint = snapshot.segment.checkpoint_version
     since_checkpoint = snapshot.version - (checkpoint if checkpoint is not None else -1)
     uncovered = since_checkpoint
@@ -158,4 +162,5 @@ def health_score(inputs: HealthInputs) -> dict[str, Any]:
         lost += weight * penalty
         parts[name] = {"weight": weight, "penalty": round(penalty, 4), "points_lost": round(weight * penalty, 2),
                        **detail}
-    return {"score": int(round(max(0.0, min(100.0, 100.0 - lost)))), "parts": parts, "inputs": asdict(inputs)}
+    return {"score": int(math.floor(max(0.0, min(100.0, 100.0 - lost)) + 0.5)), "parts": parts,
+            "inputs": asdict(inputs)}

@@ -1,4 +1,5 @@
-"""Z-order on Spark: per-column range ids from a sample, rows ordered by their interleaved bits.
+"""Z-order and liquid clustering on Spark: per-column range ids from a sample, rows ordered by
+their interleaved bits (Z-order) or their position on a Hilbert curve (liquid clustering).
 
 1. A Spark job samples the Z-order columns of every input file (random rows, vectorised). On
    the driver the sample gives per-column range boundaries (up to ``MAX_RANGES`` ranges, as
@@ -105,6 +106,45 @@ def bits_per_column(num_columns: int, max_ranges: int = MAX_RANGES) -> int:
     return max(1, min(math.ceil(math.log2(max_ranges + 2)), 62 // num_columns))
 
 
+def hilbert_index(ids: list[np.ndarray], bits: int) -> np.ndarray:
+    """Position of each point (one coordinate array per column, each in ``[0, 2**bits)``) along an
+    n-dimensional Hilbert curve of order ``bits``: Skilling's transpose (J. Skilling, "Programming
+    the Hilbert curve", 2004), vectorised over rows, then the transposed bits interleaved."""
+    x = [np.asarray(c, dtype=np.int64).copy() for c in ids]
+    n = len(x)
+    if n == 1:
+        return x[0]
+    q = 1 << (bits - 1)
+    while q > 1:  # undo excess work
+        p = q - 1
+        for i in range(n):
+            high = (x[i] & q) != 0
+            x[0] = np.where(high, x[0] ^ p, x[0])
+            t = np.where(high, 0, (x[0] ^ x[i]) & p)
+            x[0] ^= t
+            x[i] ^= t
+        q >>= 1
+    for i in range(1, n):  # Gray encode
+        x[i] ^= x[i - 1]
+    t = np.zeros_like(x[0])
+    q = 1 << (bits - 1)
+    while q > 1:
+        t = np.where((x[n - 1] & q) != 0, t ^ (q - 1), t)
+        q >>= 1
+    for i in range(n):
+        x[i] ^= t
+    return interleave(x, bits)
+
+
+def curve_values(ids: list[np.ndarray], bits: int, curve: str) -> np.ndarray:
+    """Each row's position along the space-filling curve (``zorder`` or ``hilbert``) of its
+    per-column range ids; ids wider than ``bits`` keep their high bits."""
+    needed = max(int(i.max()).bit_length() if i.size else 0 for i in ids)
+    if needed > bits:
+        ids = [i >> (needed - bits) for i in ids]
+    return hilbert_index(ids, bits) if curve == "hilbert" else interleave(ids, bits)
+
+
 # -- sampling --------------------------------------------------------------------------------------
 def _sample_files(spec: RewriteSpec, columns: list[Column], files: list[tuple[int, dict]],
                   per_task: int, seed: int) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]]:
@@ -181,14 +221,14 @@ class _Layout:
 
 
 def _split_rows(spec: RewriteSpec, columns: list[Column], bounds: list[np.ndarray], bits: int, layout: _Layout,
-                files: list[tuple[int, dict]]) -> Iterator[tuple[int, bytes]]:
+                files: list[tuple[int, dict]], curve: str = "zorder") -> Iterator[tuple[int, bytes]]:
     """Read files and emit their rows as (sub-range id, Arrow IPC bytes with a Z column)."""
     for gid, add in files:
         table = read_data_file(spec, add)
         if table.num_rows == 0:
             continue
         ids = [range_ids(*sortable(_leaf(table, c)), bounds[j]) for j, c in enumerate(columns)]
-        z = interleave(ids, bits)
+        z = curve_values(ids, bits, curve)
         subs = layout.sub_ids(gid, z)
         table = table.append_column(Z_COL, pa.array(z))
         order = np.argsort(subs, kind="stable")
@@ -287,7 +327,8 @@ def execute_zorder(spark, spec: RewriteSpec, plan: OptimizePlan) -> list[list[di
         nulls = np.concatenate([s[1][j][1] for s in sampled]) if len(sample_gids) else np.empty(0, dtype=bool)
         sample_ids.append(range_ids(vals, nulls, bounds[j]))
     bits = bits_per_column(len(columns))
-    sample_z = interleave(sample_ids, bits) if len(sample_gids) else np.empty(0, dtype=np.int64)
+    curve = "hilbert" if plan.layout == "hilbert" else "zorder"
+    sample_z = curve_values(sample_ids, bits, curve) if len(sample_gids) else np.empty(0, dtype=np.int64)
     files_per_group = [max(1, math.ceil(b.input_bytes / plan.max_file_size)) for b in plan.bins]
     sub_bytes = min(plan.max_file_size, SUB_RANGE_BYTES)
     subs_per_group = [max(f, math.ceil(b.input_bytes / sub_bytes)) for f, b in zip(files_per_group, plan.bins)]
@@ -298,7 +339,7 @@ def execute_zorder(spark, spec: RewriteSpec, plan: OptimizePlan) -> list[list[di
     groups = {g: (output_dir(spec.storage, b.files), b.partition_values) for g, b in enumerate(plan.bins)}
     to_file = layout.sub_to_file
     results = (sc.parallelize(chunks, slices)
-               .flatMap(lambda chunk: _split_rows(spec, columns, bounds, bits, layout, chunk))
+               .flatMap(lambda chunk: _split_rows(spec, columns, bounds, bits, layout, chunk, curve))
                .partitionBy(layout.num_files, lambda sub: int(to_file[sub]))
                .mapPartitions(lambda records: _write_output(spec, groups, layout, records))
                .collect())

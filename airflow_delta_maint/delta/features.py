@@ -15,14 +15,17 @@ Every job calls :func:`check_supported` before it writes anything. The decision 
   features. VACUUM checks the writer protocol on every table (that is what
   ``vacuumProtocolCheck`` exists to enforce): it deletes files, so it must understand every
   way the log can reference one.
-- ``optimize`` rewrites data files (``dataChange=false``). It refuses features whose writer
-  requirements a rewrite cannot honour: row tracking (stable row ids and commit versions),
-  clustering (clustered layout, ``clusteringProvider``), type widening (old files need
-  casting and ``defaultRowCommitVersion`` bookkeeping), collations (collation-aware
-  statistics), variant types (the parquet variant encoding must survive the rewrite) and,
-  while enabled, Iceberg compatibility (materialised partition values, numRecords stats, no
-  deletion vectors). Identity columns are allowed: a rewrite generates no identity values,
-  so the high-water mark is untouched.
+- ``optimize`` rewrites data files (``dataChange=false``). It honours row tracking (stable row
+  ids and commit versions kept, see ``row_tracking.py``), clustering (liquid clustering, see
+  ``clustering.py``) and type widening (old files read in their old types and written in the
+  current ones). It refuses features whose writer requirements a rewrite cannot yet honour:
+  collations (collation-aware statistics), variant types (the parquet variant encoding must
+  survive the rewrite byte for byte) and, while enabled, Iceberg compatibility (materialised
+  partition values, numRecords stats, no deletion vectors). Identity columns are allowed: a
+  rewrite generates no identity values, so the high-water mark is untouched.
+- ``liquid`` (a Databricks preview name of clustering, with its domain ``delta.liquid``) is not
+  a protocol feature: its writer requirements were never published, and neither delta-spark
+  nor delta-rs writes to such tables. Every writing job refuses it, naming the feature.
 - ``checkpoint`` and ``compact-log`` copy reconciled state into new log files; every known
   feature allows that (the checkpoint writer writes V2-spec checkpoints on ``v2Checkpoint``
   tables). A job that writes both checks each.
@@ -93,7 +96,7 @@ SUPPORTED_READER_FEATURES: dict[str, frozenset[str]] = {
     "compact-log": _READ_CORE | _TYPE_WIDENING | _VARIANT,
     "cleanup-log": _READ_CORE | _TYPE_WIDENING | _VARIANT,
     "vacuum": _READ_CORE | _TYPE_WIDENING | _VARIANT,
-    "optimize": _READ_CORE,
+    "optimize": _READ_CORE | _TYPE_WIDENING,
 }
 
 _LOG_ONLY_WRITER = KNOWN_WRITER_FEATURES - _CATALOG
@@ -110,7 +113,8 @@ SUPPORTED_WRITER_FEATURES: dict[str, frozenset[str]] = {
         "appendOnly", "invariants", "checkConstraints", "generatedColumns", "allowColumnDefaults",
         "changeDataFeed", "columnMapping", "identityColumns", "deletionVectors", "timestampNtz",
         "domainMetadata", "v2Checkpoint", "vacuumProtocolCheck", "inCommitTimestamp",
-        "checkpointProtection", "icebergCompatV1", "icebergCompatV2", "rowTracking",
+        "checkpointProtection", "icebergCompatV1", "icebergCompatV2", "rowTracking", "clustering",
+        "typeWidening", "typeWidening-preview",
     }),
 }
 
@@ -176,7 +180,11 @@ def unsupported_features(protocol: Protocol, job: str, metadata: Metadata | None
         configuration = metadata.configuration if metadata is not None else {}
         conditional = CONDITIONAL_WRITER_FEATURES.get(job, {})
         for name in sorted(writer - reader):
-            if name not in KNOWN_WRITER_FEATURES:
+            if name == "liquid":
+                problems.append("writer feature 'liquid' (a Databricks preview name of liquid clustering that "
+                                "is not part of the Delta protocol; upgrade the table to the 'clustering' feature "
+                                "with the engine that created it)")
+            elif name not in KNOWN_WRITER_FEATURES:
                 problems.append(f"unknown writer feature '{name}'")
             elif name not in SUPPORTED_WRITER_FEATURES[job]:
                 problems.append(f"writer feature '{name}'")

@@ -17,10 +17,13 @@ from typing import Any, Sequence
 import numpy as np
 import pyarrow.compute as pc
 
+from .clustering import (DEFAULT_MIN_CUBE_SIZE, DEFAULT_TARGET_CUBE_SIZE, clustering_columns, is_clustered,
+                         select_files)
 from .errors import InvalidArgumentError, UnsupportedFeatureError
 from .predicate import BoolOp, Cmp, Expr, In, Not, check_partition_columns, evaluate, parse_predicate
 from .schema import Column, parse_partition_value, parse_schema, resolve_column
 from .snapshot import Snapshot
+from .type_widening import check_type_changes, files_with_old_types
 
 GIB = 1 << 30
 DEFAULT_DV_RATIO = 0.05
@@ -50,6 +53,11 @@ class OptimizePlan:
     bins: list[Bin] = field(default_factory=list)
     num_candidate_files: int = 0
     num_table_files: int = 0
+    #: how bins are written: "binpack" (one file per bin), "zorder" or "hilbert" (liquid clustering)
+    layout: str = "binpack"
+    #: liquid clustering: the clustering columns (logical names) and delta-spark's clusteringStats
+    clustering_by: list[str] = field(default_factory=list)
+    clustering_stats: dict[str, Any] = field(default_factory=dict)
 
     @property
     def input_files(self) -> int:
@@ -64,7 +72,7 @@ class OptimizePlan:
         return not self.bins
 
     def predicted_output_files(self) -> int:
-        if not self.zorder_by:
+        if self.layout == "binpack":
             return len(self.bins)
         return sum(max(1, math.ceil(b.input_bytes / self.max_file_size)) for b in self.bins)
 
@@ -85,6 +93,8 @@ class OptimizePlan:
             "predicted_output_files": self.predicted_output_files(),
             "num_deletion_vectors_to_purge": sum(b.num_dvs for b in self.bins),
             "partitions": partitions,
+            **({"clustering_by": self.clustering_by, "clusteringStats": self.clustering_stats}
+               if self.layout == "hilbert" else {}),
         }
 
 
@@ -117,6 +127,7 @@ def check_rewritable_schema(snapshot: Snapshot) -> None:
             f"{'have' if len(void) > 1 else 'has'} Spark's void type, which data files do not store; drop "
             "the column or cast it to a concrete type first")
     parse_schema(snapshot.metadata)
+    check_type_changes(snapshot.metadata)
 
 
 def file_size_settings(snapshot: Snapshot, min_file_size: int | None, max_file_size: int | None) -> tuple[int, int]:
@@ -199,11 +210,63 @@ def _dv_ratio_exceeded(add: dict, ratio: float) -> bool:
     return dv.get("cardinality", 0) / records > ratio
 
 
+def plan_clustering(snapshot: Snapshot, *, full: bool = False, max_file_size: int | None = None,
+                    min_cube_size: int | None = None, target_cube_size: int | None = None) -> OptimizePlan:
+    """Plan OPTIMIZE of a liquid-clustered table (see ``clustering.py``): groups of files that each
+    become one new ZCube ordered along a Hilbert curve over the clustering columns."""
+    check_rewritable_schema(snapshot)
+    min_size, max_size = file_size_settings(snapshot, None, max_file_size)
+    columns = clustering_columns(snapshot.metadata.schema_string, snapshot.domains)
+    plan = OptimizePlan(snapshot.version, min_size, max_size, [], None, zorder_columns=columns,
+                        num_table_files=snapshot.num_files, layout="hilbert", clustering_by=[c.name for c in columns])
+    files = snapshot.files
+    adds = [{k: v for k, v in a.items() if v is not None} for a in files.to_pylist()] if files.num_rows else []
+    for a in adds:
+        a["partitionValues"] = dict(a.get("partitionValues") or [])
+        if isinstance(a.get("tags"), list):
+            a["tags"] = dict(a["tags"])
+    selection = select_files(
+        adds, columns, full=full,
+        min_cube_size=DEFAULT_MIN_CUBE_SIZE if min_cube_size is None else int(min_cube_size),
+        target_cube_size=DEFAULT_TARGET_CUBE_SIZE if target_cube_size is None else int(target_cube_size))
+    plan.clustering_stats = selection.stats
+    plan.num_candidate_files = sum(len(g) for g in selection.groups)
+    plan.bins = [Bin({}, g, sum(int(f["size"]) for f in g)) for g in selection.groups]
+    return plan
+
+
 def plan_optimize(snapshot: Snapshot, *, predicate: str | None = None, zorder_by: Sequence[str] = (),
                   min_file_size: int | None = None, max_file_size: int | None = None,
-                  dv_ratio: float = DEFAULT_DV_RATIO) -> OptimizePlan:
+                  dv_ratio: float = DEFAULT_DV_RATIO, full: bool = False, min_cube_size: int | None = None,
+                  target_cube_size: int | None = None, rewrite_type_widened: bool = False) -> OptimizePlan:
     """Plan the rewrite of ``snapshot``; raises InvalidArgumentError for bad input and
-    UnsupportedFeatureError for a schema whose files cannot be rewritten."""
+    UnsupportedFeatureError for a schema whose files cannot be rewritten.
+
+    A table with the ``clustering`` feature is liquid clustered instead (:func:`plan_clustering`):
+    ``zorder_by`` and ``predicate`` are refused there, as delta-spark refuses them, and ``full``
+    reclusters every file. ``full`` and the cube sizes apply to clustered tables only.
+
+    ``rewrite_type_widened`` rewrites exactly the files that still hold a widened column in its
+    old type (whatever their size; see ``type_widening.py``), bin-packed per partition.
+    """
+    if rewrite_type_widened and (zorder_by or full or min_cube_size is not None or target_cube_size is not None):
+        raise InvalidArgumentError("--rewrite-type-widened rewrites files as they are: it takes no --zorder-by, "
+                                   "--full or cube sizes")
+    if is_clustered(snapshot.protocol) and not rewrite_type_widened:
+        if zorder_by:
+            raise InvalidArgumentError("cannot Z-order a liquid-clustered table: OPTIMIZE clusters it by its "
+                                       "clustering columns; leave out --zorder-by (zorder_by)")
+        if predicate:
+            raise InvalidArgumentError("a liquid-clustered table takes no partition predicate: OPTIMIZE "
+                                       "clusters the whole table; leave out --where")
+        if min_file_size is not None:
+            raise InvalidArgumentError("--min-file-size does not apply to a liquid-clustered table: files are "
+                                       "chosen by their ZCube; use --min-cube-size")
+        return plan_clustering(snapshot, full=full, max_file_size=max_file_size, min_cube_size=min_cube_size,
+                               target_cube_size=target_cube_size)
+    if full or min_cube_size is not None or target_cube_size is not None:
+        raise InvalidArgumentError("--full, --min-cube-size and --target-cube-size apply to liquid-clustered "
+                                   "tables only (the table has no 'clustering' feature)")
     check_rewritable_schema(snapshot)
     min_size, max_size = file_size_settings(snapshot, min_file_size, max_file_size)
     if not 0 <= dv_ratio <= 1:
@@ -211,21 +274,28 @@ def plan_optimize(snapshot: Snapshot, *, predicate: str | None = None, zorder_by
     zorder = validate_zorder(snapshot, zorder_by) if zorder_by else []
     matches = _partition_filter(snapshot, predicate)
     plan = OptimizePlan(snapshot.version, min_size, max_size, [c.name for c in zorder], predicate,
-                        zorder_columns=zorder, num_table_files=snapshot.num_files)
+                        zorder_columns=zorder, num_table_files=snapshot.num_files,
+                        layout="zorder" if zorder else "binpack")
     files = snapshot.files
     if files.num_rows == 0:
         return plan
-    if not zorder:
+    if not zorder and not rewrite_type_widened:
         small = pc.less(files.column("size"), min_size)
         with_dv = files.column("deletionVector").is_valid()
         files = files.filter(pc.or_(small, with_dv))
     groups: dict[tuple, list[dict]] = {}
-    for add in files.to_pylist():
+    adds = files.to_pylist()
+    if rewrite_type_widened:
+        old = {a["path"] for a in files_with_old_types(snapshot.storage, snapshot.metadata,
+                                                       [{"path": a["path"]} for a in adds])}
+        adds = [a for a in adds if a["path"] in old]
+    for add in adds:
         pv = dict(add["partitionValues"] or [])
         add["partitionValues"] = pv
         if matches is not None and not matches(pv):
             continue
-        if not zorder and add["size"] >= min_size and not _dv_ratio_exceeded(add, dv_ratio):
+        if not zorder and not rewrite_type_widened and add["size"] >= min_size \
+                and not _dv_ratio_exceeded(add, dv_ratio):
             continue
         add = {k: v for k, v in add.items() if v is not None}
         if isinstance(add.get("tags"), list):
@@ -250,7 +320,8 @@ def plan_optimize(snapshot: Snapshot, *, predicate: str | None = None, zorder_by
             current_bytes += add["size"]
         if current:
             packed.append(Bin(pv, current, current_bytes))
-        plan.bins.extend(b for b in packed if len(b.files) > 1 or b.files[0].get("deletionVector"))
+        plan.bins.extend(b for b in packed
+                         if len(b.files) > 1 or b.files[0].get("deletionVector") or rewrite_type_widened)
     return plan
 
 

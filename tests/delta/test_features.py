@@ -96,9 +96,10 @@ def test_message_names_every_feature_and_the_job():
     with pytest.raises(UnsupportedFeatureError) as exc:
         check_supported(p, "optimize", meta())
     message = str(exc.value)
-    for name in ("variantType", "rowTracking", "clustering", "typeWidening", "mystery", "optimize"):
+    for name in ("variantType", "mystery", "optimize"):
         assert name in message
-    assert "'deletionVectors'" not in message
+    for honoured in ("'deletionVectors'", "rowTracking", "clustering", "typeWidening"):
+        assert honoured not in message
 
 
 def test_unknown_job_is_a_value_error():
@@ -108,7 +109,14 @@ def test_unknown_job_is_a_value_error():
 
 # -- per-job decisions on synthetic protocols -------------------------------------------------
 
-@pytest.mark.parametrize("feature", ["rowTracking", "clustering", "collations", "collations-preview"])
+@pytest.mark.parametrize("feature", ["rowTracking", "clustering", "typeWidening", "typeWidening-preview"])
+def test_optimize_honours_row_tracking_clustering_and_type_widening(feature):
+    p = proto(3, 7, [feature] if feature.startswith("typeWidening") else [], ["domainMetadata", feature])
+    for job in JOBS:
+        check_supported(p, job, meta())
+
+
+@pytest.mark.parametrize("feature", ["collations", "collations-preview"])
 def test_optimize_refuses_writer_features_a_rewrite_cannot_honour(feature):
     p = proto(1, 7, [], ["appendOnly", feature])
     with pytest.raises(UnsupportedFeatureError, match=rf"writer feature '{feature}'"):
@@ -117,7 +125,7 @@ def test_optimize_refuses_writer_features_a_rewrite_cannot_honour(feature):
         check_supported(p, job, meta())
 
 
-@pytest.mark.parametrize("feature", ["typeWidening", "typeWidening-preview", "variantType", "variantShredding"])
+@pytest.mark.parametrize("feature", ["variantType", "variantShredding"])
 def test_optimize_refuses_reader_writer_type_features(feature):
     p = proto(3, 7, [feature], [feature])
     with pytest.raises(UnsupportedFeatureError, match=feature):
@@ -187,10 +195,8 @@ CORPUS_EXPECTATIONS = [
     ("golden/basic-with-vacuum-protocol-check-feature", JOBS, (), None),
     ("rs/cdc_ict_table", JOBS, (), None),
     ("golden/v2-checkpoint-json", JOBS, (), None),
-    ("rs/table-with-domain-metadata", ("read", "inspect", "checkpoint", "compact-log", "vacuum"), ("optimize",),
-     "rowTracking"),
-    ("golden/type-widening", ("read", "inspect", "checkpoint", "compact-log", "vacuum"), ("optimize",),
-     "typeWidening-preview"),
+    ("rs/table-with-domain-metadata", JOBS, (), None),
+    ("golden/type-widening", JOBS, (), None),
     ("golden/collations-table", ("read", "inspect", "checkpoint", "compact-log", "vacuum"), ("optimize",),
      "collations"),
     ("golden/table-with-icebegCompatV2Enabled", ("read", "inspect", "checkpoint", "compact-log", "vacuum"),

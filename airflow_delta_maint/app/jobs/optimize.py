@@ -12,6 +12,7 @@ import uuid
 from typing import Any, Callable, Sequence
 
 from airflow_delta_maint.delta import errors
+from airflow_delta_maint.delta.clustering import clustering_quality, tag_clustered_files
 from airflow_delta_maint.delta.errors import InvalidArgumentError
 from airflow_delta_maint.delta.features import check_supported, table_features
 from airflow_delta_maint.delta.optimize_plan import (DEFAULT_DV_RATIO, Bin, OptimizePlan, plan_optimize,
@@ -47,6 +48,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also rewrite files whose deletion vector deletes more than this share of rows")
     parser.add_argument("--compression", default=None, choices=list(COMPRESSIONS),
                         help=f"parquet compression of the written files (default {DEFAULT_COMPRESSION})")
+    parser.add_argument("--full", action="store_true",
+                        help="liquid-clustered tables: recluster every file (after the clustering columns changed)")
+    parser.add_argument("--min-cube-size", type=int, help="liquid-clustered tables: files of a ZCube at least "
+                        "this many bytes big are left alone (default 100 GiB)")
+    parser.add_argument("--target-cube-size", type=int, help="liquid-clustered tables: at most this many input "
+                        "bytes are clustered together (default 150 GiB)")
+    parser.add_argument("--rewrite-type-widened", action="store_true",
+                        help="rewrite exactly the files that still hold a widened column in its old type")
     parser.add_argument("--dry-run", action="store_true", help="print the plan; write nothing")
 
 
@@ -62,7 +71,9 @@ def plan_from_params(snapshot: Snapshot, params: dict[str, Any]) -> OptimizePlan
     return plan_optimize(snapshot, predicate=params.get("predicate"),
                          zorder_by=_zorder_columns(params.get("zorder_by")),
                          min_file_size=params.get("min_file_size"), max_file_size=params.get("max_file_size"),
-                         dv_ratio=params.get("dv_ratio", DEFAULT_DV_RATIO))
+                         dv_ratio=params.get("dv_ratio", DEFAULT_DV_RATIO), full=bool(params.get("full")),
+                         min_cube_size=params.get("min_cube_size"), target_cube_size=params.get("target_cube_size"),
+                         rewrite_type_widened=bool(params.get("rewrite_type_widened")))
 
 
 def nothing_to_do(table: str, storage_options: dict[str, str] | None, params: dict[str, Any]) -> str | None:
@@ -70,6 +81,11 @@ def nothing_to_do(table: str, storage_options: dict[str, str] | None, params: di
     snapshot = Snapshot.load(table, storage_options=storage_options)
     check_supported(snapshot.protocol, "optimize", snapshot.metadata)
     plan = plan_from_params(snapshot, params)
+    if plan.is_empty and params.get("rewrite_type_widened"):
+        return f"nothing to rewrite at version {snapshot.version}: no live file holds a widened column in its old type"
+    if plan.is_empty and plan.layout == "hilbert":
+        return (f"nothing to cluster at version {snapshot.version}: no unclustered file and no more than one "
+                "ZCube below the minimum cube size")
     if plan.is_empty:
         return (f"nothing to compact at version {snapshot.version}: no partition has two or more files "
                 f"below {plan.min_file_size} bytes or a file with deletion vectors to purge")
@@ -287,10 +303,15 @@ def run_optimize(ctx: JobContext, params: dict[str, Any], spark_factory: Callabl
                            "compression": params.get("compression") or DEFAULT_COMPRESSION,
                            "zOrderBy": plan.zorder_by, "minFileSizeSetting": plan.min_file_size,
                            "maxFileSizeSetting": plan.max_file_size}
+    clustered = plan.layout == "hilbert"
+    if clustered:
+        out["clusteringBy"] = plan.clustering_by
+        out["clusteringStats"] = plan.clustering_stats
+        out["clusteringQualityBefore"] = clustering_quality(snapshot.add_actions(), plan.zorder_columns)
     if params.get("dry_run"):
         return {**out, "status": "dry_run", "plan": plan.summary()}
     if plan.is_empty:
-        return {**out, "status": "skipped", "reason": "nothing to compact",
+        return {**out, "status": "skipped", "reason": "nothing to cluster" if clustered else "nothing to compact",
                 "numAddedFiles": 0, "numRemovedFiles": 0, "numAddedBytes": 0, "numRemovedBytes": 0}
     ctx.storage.require_put_if_absent()  # refuse a store without put-if-absent before any file is written
     spark = (spark_factory or ctx.spark)()
@@ -302,9 +323,12 @@ def run_optimize(ctx: JobContext, params: dict[str, Any], spark_factory: Callabl
     rows = row_tracking(snapshot.protocol, snapshot.metadata, snapshot.domains)
     spec = RewriteSpec(ctx.storage, snapshot.metadata.to_action(), compression=compression,
                        target_file_bytes=plan.max_file_size, tight_bounds=tight_bounds,
-                       run_token=uuid.uuid4().hex[:8], row_tracking=rows)
-    parameters = {"predicate": [plan.predicate] if plan.predicate else [], "zOrderBy": plan.zorder_by,
-                  "auto": False}
+                       run_token=uuid.uuid4().hex[:8], row_tracking=rows,
+                       required_stats_columns=tuple(c.logical_path for c in plan.zorder_columns) if clustered else ())
+    parameters: dict[str, Any] = {"predicate": [plan.predicate] if plan.predicate else [], "zOrderBy": plan.zorder_by,
+                                  "auto": False}
+    if clustered:
+        parameters.update(clusterBy=plan.clustering_by, isFull=bool(params.get("full")))
     log.info("OPTIMIZE %s at version %d: %d bins, %d files, %.1f MiB to rewrite", ctx.storage.root,
              snapshot.version, len(plan.bins), plan.input_files, plan.input_bytes / 2**20)
     totals = {"numAddedFiles": 0, "numRemovedFiles": 0, "numAddedBytes": 0, "numRemovedBytes": 0,
@@ -312,7 +336,9 @@ def run_optimize(ctx: JobContext, params: dict[str, Any], spark_factory: Callabl
     added_sizes: list[int] = []
     versions: list[int] = []
     dropped_bins = 0
-    if plan.zorder_by:
+    committed_removed: set[str] = set()
+    committed_added: list[dict] = []
+    if plan.layout != "binpack":
         from ..zorder import execute_zorder
 
         batches = [plan.bins]
@@ -322,12 +348,14 @@ def run_optimize(ctx: JobContext, params: dict[str, Any], spark_factory: Callabl
     for n, batch in enumerate(batches, 1):
         label = f"batch {n}/{len(batches)}"
         try:
-            if plan.zorder_by:
+            if plan.layout != "binpack":
                 try:
                     outputs = execute_zorder(spark, spec, plan)
                 except Exception as exc:
                     raise_worker_error(exc)
                     raise
+                if clustered:  # each bin became one new ZCube
+                    outputs = [tag_clustered_files(o, plan.zorder_columns) for o in outputs]
             else:
                 outputs = _execute_bins(spark, spec, batch, params.get("max_concurrent_bins"), label)
         except BaseException:
@@ -343,6 +371,8 @@ def run_optimize(ctx: JobContext, params: dict[str, Any], spark_factory: Callabl
                 totals["numRemovedFiles"] += len(batch[i].files)
                 totals["numRemovedBytes"] += batch[i].input_bytes
                 totals["numDeletionVectorsRemoved"] += batch[i].num_dvs
+                committed_removed.update(f["path"] for f in batch[i].files)
+                committed_added.extend(outputs[i])
                 for a in outputs[i]:
                     totals["numAddedFiles"] += 1
                     totals["numAddedBytes"] += a["size"]
@@ -350,6 +380,9 @@ def run_optimize(ctx: JobContext, params: dict[str, Any], spark_factory: Callabl
         done_bins += len(batch)
         log.info("OPTIMIZE %s: %s committed as version %s; %d/%d bins done", ctx.storage.root, label, version,
                  done_bins, len(plan.bins))
+    if clustered:
+        after = [a for a in snapshot.add_actions() if a["path"] not in committed_removed] + committed_added
+        out["clusteringQualityAfter"] = clustering_quality(after, plan.zorder_columns)
     return {**out, **totals, **size_percentiles(added_sizes),
             "status": "committed" if versions else "skipped",
             "version_committed": versions[-1] if versions else None, "versions_committed": versions,
@@ -361,6 +394,7 @@ def run_optimize(ctx: JobContext, params: dict[str, Any], spark_factory: Callabl
 def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     params = {k: getattr(args, k) for k in ("predicate", "zorder_by", "min_file_size", "max_file_size",
                                              "max_concurrent_bins", "batch_bytes", "dv_ratio", "compression",
+                                             "full", "min_cube_size", "target_cube_size", "rewrite_type_widened",
                                              "dry_run")}
     return run_optimize(ctx, params)
 

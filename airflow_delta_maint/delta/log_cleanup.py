@@ -353,6 +353,7 @@ def cleanup_expired_log(storage: Storage, *, retention: str | None = None, dry_r
     ``numLogFilesDeleted``, ``sizeOfLogFilesDeleted``, the counts of
     :meth:`LogCleanupPlan.counts`, ``log_files_to_delete`` (dry runs) and ``reason``.
     """
+    snapshot = snapshot if snapshot is not None else Snapshot.load(storage, paths_only=True)
     plan = plan_log_cleanup(storage, retention=retention, now_ms=now_ms, keep_versions=keep_versions,
                             snapshot=snapshot)
     size = sum(f.size for f in plan.files)
@@ -381,8 +382,7 @@ def cleanup_expired_log(storage: Storage, *, retention: str | None = None, dry_r
     if plan.checkpoint_to_write is not None:
         at = Snapshot.load(storage, plan.checkpoint_to_write)
         check_supported(at.protocol, "checkpoint", at.metadata)
-        check_checkpoint_allowed(snapshot.protocol if snapshot else at.protocol,
-                                 snapshot.metadata if snapshot else at.metadata, plan.checkpoint_to_write)
+        check_checkpoint_allowed(snapshot.protocol, snapshot.metadata, plan.checkpoint_to_write)
         result = write_checkpoint(at)
         metrics["checkpointWritten"] = result["version"]
         log.info("wrote a checkpoint of version %d (%s) before cleaning up", result["version"], result["path"])

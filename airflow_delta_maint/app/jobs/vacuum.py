@@ -318,7 +318,7 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
         found = listing_job.join()
         files = found.untracked(plan.valid)
         log.info("%d files are untracked and older than the cutoff", len(files))
-        listed_dirs = found.dirs
+        listed_dirs = found.dirs if inventory is None else None  # an inventory: the emptied folders
         dirs_vacuumed = len(found.dirs) + 1
         watermark = plan.latest_outside
         metrics.update(numFilesListed=found.files, sizeOfFilesListed=found.bytes)

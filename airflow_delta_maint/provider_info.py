@@ -2,24 +2,57 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from airflow_delta_maint import __version__
 
+INTEGRATION = "Delta Lake maintenance"
 
-def get_provider_info() -> dict:
+#: the how-to pages, one per operator, sensor and trigger (each built from an example DAG)
+HOW_TO_GUIDES = [
+    "/docs/howto-optimize-operator.md",
+    "/docs/howto-vacuum-operator.md",
+    "/docs/howto-log-compaction-operator.md",
+    "/docs/howto-inspect-table-operator.md",
+    "/docs/howto-commit-interval-sensor.md",
+    "/docs/howto-table-commits-trigger.md",
+]
+
+
+def get_provider_info() -> dict[str, Any]:
     """Describe this provider to Airflow (``package-name`` must equal the distribution name)."""
     return {
         "package-name": "airflow-delta-maint",
-        "name": "Delta Lake maintenance",
+        "name": INTEGRATION,
         "description": "OPTIMIZE, VACUUM and log compaction of Delta Lake tables on Spark, without the Delta jars.",
         "versions": [__version__],
-        "integrations": [{"integration-name": "Delta Lake maintenance", "external-doc-url":
-                          "https://github.com/delta-io/delta/blob/master/PROTOCOL.md", "tags": ["software"]}],
-        "hooks": [{"integration-name": "Delta Lake maintenance",
-                   "python-modules": ["airflow_delta_maint.hooks.delta_maint"]}],
-        "operators": [{"integration-name": "Delta Lake maintenance",
+        "integrations": [{"integration-name": INTEGRATION,
+                          "external-doc-url": "https://github.com/delta-io/delta/blob/master/PROTOCOL.md",
+                          "how-to-guide": HOW_TO_GUIDES, "tags": ["software"]}],
+        "hooks": [{"integration-name": INTEGRATION,
+                   "python-modules": ["airflow_delta_maint.hooks.delta_maint",
+                                      "airflow_delta_maint.hooks.storage_credentials"]}],
+        "operators": [{"integration-name": INTEGRATION,
                        "python-modules": ["airflow_delta_maint.operators.maintenance"]}],
-        "sensors": [{"integration-name": "Delta Lake maintenance",
+        "sensors": [{"integration-name": INTEGRATION,
                      "python-modules": ["airflow_delta_maint.sensors.commit_interval"]}],
-        "triggers": [{"integration-name": "Delta Lake maintenance",
-                      "python-modules": ["airflow_delta_maint.triggers.commit_interval"]}],
+        "triggers": [{"integration-name": INTEGRATION,
+                      "python-modules": ["airflow_delta_maint.triggers.commit_interval",
+                                         "airflow_delta_maint.triggers.table_commits"]}],
+        "config": {
+            "delta_maint": {
+                "description": "Settings of the Delta Lake maintenance provider.",
+                "options": {
+                    "history_uri": {
+                        "description": "The maintenance history table every maintenance run is appended to "
+                                       "(a path or object-store URI), unless an operator sets its own "
+                                       "history_uri. Empty: runs are not recorded.",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "s3://lake/_maintenance/history",
+                        "default": "",
+                    },
+                },
+            },
+        },
     }

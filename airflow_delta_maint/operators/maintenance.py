@@ -328,7 +328,18 @@ class OptimizeOperator(DeltaMaintenanceOperator):
         rows (default 0.05). (templated)
     :param compression: parquet codec of the files written: ``snappy`` (default), ``zstd``,
         ``gzip``, ``lz4`` or ``none``. (templated)
+    :param full: liquid-clustered tables: recluster every file, as after a change of the clustering
+        columns (delta-spark's ``OPTIMIZE FULL``). (templated)
+    :param min_cube_size: liquid-clustered tables: a ZCube of at least this many bytes is finished
+        and left alone (default 100 GiB, delta-spark's). (templated)
+    :param target_cube_size: liquid-clustered tables: at most this many input bytes are clustered
+        together (default 150 GiB). (templated)
+    :param rewrite_type_widened: rewrite exactly the files that still hold a widened column in its
+        old type (before dropping the type-widening feature). (templated)
     :param dry_run: plan only; commit nothing. (templated)
+
+    Row-tracking, liquid-clustered and type-widened tables are handled as the Delta protocol
+    says; ``where`` and ``zorder_by`` are refused on a liquid-clustered table.
 
     Other parameters: see :class:`DeltaMaintenanceOperator`.
     """
@@ -337,7 +348,7 @@ class OptimizeOperator(DeltaMaintenanceOperator):
     template_fields: Sequence[str] = (
         *DeltaMaintenanceOperator.template_fields,
         "where", "zorder_by", "min_file_size", "max_file_size", "max_concurrent_bins", "batch_bytes", "dv_ratio",
-        "compression", "dry_run",
+        "compression", "full", "min_cube_size", "target_cube_size", "rewrite_type_widened", "dry_run",
     )
 
     def __init__(
@@ -351,10 +362,18 @@ class OptimizeOperator(DeltaMaintenanceOperator):
         batch_bytes: int | str | None = None,
         dv_ratio: float | str | None = None,
         compression: str | None = None,
+        full: bool | str = False,
+        min_cube_size: int | str | None = None,
+        target_cube_size: int | str | None = None,
+        rewrite_type_widened: bool | str = False,
         dry_run: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.full = full
+        self.min_cube_size = min_cube_size
+        self.target_cube_size = target_cube_size
+        self.rewrite_type_widened = rewrite_type_widened
         self.where = where
         self.zorder_by = zorder_by
         self.min_file_size = min_file_size
@@ -375,6 +394,10 @@ class OptimizeOperator(DeltaMaintenanceOperator):
         _flag(args, "--batch-bytes", self.batch_bytes)
         _flag(args, "--dv-ratio", self.dv_ratio)
         _flag(args, "--compression", self.compression)
+        _flag(args, "--full", _as_bool(self.full))
+        _flag(args, "--min-cube-size", self.min_cube_size)
+        _flag(args, "--target-cube-size", self.target_cube_size)
+        _flag(args, "--rewrite-type-widened", _as_bool(self.rewrite_type_widened))
         _flag(args, "--dry-run", _as_bool(self.dry_run))
         return args
 

@@ -34,6 +34,12 @@ def test_optimize_command():
         "--max-file-size", str(2 << 20), "--max-concurrent-bins", "4", "--batch-bytes", str(10 << 30), "--dry-run",
         "--json", "--metrics-out", "/tmp/m.json", "--storage-option", "AWS_REGION=eu-west-1"]
     assert OptimizeOperator(task_id="o", table_uri="/t").job_args() == []
+    modern = OptimizeOperator(task_id="o", table_uri="/t", full="true", min_cube_size=1 << 30,
+                              target_cube_size=2 << 30, rewrite_type_widened=True)
+    assert modern.job_args() == ["--full", "--min-cube-size", str(1 << 30), "--target-cube-size", str(2 << 30),
+                                 "--rewrite-type-widened"]
+    params = modern.job_params()
+    assert params["full"] is True and params["rewrite_type_widened"] is True and params["min_cube_size"] == 1 << 30
 
 
 def test_vacuum_command():

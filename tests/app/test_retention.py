@@ -129,6 +129,7 @@ def test_inventory_vacuum_equals_a_listing_vacuum_on_corpus_copies(tmp_path, spa
         assert set(tree(listed)) - {k for k in tree(listed) if k.startswith("_delta_log")} == \
             set(tree(inv)) - {k for k in tree(inv) if k.startswith("_delta_log")}, name
         assert mi["numDeletedDirectories"] == ml["numDeletedDirectories"], name
+        assert mi["numVacuumedDirectories"] == ml["numVacuumedDirectories"], name
         assert {str(d.relative_to(listed)) for d in listed.rglob("*") if d.is_dir()} == \
             {str(d.relative_to(inv)) for d in inv.rglob("*") if d.is_dir()}, name
         assert (inv / "_hidden" / "orphan.parquet").exists() and (inv / "young.parquet").exists()

@@ -32,6 +32,7 @@ from airflow_delta_maint.delta.vacuum import (
 from airflow_delta_maint.delta.vacuum_files import Subtree, delete_files_parallel, list_folder, list_subtree
 from airflow_delta_maint.delta.vacuum_inventory import Inventory, check_fresh, inventory_files, read_inventory
 from airflow_delta_maint.delta.vacuum_keep import kept_version_keys
+from airflow_delta_maint.delta.vacuum_prefetch import PrefetchedListing
 
 from ..context import JobContext
 from .cleanup_log import parse_versions
@@ -44,6 +45,7 @@ SPARK_DELETE_MIN = 1_000_000  # this many files or more are deleted by Spark tas
 #: at most some 20-40 pages of 1,000 keys (about a second or two on S3), less than a Spark job costs
 DRIVER_LIST_MAX = 20_000
 DRIVER_DELETE_THREADS = 16
+STORE_DELETE_BATCH_MAX = 1000  # keys in one bulk delete request (S3's limit)
 LOCAL_DELETE_BATCH = 50
 _PROGRESS_EVERY_S = 5.0
 _MARKER_ROUNDS = 30
@@ -89,14 +91,15 @@ class Listing:
 
 
 def list_table(ctx: JobContext, storage: Storage, cutoff_ms: int, partition_columns: Sequence[str],
-               known_files: int | None = None) -> Listing:
+               known_files: int | None = None, prefetched: PrefetchedListing | None = None) -> Listing:
     """List every visible file under the table root: on the driver in one stream for a small
     table on an object store, else in parallel.
 
     ``known_files`` (the files the log references, live and tombstoned) sizes the table before
     listing. Below :data:`DRIVER_LIST_MAX` on an object store, one recursive listing on the
     driver (a page per 1,000 objects, as delta-rs lists) costs less than a Spark job's tasks and
-    its extra per-prefix requests.
+    its extra per-prefix requests; that listing is ``prefetched`` when given (started before the
+    log was read), which is cancelled when the table is listed in parallel instead.
 
     The driver lists the top folders (and one or two levels more while there are fewer folders
     than twice Spark's parallelism); Spark tasks list the subtrees and send back the visible
@@ -104,13 +107,17 @@ def list_table(ctx: JobContext, storage: Storage, cutoff_ms: int, partition_colu
     costs more than shipping the old files back.
     """
     if not storage.is_local and known_files is not None and known_files < DRIVER_LIST_MAX:
-        found = list_subtree(storage, "", partition_columns)
+        found = prefetched.subtree(partition_columns) if prefetched is not None else None
+        if found is None:
+            found = list_subtree(storage, "", partition_columns)
         keys, sizes, mtimes, count, size, dirs = summarize(found, cutoff_ms)
         old = Subtree()
         old.keys, old.sizes, old.mtimes = split_keys(keys), list(sizes), list(mtimes)
         old.dirs.update(dirs)
         log.info("listed %d files (%d bytes) on the driver; %d are older than the cutoff", count, size, len(old.keys))
         return Listing(old, count, size)
+    if prefetched is not None:
+        prefetched.cancel()
     spark = ctx.spark()
     sc = spark.sparkContext
     parallelism = max(1, sc.defaultParallelism)
@@ -157,6 +164,10 @@ def inventory_listing(inventory: Inventory, storage: Storage, cutoff_ms: int,
         total += f.size
         if f.mtime_ms < cutoff_ms:
             old.add(f)
+        folder = f.key.rpartition("/")[0]
+        while folder and folder not in old.dirs:  # the folders it names (counted, never listed)
+            old.dirs[folder] = 0
+            folder = folder.rpartition("/")[0]
     log.info("the inventory lists %d files (%d bytes) under the table (%d rows elsewhere); %d are older than the "
              "cutoff", len(files), total, outside, len(old.keys))
     return Listing(old, len(files), total)
@@ -210,8 +221,10 @@ def delete_parallel(ctx: JobContext, storage: Storage, keys: list[str]) -> int:
                 last[0] = time.monotonic()
                 log.info("deleted %d / %d files", done[0], total)
 
-        # object stores: one bulk request per batch; local disk: small batches keep every thread busy
-        batch = LOCAL_DELETE_BATCH if storage.is_local else DELETE_BATCH
+        # object stores: one bulk request per batch, the keys spread over the threads in as few
+        # requests as the store takes (S3: 1,000 keys); local disk: small batches keep every thread busy
+        batch = LOCAL_DELETE_BATCH if storage.is_local else \
+            min(STORE_DELETE_BATCH_MAX, max(DELETE_BATCH, math.ceil(total / DRIVER_DELETE_THREADS)))
         deleted = delete_files_parallel(storage, keys, DRIVER_DELETE_THREADS, batch, progress)
         log.info("deleted %d / %d files", deleted, total)
         return deleted
@@ -276,6 +289,9 @@ def _commit_marker(snapshot: Snapshot, operation: str, parameters: dict, metrics
 # -- the job -----------------------------------------------------------------------------------------
 def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     storage = ctx.storage
+    # a full VACUUM of an object-store table starts listing it now: reading the log waits on the store too
+    prefetch = PrefetchedListing(storage) if args.mode == "full" and not args.inventory and not storage.is_local \
+        else None
     snapshot = Snapshot.load(storage, paths_only=True)
     ctx.version_read = snapshot.version
     check_supported(snapshot.protocol, "vacuum", snapshot.metadata)
@@ -296,7 +312,7 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
         listing_job = _Background(inventory_listing, inventory, storage, plan.cutoff_ms, plan.partition_columns)
     elif plan.mode == "full":  # list while the driver builds the valid set
         listing_job = _Background(list_table, ctx, storage, plan.cutoff_ms, plan.partition_columns,
-                                  snapshot.num_files + snapshot.tombstones.num_rows)
+                                  snapshot.num_files + snapshot.tombstones.num_rows, prefetch)
     if listing_job is not None:  # lite mode looks up only its candidates
         plan.valid = valid_keys(snapshot, plan.cutoff_ms)
     retention_hours = plan.retention_ms / 3_600_000

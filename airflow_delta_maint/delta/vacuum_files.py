@@ -189,20 +189,23 @@ def list_folder(storage: Storage, prefix: str,
 
 def delete_files_parallel(storage: Storage, keys: Sequence[str], threads: int = 16, batch: int = 500,
                           progress: Callable[[int], None] | None = None) -> int:
-    """:func:`delete_files` on a thread pool, up to ``batch`` keys of one folder per call (one
-    bulk request on object stores). Deleting waits on storage, not on the CPU, so threads give
-    the parallelism; batches are taken from the folders in turn, so concurrent deletes on local
-    disk seldom wait for the same folder's lock. ``progress`` gets each batch's count. Returns
-    how many were deleted."""
+    """:func:`delete_files` on a thread pool, up to ``batch`` keys per call. Deleting waits on
+    storage, not on the CPU, so threads give the parallelism. On object stores a batch is one bulk
+    request, whatever folders its keys are in; on local disk a batch holds one folder's files and
+    batches are taken from the folders in turn, so concurrent deletes seldom wait for the same
+    folder's lock. ``progress`` gets each batch's count. Returns how many were deleted."""
     if any(k.split("/", 1)[0] == "_delta_log" for k in keys):
         raise InvalidArgumentError("refusing to delete a file under _delta_log")
-    by_folder: dict[str, list[list[str]]] = {}
-    for key in keys:
-        chunks = by_folder.setdefault(key.rpartition("/")[0], [[]])
-        if len(chunks[-1]) >= batch:
-            chunks.append([])
-        chunks[-1].append(key)
-    batches = [b for turn in zip_longest(*by_folder.values()) for b in turn if b]
+    if not storage.is_local:
+        batches = [list(keys[i:i + batch]) for i in range(0, len(keys), batch)]
+    else:
+        by_folder: dict[str, list[list[str]]] = {}
+        for key in keys:
+            chunks = by_folder.setdefault(key.rpartition("/")[0], [[]])
+            if len(chunks[-1]) >= batch:
+                chunks.append([])
+            chunks[-1].append(key)
+        batches = [b for turn in zip_longest(*by_folder.values()) for b in turn if b]
     if not batches:
         return 0
     total = 0

@@ -1,0 +1,86 @@
+"""A listing of an object-store table that starts before VACUUM knows it needs it.
+
+Loading the snapshot and listing the table both wait on the store, so a full VACUUM starts one
+recursive listing of the table root on a thread before it reads the log. Once the snapshot says
+how large the table is, the job either takes the listing (a small table, listed on the driver in
+one stream anyway) or cancels it (a large one, listed by prefix in Spark tasks). A listing that
+grows past its page limit stops by itself, so a job that fails before deciding wastes little.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Sequence
+
+from .storage import Storage
+from .vacuum_files import Subtree, hidden_name, partition_prefixes
+
+__all__ = ["PrefetchedListing"]
+
+log = logging.getLogger("delta_maint.vacuum")
+
+#: the listing gives up beyond this many objects (some 200 pages of 1,000 keys)
+PREFETCH_MAX_OBJECTS = 200_000
+
+
+class PrefetchedListing:
+    """Every object under the root of ``storage`` but ``_delta_log``, listed on a daemon thread.
+
+    Args:
+        storage: an object-store table root (local disk is listed folder by folder instead).
+        max_objects: stop, and give no result, after this many objects.
+    """
+
+    def __init__(self, storage: Storage, max_objects: int = PREFETCH_MAX_OBJECTS) -> None:
+        if storage.is_local:
+            raise ValueError("a prefetched listing is for object stores")
+        self._storage = storage
+        self._max = max_objects
+        self._stop = threading.Event()
+        self._keys: list[str] = []
+        self._sizes: list[int] = []
+        self._mtimes: list[int] = []
+        self._error: BaseException | None = None
+        self._complete = False
+        self._thread = threading.Thread(target=self._run, name="vacuum-prefetch-listing", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        keys, sizes, mtimes = self._keys, self._sizes, self._mtimes
+        try:
+            for info in self._storage.list_recursive(""):
+                if self._stop.is_set() or len(keys) >= self._max:
+                    return  # leaving the stream stops the requests after the page in flight
+                if not info.key.startswith("_delta_log/"):
+                    keys.append(info.key)
+                    sizes.append(info.size)
+                    mtimes.append(info.mtime_ms)
+            self._complete = True
+        except BaseException as exc:  # raised where the result is taken
+            self._error = exc
+
+    def cancel(self) -> None:
+        """Stop listing: the table is listed another way."""
+        self._stop.set()
+
+    def subtree(self, partition_columns: Sequence[str] = ()) -> Subtree | None:
+        """Wait for the listing; its visible files (hidden names skipped as
+        :func:`~.vacuum_files.list_subtree` does), or None when it gave up or was cancelled.
+
+        Raises the listing's error (a one-line StorageError) if it failed.
+        """
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        if not self._complete:
+            log.info("the early listing stopped after %d objects; listing again", len(self._keys))
+            return None
+        prefixes = partition_prefixes(partition_columns)
+        out = Subtree()
+        for key, size, mtime in zip(self._keys, self._sizes, self._mtimes):
+            if not any(hidden_name(p, prefixes) for p in key.split("/")):
+                out.keys.append(key)
+                out.sizes.append(size)
+                out.mtimes.append(mtime)
+        return out

@@ -336,7 +336,8 @@ class OptimizeOperator(DeltaMaintenanceOperator):
         together (default 150 GiB). (templated)
     :param rewrite_type_widened: rewrite exactly the files that still hold a widened column in its
         old type (before dropping the type-widening feature). (templated)
-    :param dry_run: plan only; commit nothing. (templated)
+    :param dry_run: plan only; commit nothing. (templated, as the attribute ``dry_run_only``: an
+        attribute named ``dry_run`` would hide ``BaseOperator.dry_run()``)
 
     Row-tracking, liquid-clustered and type-widened tables are handled as the Delta protocol
     says; ``where`` and ``zorder_by`` are refused on a liquid-clustered table.
@@ -348,7 +349,7 @@ class OptimizeOperator(DeltaMaintenanceOperator):
     template_fields: Sequence[str] = (
         *DeltaMaintenanceOperator.template_fields,
         "where", "zorder_by", "min_file_size", "max_file_size", "max_concurrent_bins", "batch_bytes", "dv_ratio",
-        "compression", "full", "min_cube_size", "target_cube_size", "rewrite_type_widened", "dry_run",
+        "compression", "full", "min_cube_size", "target_cube_size", "rewrite_type_widened", "dry_run_only",
     )
 
     def __init__(
@@ -382,7 +383,7 @@ class OptimizeOperator(DeltaMaintenanceOperator):
         self.batch_bytes = batch_bytes
         self.dv_ratio = dv_ratio
         self.compression = compression
-        self.dry_run = dry_run
+        self.dry_run_only = dry_run
 
     def job_args(self) -> list[str]:
         args: list[str] = []
@@ -398,7 +399,7 @@ class OptimizeOperator(DeltaMaintenanceOperator):
         _flag(args, "--min-cube-size", self.min_cube_size)
         _flag(args, "--target-cube-size", self.target_cube_size)
         _flag(args, "--rewrite-type-widened", _as_bool(self.rewrite_type_widened))
-        _flag(args, "--dry-run", _as_bool(self.dry_run))
+        _flag(args, "--dry-run", _as_bool(self.dry_run_only))
         return args
 
 
@@ -411,7 +412,8 @@ class VacuumOperator(DeltaMaintenanceOperator):
     :param retention_hours: keep files needed by versions newer than this many hours (default: the
         table's ``delta.deletedFileRetentionDuration``, 168 hours). (templated)
     :param mode: ``full`` (list the table's files) or ``lite`` (use the log only). (templated)
-    :param dry_run: list what would be deleted; delete nothing. (templated)
+    :param dry_run: list what would be deleted; delete nothing. (templated, as the attribute
+        ``dry_run_only``)
     :param ignore_retention_check: allow a retention shorter than the table's own setting. (templated)
 
     Other parameters: see :class:`DeltaMaintenanceOperator`.
@@ -419,7 +421,7 @@ class VacuumOperator(DeltaMaintenanceOperator):
 
     job = "vacuum"
     template_fields: Sequence[str] = (
-        *DeltaMaintenanceOperator.template_fields, "retention_hours", "mode", "dry_run", "ignore_retention_check",
+        *DeltaMaintenanceOperator.template_fields, "retention_hours", "mode", "dry_run_only", "ignore_retention_check",
     )
 
     def __init__(
@@ -434,14 +436,14 @@ class VacuumOperator(DeltaMaintenanceOperator):
         super().__init__(**kwargs)
         self.retention_hours = retention_hours
         self.mode = mode
-        self.dry_run = dry_run
+        self.dry_run_only = dry_run
         self.ignore_retention_check = ignore_retention_check
 
     def job_args(self) -> list[str]:
         args: list[str] = []
         _flag(args, "--retention-hours", self.retention_hours)
         _flag(args, "--mode", self.mode)
-        _flag(args, "--dry-run", _as_bool(self.dry_run))
+        _flag(args, "--dry-run", _as_bool(self.dry_run_only))
         _flag(args, "--ignore-retention-check", _as_bool(self.ignore_retention_check))
         return args
 

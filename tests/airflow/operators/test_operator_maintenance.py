@@ -61,8 +61,8 @@ def test_template_fields():
     base = {"table_uri", "storage_options", "conf", "metrics_uri"}
     assert base <= set(OptimizeOperator.template_fields)
     assert {"where", "zorder_by", "min_file_size", "max_file_size", "max_concurrent_bins", "batch_bytes",
-            "dry_run"} <= set(OptimizeOperator.template_fields)
-    assert {"retention_hours", "mode", "dry_run", "ignore_retention_check"} <= set(VacuumOperator.template_fields)
+            "dry_run_only"} <= set(OptimizeOperator.template_fields)
+    assert {"retention_hours", "mode", "dry_run_only", "ignore_retention_check"} <= set(VacuumOperator.template_fields)
     assert {"interval", "max_window_bytes", "checkpoint_interval"} <= set(LogCompactionOperator.template_fields)
 
 
@@ -248,3 +248,11 @@ def test_compact_log_with_a_checkpoint_due_submits(small_table, submits):
 def test_compact_log_bad_interval_fails_before_spark(small_table, no_spark_submit):
     with pytest.raises(AirflowException, match="invalid --interval 1"):
         LogCompactionOperator(task_id="c", table_uri=str(small_table), interval=1).execute(context={})
+
+
+def test_dry_run_argument_is_templated_without_hiding_the_method():
+    for cls in (OptimizeOperator, VacuumOperator):
+        op = cls(task_id="t", table_uri="/t", dry_run="{{ params.plan }}")
+        assert callable(op.dry_run) and op.dry_run_only == "{{ params.plan }}"
+        op.render_template_fields({"params": {"plan": True}})
+        assert op.dry_run_only == "True" and "--dry-run" in op.job_args()

@@ -6,6 +6,8 @@
 3. Shows the table's health (``delta-maint inspect``), runs the nightly maintenance DAG with
    ``airflow dags test`` (real spark-submit for every job), prints each task's metrics (its XCom
    value) as JSON, shows the table's health again and checks that no row changed.
+4. Every run is recorded in the maintenance history ``.airflow/demo/history``; the demo ends by
+   writing the report ``.airflow/demo/report.html`` (``delta-maint report``) and printing its path.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 AIRFLOW_HOME = REPO / ".airflow"
 TABLE = AIRFLOW_HOME / "demo" / "events"
+HISTORY = AIRFLOW_HOME / "demo" / "history"
+REPORT = AIRFLOW_HOME / "demo" / "report.html"
 DAG_ID = "delta_maintenance_nightly"
 BIN = Path(sys.executable).parent
 
@@ -75,6 +79,7 @@ def airflow_env() -> dict[str, str]:
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[*]"}),
         "AIRFLOW_VAR_DELTA_MAINT_TABLES": json.dumps([str(TABLE)]),
         "AIRFLOW_VAR_DELTA_MAINT_TABLE": str(TABLE),
+        "AIRFLOW__DELTA_MAINT__HISTORY_URI": str(HISTORY),
         "PYSPARK_PYTHON": sys.executable,
         "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
     })
@@ -92,7 +97,7 @@ def run(cmd: list[str], env: dict[str, str], quiet: bool = False) -> subprocess.
 
 
 def inspect(env: dict[str, str]) -> None:
-    run([str(BIN / "delta-maint"), "inspect", str(TABLE)], env)
+    run([str(BIN / "delta-maint"), "inspect", str(TABLE), "--history-uri", str(HISTORY)], env)
 
 
 def task_results(db: Path, dag_id: str) -> tuple[str, list[dict]]:
@@ -126,6 +131,7 @@ def main() -> int:
     t0 = time.perf_counter()
     banner(f"creating a demo table of small files: {TABLE}")
     make_table(TABLE)
+    shutil.rmtree(HISTORY, ignore_errors=True)  # a new table: a new history
     before = row_fingerprint(TABLE)
     print(f"rows: {before[0]}")
 
@@ -157,6 +163,8 @@ def main() -> int:
     banner("rows")
     print(f"before {before[0]} rows (id sum {before[1]}), after {after[0]} rows (id sum {after[1]}): "
           + ("unchanged" if before == after else "CHANGED"))
+    banner("maintenance report")
+    run([str(BIN / "delta-maint"), "report", "--history", str(HISTORY), "--out", str(REPORT)], env)
     print(f"\ndemo took {time.perf_counter() - t0:.0f} s")
     failed = [t for t in tasks if t["state"] != "success"]
     if result.returncode or state != "success" or failed or before != after:

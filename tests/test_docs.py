@@ -201,11 +201,12 @@ def test_shell_block_runs(block, tmp_path):
 def job_options() -> dict[str, set[str]]:
     """Every job's long options, from the command line's own parser."""
     from airflow_delta_maint.app.cli import build_parser
+    from airflow_delta_maint.app.jobs import JOB_MODULES
 
     parser = build_parser()
     (subparsers,) = [a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction"]
     return {name: {s for a in sub._actions for s in a.option_strings if s.startswith("--")} - {"--help"}
-            for name, sub in subparsers.choices.items()}
+            for name, sub in subparsers.choices.items() if name in JOB_MODULES}  # jobs on a TABLE
 
 
 def synopses(block: Block) -> dict[str, set[str]]:

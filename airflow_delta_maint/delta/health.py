@@ -11,7 +11,8 @@ small_files         40      excess / files, where excess = small - ceil(small_by
 deletion_vectors    20      min(1, deleted_rows / rows / 0.2): deleted rows still stored,
                             full penalty at a fifth of the rows
 tombstones          15      tombstone_bytes / (tombstone_bytes + live_bytes): storage kept
-                            only for time travel, awaiting VACUUM
+                            only for time travel, awaiting VACUUM (removed files whose path is
+                            live, or that the last VACUUM's cut-off covers, do not count)
 checkpoint          15      min(1, commits_since_checkpoint / (2 x checkpointInterval))
 log_compaction      10      min(1, floor(uncovered / interval) / 4): complete log compaction
                             windows after the newest checkpoint or compaction file
@@ -30,11 +31,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .history import LogState
+from .history import LogState, last_operation_version, read_commit_info_head
 from .log_compaction import compaction_interval
 from .snapshot import Snapshot
+from .storage import Storage
 
-__all__ = ["HealthInputs", "WEIGHTS", "health_inputs", "health_score"]
+__all__ = ["HealthInputs", "WEIGHTS", "health_inputs", "health_score", "vacuum_cutoff_ms"]
 
 #: points each part can take away; they sum to 100
 WEIGHTS: dict[str, int] = {"small_files": 40, "deletion_vectors": 20, "tombstones": 15, "checkpoint": 15,
@@ -86,6 +88,29 @@ def _int_property(configuration: dict[str, str], name: str, default: int) -> int
     return value if value >= 1 else default
 
 
+def vacuum_cutoff_ms(storage: Storage, version: int, max_commits: int = 1000) -> int | None:
+    """Files removed before this time (epoch ms) are gone: the last completed VACUUM (within
+    ``max_commits`` commits of ``version``) deleted them. Its ``VACUUM START`` timestamp minus the
+    retention it ran with; None when there is no such VACUUM."""
+    end = last_operation_version(storage, ["VACUUM END"], version, max_commits=max_commits)
+    if end is None:
+        return None
+    end_info = read_commit_info_head(storage, end) or {}
+    if str((end_info.get("operationParameters") or {}).get("status", "COMPLETED")).upper() != "COMPLETED":
+        return None
+    start = last_operation_version(storage, ["VACUUM START"], end, max_commits=max_commits)
+    info = read_commit_info_head(storage, start) if start is not None else None
+    if not info:
+        return None
+    params = info.get("operationParameters") or {}
+    retention = params.get("specifiedRetentionMillis", params.get("defaultRetentionMillis"))
+    when = info.get("inCommitTimestamp", info.get("timestamp"))
+    try:
+        return int(when) - int(retention)
+    except (TypeError, ValueError):
+        return None
+
+
 def health_inputs(snapshot: Snapshot, target_file_bytes: int, state: LogState | None = None) -> HealthInputs:
     """Collect the score's inputs from a snapshot (and the log state, when the snapshot is the latest).
 
@@ -104,6 +129,11 @@ def health_inputs(snapshot: Snapshot, target_file_bytes: int, state: LogState | 
         # a removed logical file whose path is still live (say, re-added with a deletion vector)
         # keeps its bytes: VACUUM cannot delete them
         gone = pc.invert(pc.is_in(snapshot.tombstones.column("path"), snapshot.files.column("path")))
+        # and files removed before the last VACUUM's cut-off are deleted already
+        cutoff = vacuum_cutoff_ms(snapshot.storage, snapshot.version)
+        if cutoff is not None:
+            removed_at = pc.fill_null(snapshot.tombstones.column("deletionTimestamp"), cutoff)
+            gone = pc.and_(gone, pc.greater_equal(removed_at, cutoff))
         tombstone_bytes = int(pc.sum(pc.fill_null(snapshot.tombstones.column("size").filter(gone), 0)).as_py() or 0)
     checkpoint = snapshot.segment.checkpoint_version
     since_checkpoint = snapshot.version - (checkpoint if checkpoint is not None else -1)

@@ -105,6 +105,8 @@ def vacuum_cutoff_ms(storage: Storage, version: int, max_commits: int = 1000) ->
     params = info.get("operationParameters") or {}
     retention = params.get("specifiedRetentionMillis", params.get("defaultRetentionMillis"))
     when = info.get("inCommitTimestamp", info.get("timestamp"))
+    if when is None or retention is None:
+        return None
     try:
         return int(when) - int(retention)
     except (TypeError, ValueError):

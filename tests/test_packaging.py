@@ -12,7 +12,7 @@ import airflow_delta_maint
 from airflow_delta_maint.provider_info import get_provider_info
 
 PACKAGE_DIR = Path(airflow_delta_maint.__file__).resolve().parent
-AIRFLOW_SIDE = ("hooks", "operators", "sensors", "triggers")
+AIRFLOW_SIDE = ("hooks", "operators", "sensors", "triggers", "ui")
 
 
 def modules_of(subpackage: str) -> list[str]:

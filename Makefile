@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 # the Azure Storage emulator the object-store tests start (npm package, installed beside the virtualenv)
 AZURITE := $(VENV)/azurite/node_modules/.bin/azurite-blob
 
-.PHONY: demo test bench check-java chromium clean
+.PHONY: demo test lint bench check-java chromium clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required (found %s)" % sys.version.split()[0])'
@@ -36,6 +36,11 @@ check-java:
 
 demo: $(STAMP) check-java
 	$(PY) scripts/demo.py
+
+# ruff (pyflakes and Airflow's AIR rules) and mypy, configured in pyproject.toml
+lint: $(STAMP)
+	$(VENV)/bin/ruff check airflow_delta_maint dags_example tests
+	$(VENV)/bin/mypy
 
 test: $(STAMP) $(AZURITE) check-java chromium
 	$(PY) -m pytest -q $(PYTEST_ARGS)

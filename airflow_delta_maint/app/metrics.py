@@ -54,7 +54,8 @@ def write_metrics(metrics: Mapping[str, Any], uri: str, storage_options: Mapping
     from obstore.store import from_url
 
     parent, _, name = uri.rstrip("/").rpartition("/")
-    store = from_url(parent, config={k: v for k, v in (storage_options or {}).items() if not k.startswith("client.")})
+    config = {k: v for k, v in (storage_options or {}).items() if not k.startswith("client.")}
+    store = from_url(parent, config=config)  # type: ignore[call-overload]  # options of any store family
     obstore.put(store, name, data)
 
 
@@ -68,5 +69,6 @@ def read_metrics(uri: str, storage_options: Mapping[str, str] | None = None) -> 
     from obstore.store import from_url
 
     parent, _, name = uri.rstrip("/").rpartition("/")
-    store = from_url(parent, config={k: v for k, v in (storage_options or {}).items() if not k.startswith("client.")})
+    config = {k: v for k, v in (storage_options or {}).items() if not k.startswith("client.")}
+    store = from_url(parent, config=config)  # type: ignore[call-overload]  # options of any store family
     return json.loads(bytes(obstore.get(store, name).bytes()))

@@ -217,7 +217,10 @@ class DataFileWriter:
         self.partition_values = partition_values
         name = output_name(spec)
         self.rel_path = f"{out_dir}{name}"  # as it will appear in the log (out_dir already encoded)
-        self.key = spec.storage.key_for_path(self.rel_path)
+        key = spec.storage.key_for_path(self.rel_path)
+        if key is None:  # out_dir is relative to the table: never outside it
+            raise ValueError(f"{self.rel_path} is not inside the table {spec.storage.root}")
+        self.key: str = key
         if spec.storage.is_local:
             self.local = spec.storage.local_path(self.key)
             os.makedirs(os.path.dirname(self.local), exist_ok=True)

@@ -266,7 +266,7 @@ def _write_output(spec: RewriteSpec, groups: dict[int, tuple[str, dict]], layout
 
     def blobs_of(sub: int) -> list[bytes]:
         out: list[bytes] = []
-        if sub in spilled:
+        if sub in spilled and spill_dir is not None:  # spilled only after spill_dir was made
             with open(os.path.join(spill_dir, str(sub)), "rb") as fh:
                 data = fh.read()
             pos = 0

@@ -24,7 +24,7 @@ _CLASSIC = re.compile(r"^(\d{20})\.checkpoint\.parquet$")
 _MULTIPART = re.compile(r"^(\d{20})\.checkpoint\.(\d{10})\.(\d{10})\.parquet$")
 _V2 = re.compile(r"^(\d{20})\.checkpoint\.([0-9a-fA-F-]{36})\.(json|parquet)$")
 _COMPACTION = re.compile(r"^(\d{20})\.(\d{20})\.compacted\.json$")
-_SCAN_ONCE = json.JSONDecoder().scan_once
+_SCAN_ONCE = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # set by JSONDecoder.__init__
 
 
 def commit_key(version: int) -> str:
@@ -200,12 +200,12 @@ def build_segment(storage: Storage, version: int | None = None, use_compactions:
     for v in range(version, start - 1, -1):
         options: list[tuple[tuple[int, int], Compaction | None]] = []
         if v in listing.commits and v + 1 in cost:
-            c = cost[v + 1]
-            options.append(((c[0], c[1] + 1), None))
+            after = cost[v + 1]
+            options.append(((after[0], after[1] + 1), None))
         for comp in by_start.get(v, ()):
             if comp.end + 1 in cost:
-                c = cost[comp.end + 1]
-                options.append(((c[0] + (1 if prefer_commits else 0), c[1] + 1), comp))
+                after = cost[comp.end + 1]
+                options.append(((after[0] + (1 if prefer_commits else 0), after[1] + 1), comp))
         if options:  # ties: a compaction file over a commit, the longer one first
             best = min(options, key=lambda o: (o[0], o[1] is None, -(o[1].end if o[1] else v)))
             cost[v], step[v] = best
@@ -224,11 +224,11 @@ def build_segment(storage: Storage, version: int | None = None, use_compactions:
     commits: list[FileInfo] = []
     v = start
     while v <= version:
-        comp = step[v]
-        if comp is not None:
-            replay.append((comp.start, comp.end, comp.file))
-            used.append(comp)
-            v = comp.end + 1
+        chosen = step[v]
+        if chosen is not None:
+            replay.append((chosen.start, chosen.end, chosen.file))
+            used.append(chosen)
+            v = chosen.end + 1
         else:
             replay.append((v, v, listing.commits[v]))
             commits.append(listing.commits[v])

@@ -297,7 +297,7 @@ def compact_log(table: str | Storage, storage_options: Mapping[str, str] | None 
     return {
         "status": "committed" if changed else "skipped",
         "version_read": latest,
-        "version_committed": checkpoint_metrics["version"] if checkpoint_written else None,
+        "version_committed": checkpoint_metrics["version"] if checkpoint_written and checkpoint_metrics else None,
         "interval": window_len,
         "max_window_bytes": max_window_bytes,
         "last_checkpoint_version": checkpoint_version,

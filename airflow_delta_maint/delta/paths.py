@@ -71,7 +71,7 @@ def maybe_noncanonical(paths: pa.Array) -> np.ndarray:
             hits = np.flatnonzero(mask) + start
             flags[np.searchsorted(offsets, hits, side="right") - 1] = True
     starts = offsets[:-1]
-    nonempty = offsets[1:] > starts
+    nonempty = np.greater(offsets[1:], starts)
     flags[nonempty] |= data[starts[nonempty]] == 0x2F
     return flags
 

@@ -73,7 +73,7 @@ class _Parser:
             m = _TOKEN.match(text, pos)
             if not m or m.end() == pos:
                 raise InvalidArgumentError(f"invalid predicate {text!r}: cannot parse at {text[pos:pos + 20]!r}")
-            kind = m.lastgroup
+            kind = m.lastgroup or ""
             value = m.group(kind)
             if kind == "word" and value.upper() in _KEYWORDS:
                 kind, value = "kw", value.upper()
@@ -102,8 +102,9 @@ class _Parser:
 
     def parse(self) -> Expr:
         expr = self.parse_or()
-        if self.peek() is not None:
-            raise InvalidArgumentError(f"invalid predicate {self.text!r}: unexpected {self.peek()[1]!r}")
+        rest = self.peek()
+        if rest is not None:
+            raise InvalidArgumentError(f"invalid predicate {self.text!r}: unexpected {rest[1]!r}")
         return expr
 
     def parse_or(self) -> Expr:

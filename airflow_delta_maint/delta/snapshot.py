@@ -11,7 +11,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping
 from urllib.parse import unquote
 
 import numpy as np
@@ -87,6 +87,7 @@ _PATH_COLUMNS = ("add.path", "add.deletionVector", "remove.path", "remove.deleti
 def _read_parquet_actions(storage: Storage, key: str, paths_only: bool = False) -> pa.Table:
     """The action columns of a parquet checkpoint file (memory-mapped when local); with
     ``paths_only`` only the file actions' path, deletion vector and deletion time."""
+    source: str | io.BytesIO
     if storage.is_local:
         source = storage.local_path(key)
         if not os.path.isfile(source):
@@ -419,7 +420,7 @@ class Snapshot:
             # the newest commit was replayed from a compaction file, which has no commitInfo
             key = commit_key(segment.version)
             try:
-                info = next((a["commitInfo"] for a in parse_json_lines(storage.read(key), key)
+                info: dict[str, Any] = next((a["commitInfo"] for a in parse_json_lines(storage.read(key), key)
                              if a.get("commitInfo")), {})
                 commit_ts = info.get("inCommitTimestamp") or info.get("timestamp") or storage.head(key).mtime_ms
             except FileNotFoundError:

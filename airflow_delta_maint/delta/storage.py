@@ -70,6 +70,7 @@ class Storage:
         self.is_local = self.root.startswith("file://")
         self.family = store_family(self.root)
         self._put_if_absent_checked = self.is_local
+        self.local_root: str | None
         if self.is_local:
             self.local_root = self.root[len("file://"):] or "/"
             if not os.path.isdir(self.local_root):
@@ -83,7 +84,7 @@ class Storage:
                 raise StorageError(f"cannot open {self.root}: bad storage option: {exc}") from None
             self._config = config
             try:
-                self._store = from_url(self.root, config=config, client_options=client or None,
+                self._store = from_url(self.root, config=config, client_options=client or None,  # type: ignore[call-overload]  # options of any store family
                                        retry_config=retry or None)
             except Exception as exc:  # bad URL or option: obstore's error, one line
                 raise translate(exc, self.root, self.family, "open") from None
@@ -97,11 +98,18 @@ class Storage:
 
     def __setstate__(self, state: dict) -> None:
         _apply_shipped_environ(state.get("environ", {}))
-        self.__init__(state["root"], state["options"])
+        Storage.__init__(self, state["root"], state["options"])
         self._put_if_absent_checked = state.get("checked", self.is_local)
 
     def __repr__(self) -> str:
         return f"Storage({self.root!r})"
+
+    @property
+    def local_dir(self) -> str:
+        """The table's folder on local disk (a local table only)."""
+        if self.local_root is None:
+            raise StorageError(f"{self.root} is not on local disk")
+        return self.local_root
 
     # -- reading --------------------------------------------------------------------------
     def list_from(self, prefix: str, start_after: str | None = None) -> Iterator[FileInfo]:
@@ -114,10 +122,9 @@ class Storage:
         """
         if self.is_local:
             return iter(self._scan_local(prefix, start_after))
-        kwargs = {"offset": start_after} if start_after else {}
         items: list[FileInfo] = []
         with self._errors("list"):
-            for chunk in obstore.list(self._store, prefix, **kwargs):
+            for chunk in obstore.list(self._store, prefix, offset=start_after or None):
                 for meta in chunk:
                     if start_after is None or meta["path"] > start_after:
                         items.append(_info(meta))
@@ -128,7 +135,7 @@ class Storage:
         folder, _, stem = prefix.rpartition("/")
         base = f"{folder}/" if folder else ""
         try:
-            entries = os.scandir(os.path.join(self.local_root, folder))
+            entries = os.scandir(os.path.join(self.local_dir, folder))
         except FileNotFoundError:
             return []
         items = []

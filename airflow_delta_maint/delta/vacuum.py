@@ -125,7 +125,7 @@ def key_for_log_path(storage: Storage, path: str) -> str | None:
         if not storage.is_local:
             return None
         absolute = os.path.normpath(unquote(path))
-        root = storage.local_root.rstrip("/")
+        root = storage.local_dir.rstrip("/")
         return absolute[len(root) + 1:] if absolute.startswith(root + "/") else None
     try:
         absolute = normalize_table_uri(path)
@@ -532,7 +532,7 @@ def remove_empty_dirs(storage: Storage, emptied: Iterable[str], cutoff_ms: int,
     """
     if not storage.is_local:
         return 0
-    root = storage.local_root.rstrip("/") or "/"
+    root = storage.local_dir.rstrip("/") or "/"
     prefixes = partition_prefixes(partition_columns)
     allowed = set()
     for folder in {key.rpartition("/")[0] for key in emptied}:

@@ -133,7 +133,7 @@ def list_subtree(storage: Storage, prefix: str, partition_columns: Sequence[str]
     prefixes = partition_prefixes(partition_columns)
     out = Subtree()
     if storage.is_local:
-        _scan_local(storage.local_root, prefix, prefixes, out)
+        _scan_local(storage.local_dir, prefix, prefixes, out)
         return out
     for info in storage.list_recursive(prefix + "/" if prefix else ""):
         parts = info.key.split("/")
@@ -179,7 +179,7 @@ def list_folder(storage: Storage, prefix: str,
     prefixes = partition_prefixes(partition_columns)
     if storage.is_local:
         out = Subtree()
-        _local_folder(storage.local_root, prefix, prefixes, out)
+        _local_folder(storage.local_dir, prefix, prefixes, out)
         return out.dirs, out.files
     subdirs, files = storage.list_dir(prefix + "/" if prefix else "")
     dirs = {d.rstrip("/"): 0 for d in subdirs if not hidden_name(d.rstrip("/").rpartition("/")[2], prefixes)}

@@ -124,6 +124,8 @@ def _read_delta(storage: Storage, uri: str) -> Inventory:
     parts = []
     for path in snapshot.paths:
         key = storage.key_for_path(path)
+        if key is None:
+            raise InvalidArgumentError(f"the inventory table {uri} names a file outside it: {path}")
         parts.append(_conform(pq.read_table(io.BytesIO(storage.read(key)), columns=list(COLUMNS)), uri))
     table = pa.concat_tables(parts) if parts else _SCHEMA.empty_table()
     taken = snapshot.commit_timestamp
@@ -149,7 +151,7 @@ def check_fresh(inventory: Inventory, cutoff_ms: int) -> None:
 def _roots(storage: Storage) -> list[str]:
     roots = [storage.root + "/"]
     if storage.is_local:
-        local = storage.local_root.rstrip("/") + "/"
+        local = storage.local_dir.rstrip("/") + "/"
         roots += [local, "file:" + local]
     elif storage.root.startswith("s3://"):
         roots += ["s3a://" + storage.root[5:] + "/", "s3n://" + storage.root[5:] + "/"]

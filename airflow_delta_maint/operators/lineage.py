@@ -82,7 +82,7 @@ def operator_lineage(table_uri: str, metrics: Mapping[str, Any] | None = None) -
         if stats:
             outputs = [OutputDataset(namespace=namespace, name=name, outputFacets={
                 "outputStatistics": output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(
-                    rowCount=None, **stats)})]
+                    rowCount=None, size=stats.get("size"), fileCount=stats.get("fileCount"))})]
         run_facets[RUN_FACET_NAME] = DeltaMaintenanceRunFacet(metrics=asset_event_extra(metrics))
     return OperatorLineage(inputs=inputs, outputs=outputs, run_facets=run_facets)
 

@@ -37,7 +37,7 @@ from airflow_delta_maint.app.jobs.optimize import _batches, _commit_batch, _exec
 from airflow_delta_maint.app.rewrite import RewriteSpec, read_data_file
 from airflow_delta_maint.delta.errors import DeltaError
 from airflow_delta_maint.delta.features import check_supported
-from airflow_delta_maint.delta.log import commit_key, read_commit
+from airflow_delta_maint.delta.log import read_commit
 from airflow_delta_maint.delta.optimize_plan import plan_optimize
 from airflow_delta_maint.delta.snapshot import Snapshot
 from airflow_delta_maint.delta.storage import Storage

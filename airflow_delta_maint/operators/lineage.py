@@ -93,10 +93,7 @@ def inject_parent_job_info(conf: Mapping[str, Any] | None, context: Context) -> 
     when ``[openlineage] spark_inject_parent_job_info`` is on, as ``SparkSubmitOperator`` does; keys
     already in ``conf`` win. Unchanged without the OpenLineage provider or with OpenLineage disabled.
     """
-    try:
-        from airflow.sdk.configuration import conf as airflow_conf
-    except ImportError:  # Airflow before the task SDK's configuration module
-        from airflow.configuration import conf as airflow_conf
+    from airflow.sdk.configuration import conf as airflow_conf
 
     properties = dict(conf or {})
     if not airflow_conf.getboolean("openlineage", "spark_inject_parent_job_info", fallback=False):

@@ -17,6 +17,7 @@ from typing import Any, Sequence
 import numpy as np
 import pyarrow.compute as pc
 
+from .auto_compaction import partition_key
 from .clustering import (DEFAULT_MIN_CUBE_SIZE, DEFAULT_TARGET_CUBE_SIZE, clustering_columns, is_clustered,
                          select_files)
 from .errors import InvalidArgumentError, UnsupportedFeatureError
@@ -238,7 +239,8 @@ def plan_clustering(snapshot: Snapshot, *, full: bool = False, max_file_size: in
 def plan_optimize(snapshot: Snapshot, *, predicate: str | None = None, zorder_by: Sequence[str] = (),
                   min_file_size: int | None = None, max_file_size: int | None = None,
                   dv_ratio: float = DEFAULT_DV_RATIO, full: bool = False, min_cube_size: int | None = None,
-                  target_cube_size: int | None = None, rewrite_type_widened: bool = False) -> OptimizePlan:
+                  target_cube_size: int | None = None, rewrite_type_widened: bool = False,
+                  partitions: set[tuple] | None = None) -> OptimizePlan:
     """Plan the rewrite of ``snapshot``; raises InvalidArgumentError for bad input and
     UnsupportedFeatureError for a schema whose files cannot be rewritten.
 
@@ -248,6 +250,9 @@ def plan_optimize(snapshot: Snapshot, *, predicate: str | None = None, zorder_by
 
     ``rewrite_type_widened`` rewrites exactly the files that still hold a widened column in its
     old type (whatever their size; see ``type_widening.py``), bin-packed per partition.
+
+    ``partitions`` limits the plan to these partitions (keys as ``auto_compaction.partition_key``
+    makes them; ``()`` is the whole table of a clustered or unpartitioned table).
     """
     if rewrite_type_widened and (zorder_by or full or min_cube_size is not None or target_cube_size is not None):
         raise InvalidArgumentError("--rewrite-type-widened rewrites files as they are: it takes no --zorder-by, "
@@ -262,8 +267,11 @@ def plan_optimize(snapshot: Snapshot, *, predicate: str | None = None, zorder_by
         if min_file_size is not None:
             raise InvalidArgumentError("--min-file-size does not apply to a liquid-clustered table: files are "
                                        "chosen by their ZCube; use --min-cube-size")
-        return plan_clustering(snapshot, full=full, max_file_size=max_file_size, min_cube_size=min_cube_size,
+        plan = plan_clustering(snapshot, full=full, max_file_size=max_file_size, min_cube_size=min_cube_size,
                                target_cube_size=target_cube_size)
+        if partitions is not None and () not in partitions:
+            plan.bins = []
+        return plan
     if full or min_cube_size is not None or target_cube_size is not None:
         raise InvalidArgumentError("--full, --min-cube-size and --target-cube-size apply to liquid-clustered "
                                    "tables only (the table has no 'clustering' feature)")
@@ -293,6 +301,8 @@ def plan_optimize(snapshot: Snapshot, *, predicate: str | None = None, zorder_by
         pv = dict(add["partitionValues"] or [])
         add["partitionValues"] = pv
         if matches is not None and not matches(pv):
+            continue
+        if partitions is not None and partition_key(pv) not in partitions:
             continue
         if not zorder and not rewrite_type_widened and add["size"] >= min_size \
                 and not _dv_ratio_exceeded(add, dv_ratio):

@@ -249,6 +249,7 @@ class DeltaMaintenanceOperator(BaseOperator):
         except DeltaError as exc:
             raise AirflowException(f"delta-maint {self.job} failed: {exc}") from exc
         metrics.update(status="skipped", reason=str(reason), version_read=version)
+        metrics.update(getattr(reason, "details", None) or {})  # e.g. the auto-compaction decision
         return finish(metrics)
 
     # -- Airflow ------------------------------------------------------------------------------
@@ -336,6 +337,19 @@ class OptimizeOperator(DeltaMaintenanceOperator):
         together (default 150 GiB). (templated)
     :param rewrite_type_widened: rewrite exactly the files that still hold a widened column in its
         old type (before dropping the type-widening feature). (templated)
+    :param policy: ``"all"`` (default) plans every partition the options select; ``"auto"`` applies
+        the auto-compaction policy: only partitions that received data files since an OPTIMIZE last
+        covered them and hold at least ``min_num_files`` small files or a file past
+        ``max_deleted_rows_ratio`` deleted rows, at most ``max_partitions``, the worst first. The
+        decision runs on the worker from the log: when nothing is chosen no Spark application
+        starts. (templated)
+    :param all_partitions: ``policy="auto"``: consider every partition. (templated)
+    :param min_num_files: ``policy="auto"``: small files a partition needs (default 50). (templated)
+    :param max_deleted_rows_ratio: ``policy="auto"``: deleted-rows share that makes a file worth
+        rewriting (default 0.05). (templated)
+    :param max_partitions: ``policy="auto"``: partitions per run (default 128). (templated)
+    :param lease_seconds: how long a run reserves its partitions against other OPTIMIZE runs of the
+        table (default 3600; 0 turns reservations off). (templated)
     :param dry_run: plan only; commit nothing. (templated, as the attribute ``dry_run_only``: an
         attribute named ``dry_run`` would hide ``BaseOperator.dry_run()``)
 
@@ -349,7 +363,8 @@ class OptimizeOperator(DeltaMaintenanceOperator):
     template_fields: Sequence[str] = (
         *DeltaMaintenanceOperator.template_fields,
         "where", "zorder_by", "min_file_size", "max_file_size", "max_concurrent_bins", "batch_bytes", "dv_ratio",
-        "compression", "full", "min_cube_size", "target_cube_size", "rewrite_type_widened", "dry_run_only",
+        "compression", "full", "min_cube_size", "target_cube_size", "rewrite_type_widened", "policy",
+        "all_partitions", "min_num_files", "max_deleted_rows_ratio", "max_partitions", "lease_seconds", "dry_run_only",
     )
 
     def __init__(
@@ -367,6 +382,12 @@ class OptimizeOperator(DeltaMaintenanceOperator):
         min_cube_size: int | str | None = None,
         target_cube_size: int | str | None = None,
         rewrite_type_widened: bool | str = False,
+        policy: str = "all",
+        all_partitions: bool | str = False,
+        min_num_files: int | str | None = None,
+        max_deleted_rows_ratio: float | str | None = None,
+        max_partitions: int | str | None = None,
+        lease_seconds: int | str | None = None,
         dry_run: bool = False,
         **kwargs: Any,
     ) -> None:
@@ -375,6 +396,12 @@ class OptimizeOperator(DeltaMaintenanceOperator):
         self.min_cube_size = min_cube_size
         self.target_cube_size = target_cube_size
         self.rewrite_type_widened = rewrite_type_widened
+        self.policy = policy
+        self.all_partitions = all_partitions
+        self.min_num_files = min_num_files
+        self.max_deleted_rows_ratio = max_deleted_rows_ratio
+        self.max_partitions = max_partitions
+        self.lease_seconds = lease_seconds
         self.where = where
         self.zorder_by = zorder_by
         self.min_file_size = min_file_size
@@ -399,6 +426,14 @@ class OptimizeOperator(DeltaMaintenanceOperator):
         _flag(args, "--min-cube-size", self.min_cube_size)
         _flag(args, "--target-cube-size", self.target_cube_size)
         _flag(args, "--rewrite-type-widened", _as_bool(self.rewrite_type_widened))
+        if str(self.policy).strip().lower() not in ("all", "auto"):
+            raise AirflowException(f"policy must be 'all' or 'auto', got {self.policy!r}")
+        _flag(args, "--auto", str(self.policy).strip().lower() == "auto")
+        _flag(args, "--all-partitions", _as_bool(self.all_partitions))
+        _flag(args, "--min-num-files", self.min_num_files)
+        _flag(args, "--max-deleted-rows-ratio", self.max_deleted_rows_ratio)
+        _flag(args, "--max-partitions", self.max_partitions)
+        _flag(args, "--lease-seconds", self.lease_seconds)
         _flag(args, "--dry-run", _as_bool(self.dry_run_only))
         return args
 

@@ -250,11 +250,11 @@ def test_blind_append_and_domain_and_txn_only_commits(tmp_path):
 
 
 def test_feature_gate_runs_before_anything_is_written(tmp_path, copy_table):
-    table = copy_table("rs/table-with-domain-metadata")
+    table = copy_table("golden/collations-table")
     snap = Snapshot.load(str(table))
     txn = Transaction(snap, "OPTIMIZE")
     txn.add_actions([{"txn": {"appId": "a", "version": 1}}])
-    with pytest.raises(UnsupportedFeatureError, match="optimize.*rowTracking|rowTracking.*optimize"):
+    with pytest.raises(UnsupportedFeatureError, match="optimize.*collations|collations.*optimize"):
         txn.commit()
     assert not (table / commit_key(snap.version + 1)).exists()
     # The same table is fine for a job that supports its features.

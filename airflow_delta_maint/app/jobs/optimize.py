@@ -12,11 +12,15 @@ import uuid
 from typing import Any, Callable, Sequence
 
 from airflow_delta_maint.delta import errors
-from airflow_delta_maint.delta.clustering import clustering_quality, tag_clustered_files
+from airflow_delta_maint.delta.auto_compaction import (DEFAULT_MAX_DELETED_ROWS_RATIO, DEFAULT_MAX_PARTITIONS,
+                                                       DEFAULT_MIN_NUM_FILES, AutoDecision, choose_partitions,
+                                                       partition_key, partition_label)
+from airflow_delta_maint.delta.clustering import clustering_quality, is_clustered, tag_clustered_files
+from airflow_delta_maint.delta.partition_reservation import DEFAULT_LEASE_SECONDS, reserve_partitions
 from airflow_delta_maint.delta.errors import InvalidArgumentError
 from airflow_delta_maint.delta.features import check_supported, table_features
-from airflow_delta_maint.delta.optimize_plan import (DEFAULT_DV_RATIO, Bin, OptimizePlan, plan_optimize,
-                                                     size_percentiles)
+from airflow_delta_maint.delta.optimize_plan import (DEFAULT_DV_RATIO, Bin, OptimizePlan, file_size_settings,
+                                                     plan_optimize, size_percentiles)
 from airflow_delta_maint.delta.row_tracking import PRESERVED_TAG, row_tracking
 from airflow_delta_maint.delta.snapshot import Snapshot
 from airflow_delta_maint.delta.storage import Storage
@@ -56,6 +60,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "bytes are clustered together (default 150 GiB)")
     parser.add_argument("--rewrite-type-widened", action="store_true",
                         help="rewrite exactly the files that still hold a widened column in its old type")
+    parser.add_argument("--auto", action="store_true", help="the auto-compaction policy: only partitions that "
+                        "received data since the last OPTIMIZE and have enough small files or deleted rows")
+    parser.add_argument("--all-partitions", action="store_true",
+                        help="--auto: consider every partition, not only those that received data")
+    parser.add_argument("--min-num-files", type=int, default=DEFAULT_MIN_NUM_FILES,
+                        help=f"--auto: small files a partition needs to be chosen (default {DEFAULT_MIN_NUM_FILES})")
+    parser.add_argument("--max-deleted-rows-ratio", type=float, default=DEFAULT_MAX_DELETED_ROWS_RATIO,
+                        help="--auto: also choose a partition with a file whose deletion vector deletes more than "
+                        "this share of its rows (default 0.05)")
+    parser.add_argument("--max-partitions", type=int, default=DEFAULT_MAX_PARTITIONS,
+                        help=f"--auto: at most this many partitions per run, the worst first "
+                        f"(default {DEFAULT_MAX_PARTITIONS})")
+    parser.add_argument("--lease-seconds", type=int, default=DEFAULT_LEASE_SECONDS,
+                        help="partitions are reserved for this long against other OPTIMIZE runs (0: no reservation; "
+                        f"default {DEFAULT_LEASE_SECONDS})")
     parser.add_argument("--dry-run", action="store_true", help="print the plan; write nothing")
 
 
@@ -67,20 +86,53 @@ def _zorder_columns(text: str | Sequence[str] | None) -> list[str]:
     return list(text)
 
 
-def plan_from_params(snapshot: Snapshot, params: dict[str, Any]) -> OptimizePlan:
+class Skip(str):
+    """A reason to skip, with the details the metrics carry."""
+
+    details: dict[str, Any] = {}
+
+
+def auto_decision(snapshot: Snapshot, params: dict[str, Any]) -> AutoDecision | None:
+    """The auto-compaction policy's choice of partitions, or None when ``auto`` is off."""
+    if not params.get("auto"):
+        return None
+    if params.get("predicate") or params.get("zorder_by") or params.get("rewrite_type_widened"):
+        raise InvalidArgumentError("--auto chooses partitions itself: it takes no --where, --zorder-by or "
+                                   "--rewrite-type-widened")
+    min_size, _ = file_size_settings(snapshot, params.get("min_file_size"), params.get("max_file_size"))
+    whole = is_clustered(snapshot.protocol) or not snapshot.partition_columns
+    return choose_partitions(
+        snapshot, min_file_size=min_size, min_num_files=int(params.get("min_num_files") or DEFAULT_MIN_NUM_FILES),
+        max_deleted_rows_ratio=float(params["max_deleted_rows_ratio"]) if params.get("max_deleted_rows_ratio")
+        is not None else DEFAULT_MAX_DELETED_ROWS_RATIO,
+        max_partitions=int(params.get("max_partitions") or DEFAULT_MAX_PARTITIONS),
+        all_partitions=bool(params.get("all_partitions")), whole_table=whole)
+
+
+def plan_from_params(snapshot: Snapshot, params: dict[str, Any], decision: AutoDecision | None = None) -> OptimizePlan:
+    if decision is None:
+        decision = auto_decision(snapshot, params)
+    clustered_auto = decision is not None and is_clustered(snapshot.protocol)
     return plan_optimize(snapshot, predicate=params.get("predicate"),
                          zorder_by=_zorder_columns(params.get("zorder_by")),
-                         min_file_size=params.get("min_file_size"), max_file_size=params.get("max_file_size"),
+                         min_file_size=None if clustered_auto else params.get("min_file_size"),
+                         max_file_size=params.get("max_file_size"),
                          dv_ratio=params.get("dv_ratio", DEFAULT_DV_RATIO), full=bool(params.get("full")),
                          min_cube_size=params.get("min_cube_size"), target_cube_size=params.get("target_cube_size"),
-                         rewrite_type_widened=bool(params.get("rewrite_type_widened")))
+                         rewrite_type_widened=bool(params.get("rewrite_type_widened")),
+                         partitions=set(decision.chosen) if decision is not None else None)
 
 
 def nothing_to_do(table: str, storage_options: dict[str, str] | None, params: dict[str, Any]) -> str | None:
     """Without Spark: a reason when the plan is empty, else None. Bad input raises."""
     snapshot = Snapshot.load(table, storage_options=storage_options)
     check_supported(snapshot.protocol, "optimize", snapshot.metadata)
-    plan = plan_from_params(snapshot, params)
+    decision = auto_decision(snapshot, params)
+    plan = plan_from_params(snapshot, params, decision)
+    if plan.is_empty and decision is not None:
+        skip = Skip(f"auto compaction at version {snapshot.version}: {decision.reason()}")
+        skip.details = {"autoCompaction": decision.metrics()}
+        return skip
     if plan.is_empty and params.get("rewrite_type_widened"):
         return f"nothing to rewrite at version {snapshot.version}: no live file holds a widened column in its old type"
     if plan.is_empty and plan.layout == "hilbert":
@@ -293,7 +345,8 @@ def run_optimize(ctx: JobContext, params: dict[str, Any], spark_factory: Callabl
     snapshot = Snapshot.load(ctx.storage)
     ctx.version_read = snapshot.version
     check_supported(snapshot.protocol, "optimize", snapshot.metadata)
-    plan = plan_from_params(snapshot, params)
+    decision = auto_decision(snapshot, params)
+    plan = plan_from_params(snapshot, params, decision)
     batch_bytes = int(params["batch_bytes"]) if params.get("batch_bytes") is not None else DEFAULT_BATCH_BYTES
     if batch_bytes <= 0:
         raise InvalidArgumentError(f"batch bytes must be positive, got {batch_bytes}")
@@ -303,6 +356,9 @@ def run_optimize(ctx: JobContext, params: dict[str, Any], spark_factory: Callabl
                            "compression": params.get("compression") or DEFAULT_COMPRESSION,
                            "zOrderBy": plan.zorder_by, "minFileSizeSetting": plan.min_file_size,
                            "maxFileSizeSetting": plan.max_file_size}
+    if decision is not None:
+        out["autoCompaction"] = decision.metrics()
+        params = {**params, "_beyond_max": sum(1 for r in decision.skipped.values() if r.startswith("beyond"))}
     clustered = plan.layout == "hilbert"
     if clustered:
         out["clusteringBy"] = plan.clustering_by
@@ -310,10 +366,36 @@ def run_optimize(ctx: JobContext, params: dict[str, Any], spark_factory: Callabl
         out["clusteringQualityBefore"] = clustering_quality(snapshot.add_actions(), plan.zorder_columns)
     if params.get("dry_run"):
         return {**out, "status": "dry_run", "plan": plan.summary()}
+    empty = {"numAddedFiles": 0, "numRemovedFiles": 0, "numAddedBytes": 0, "numRemovedBytes": 0}
     if plan.is_empty:
-        return {**out, "status": "skipped", "reason": "nothing to cluster" if clustered else "nothing to compact",
-                "numAddedFiles": 0, "numRemovedFiles": 0, "numAddedBytes": 0, "numRemovedBytes": 0}
+        reason = decision.reason() if decision is not None else (
+            "nothing to cluster" if clustered else "nothing to compact")
+        return {**out, "status": "skipped", "reason": reason, **empty}
     ctx.storage.require_put_if_absent()  # refuse a store without put-if-absent before any file is written
+    lease = int(params["lease_seconds"]) if params.get("lease_seconds") is not None else DEFAULT_LEASE_SECONDS
+    if lease < 0:
+        raise InvalidArgumentError(f"lease seconds must be 0 (no reservation) or positive, got {lease}")
+    if not lease:
+        return _execute_plan(ctx, params, snapshot, plan, out, spark_factory)
+    labels = {id(b): partition_label(partition_key(b.partition_values)) for b in plan.bins}
+    with reserve_partitions(ctx.storage, sorted(set(labels.values())), lease_seconds=lease) as reservation:
+        if reservation.taken_by_others:
+            out["partitionsReservedByOthers"] = dict(sorted(reservation.taken_by_others.items()))
+            log.info("OPTIMIZE %s: %d partitions are being optimized by another run; leaving them out",
+                     ctx.storage.root, len(reservation.taken_by_others))
+            plan.bins = [b for b in plan.bins if labels[id(b)] in reservation.held]
+            params = {**params, "_deferred": len(reservation.taken_by_others)}
+            if plan.is_empty:
+                return {**out, "status": "skipped", **empty,
+                        "reason": "every partition of the plan is reserved by another OPTIMIZE run"}
+        return _execute_plan(ctx, params, snapshot, plan, out, spark_factory)
+
+
+def _execute_plan(ctx: JobContext, params: dict[str, Any], snapshot: Snapshot, plan: OptimizePlan,
+                  out: dict[str, Any], spark_factory: Callable[[], Any] | None) -> dict[str, Any]:
+    """Rewrite the plan's bins with Spark and commit them in batches."""
+    clustered = plan.layout == "hilbert"
+    batch_bytes = int(params["batch_bytes"]) if params.get("batch_bytes") is not None else DEFAULT_BATCH_BYTES
     spark = (spark_factory or ctx.spark)()
     # On a table with deletion vectors every file's stats say whether they are exact; ours are.
     tight_bounds = True if "deletionVectors" in table_features(snapshot.protocol)[1] else None
@@ -326,9 +408,14 @@ def run_optimize(ctx: JobContext, params: dict[str, Any], spark_factory: Callabl
                        run_token=uuid.uuid4().hex[:8], row_tracking=rows,
                        required_stats_columns=tuple(c.logical_path for c in plan.zorder_columns) if clustered else ())
     parameters: dict[str, Any] = {"predicate": [plan.predicate] if plan.predicate else [], "zOrderBy": plan.zorder_by,
-                                  "auto": False}
+                                  "auto": bool(params.get("auto"))}
     if clustered:
         parameters.update(clusterBy=plan.clustering_by, isFull=bool(params.get("full")))
+    # partitions left for a later run (reserved by another run, past --max-partitions): the
+    # auto-compaction policy looks past this commit for them
+    deferred = int(params.get("_deferred") or 0) + int(params.get("_beyond_max") or 0)
+    if deferred or params.get("auto"):
+        parameters["partitionsDeferred"] = deferred
     log.info("OPTIMIZE %s at version %d: %d bins, %d files, %.1f MiB to rewrite", ctx.storage.root,
              snapshot.version, len(plan.bins), plan.input_files, plan.input_bytes / 2**20)
     totals = {"numAddedFiles": 0, "numRemovedFiles": 0, "numAddedBytes": 0, "numRemovedBytes": 0,
@@ -395,7 +482,8 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     params = {k: getattr(args, k) for k in ("predicate", "zorder_by", "min_file_size", "max_file_size",
                                              "max_concurrent_bins", "batch_bytes", "dv_ratio", "compression",
                                              "full", "min_cube_size", "target_cube_size", "rewrite_type_widened",
-                                             "dry_run")}
+                                             "auto", "all_partitions", "min_num_files", "max_deleted_rows_ratio",
+                                             "max_partitions", "lease_seconds", "dry_run")}
     return run_optimize(ctx, params)
 
 

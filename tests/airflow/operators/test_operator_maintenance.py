@@ -38,6 +38,12 @@ def test_optimize_command():
                               target_cube_size=2 << 30, rewrite_type_widened=True)
     assert modern.job_args() == ["--full", "--min-cube-size", str(1 << 30), "--target-cube-size", str(2 << 30),
                                  "--rewrite-type-widened"]
+    auto = OptimizeOperator(task_id="o", table_uri="/t", policy="auto", min_num_files=10, max_partitions=4,
+                            lease_seconds=0)
+    assert auto.job_args() == ["--auto", "--min-num-files", "10", "--max-partitions", "4", "--lease-seconds", "0"]
+    assert auto.job_params()["auto"] is True
+    with pytest.raises(AirflowException, match="policy must be"):
+        OptimizeOperator(task_id="o", table_uri="/t", policy="sometimes").job_args()
     params = modern.job_params()
     assert params["full"] is True and params["rewrite_type_widened"] is True and params["min_cube_size"] == 1 << 30
 

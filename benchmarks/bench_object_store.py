@@ -13,9 +13,11 @@ its process id. Each job runs on its own identical copy of the table, built the 
 
 Both readers count the table's rows before and after each OPTIMIZE (the same number), and each
 VACUUM must delete exactly the 10,000 orphans. Moto keeps no request log, so request counts are
-not reported. Medians of ``--repeat`` runs, alternating, each on a fresh copy.
+counted by moto; ``--count-requests`` adds one untimed run of each side through a counting proxy
+(``benchmarks/counting_proxy.py``). Medians of ``--repeat`` runs, alternating, each on a fresh copy.
 
-Usage: python -m benchmarks.bench_object_store [--repeat 3] [--out benchmarks/out/object_store.md]
+Usage: python -m benchmarks.bench_object_store [--repeat 3] [--jobs vacuum,optimize] [--count-requests]
+       [--out benchmarks/out/object_store.md]
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -107,22 +110,83 @@ def timed(fn) -> float:
     return time.perf_counter() - started
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=OUT / "object_store.md")
-    args = parser.parse_args()
-
-    sys.path.insert(0, str(REPO))
-    import boto3
+def run_vacuum(who: str, run: str, env: dict[str, str], options: dict[str, str]) -> float:
+    """Build a VACUUM table, vacuum it with ``who`` (``ours`` or ``delta-rs``) through ``options``'s
+    endpoint, check that exactly the orphans are gone; the job's time."""
     from deltalake import DeltaTable
 
     from airflow_delta_maint.app import cli
+
+    prefix = f"vacuum-{run}-{who}"
+    orphans = build_vacuum_table(env, "bench", prefix)
+    uri = f"s3://bench/{prefix}"
+    before = count_objects(env, "bench", prefix)
+    if who == "ours":
+        def job():
+            code, m = cli.run(["vacuum", uri, "--retention-hours", "0", "--ignore-retention-check", "--json",
+                               *[f"--storage-option={k}={v}" for k, v in options.items() if k == "AWS_ENDPOINT_URL" and v != env.get(k)]])
+            assert code == 0, m
+    else:
+        def job():
+            DeltaTable(uri, storage_options=options).vacuum(
+                retention_hours=0, enforce_retention_duration=False, dry_run=False, full=True)
+    took = timed(job)
+    deleted = before - count_objects(env, "bench", prefix)
+    assert deleted == orphans, f"{who} VACUUM deleted {deleted} objects, expected {orphans}"
+    return took
+
+
+def run_optimize(who: str, run: str, env: dict[str, str], options: dict[str, str]) -> float:
+    """Build an OPTIMIZE table, compact it with ``who``, check the row count; the job's time."""
+    from deltalake import DeltaTable
+
+    from airflow_delta_maint.app import cli
+
+    uri = f"s3://bench/optimize-{run}-{who}"
+    direct = {k: v for k, v in env.items()}
+    build_optimize_table(uri, direct)
+    rows_before = rows(uri, direct)
+    if who == "ours":
+        def job():
+            code, m = cli.run(["optimize", uri, "--json",
+                               *[f"--storage-option={k}={v}" for k, v in options.items() if k == "AWS_ENDPOINT_URL" and v != env.get(k)]])
+            assert code == 0 and m["numRemovedFiles"] == 500, m
+    else:
+        def job():
+            m = DeltaTable(uri, storage_options=options).optimize.compact()
+            assert m["numFilesRemoved"] == 500, m
+    took = timed(job)
+    assert rows(uri, direct) == rows_before
+    return took
+
+
+JOBS = {"vacuum": (run_vacuum, "VACUUM full, 20,000 objects, 10,000 orphans"),
+        "optimize": (run_optimize, "OPTIMIZE, 500 small files in 10 partitions")}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--jobs", default="vacuum,optimize", help="comma-separated: vacuum, optimize")
+    parser.add_argument("--count-requests", action="store_true",
+                        help="after the timed runs, one more run each through a counting proxy")
+    parser.add_argument("--out", type=Path, default=OUT / "object_store.md")
+    args = parser.parse_args(argv)
+    jobs = [j.strip() for j in args.jobs.split(",") if j.strip()]
+    unknown = set(jobs) - set(JOBS)
+    if unknown:
+        parser.error(f"unknown jobs: {', '.join(sorted(unknown))}")
+
+    sys.path.insert(0, str(REPO))
+    import boto3
+
     from airflow_delta_maint.app.spark_session import get_spark
+    from benchmarks.counting_proxy import CountingProxy
     from tests.storage.servers import start_moto
 
     workdir = Path(tempfile.mkdtemp(prefix="bench-object-store-"))
     server = start_moto(workdir)
+    proxy = None
     try:
         env = dict(server.env)
         os.environ.update(env)
@@ -132,53 +196,40 @@ def main() -> None:
         spark = get_spark("local[2]", "bench-object-store")
         spark.sparkContext.parallelize(range(4), 2).map(lambda x: x).collect()  # start Python workers
 
-        results: dict[str, dict[str, list[float]]] = {"vacuum": {"ours": [], "delta-rs": []},
-                                                      "optimize": {"ours": [], "delta-rs": []}}
+        results: dict[str, dict[str, list[float]]] = {job: {"ours": [], "delta-rs": []} for job in jobs}
         for run in range(args.repeat):
             for who in (("ours", "delta-rs") if run % 2 == 0 else ("delta-rs", "ours")):
-                prefix = f"vacuum-{run}-{who}"
-                orphans = build_vacuum_table(env, "bench", prefix)
-                uri = f"s3://bench/{prefix}"
-                before = count_objects(env, "bench", prefix)
-                if who == "ours":
-                    def job():
-                        code, m = cli.run(["vacuum", uri, "--retention-hours", "0", "--ignore-retention-check",
-                                           "--json"])
-                        assert code == 0, m
-                else:
-                    def job():
-                        DeltaTable(uri, storage_options=options).vacuum(
-                            retention_hours=0, enforce_retention_duration=False, dry_run=False, full=True)
-                results["vacuum"][who].append(timed(job))
-                deleted = before - count_objects(env, "bench", prefix)
-                assert deleted == orphans, f"{who} VACUUM deleted {deleted} objects, expected {orphans}"
-
-                uri = f"s3://bench/optimize-{run}-{who}"
-                build_optimize_table(uri, options)
-                rows_before = rows(uri, options)
-                if who == "ours":
-                    def job():
-                        code, m = cli.run(["optimize", uri, "--json"])
-                        assert code == 0 and m["numRemovedFiles"] == 500, m
-                else:
-                    def job():
-                        m = DeltaTable(uri, storage_options=options).optimize.compact()
-                        assert m["numFilesRemoved"] == 500, m
-                results["optimize"][who].append(timed(job))
-                assert rows(uri, options) == rows_before
-                print(f"run {run + 1} {who}: vacuum {results['vacuum'][who][-1]:.2f} s, "
-                      f"optimize {results['optimize'][who][-1]:.2f} s", flush=True)
+                for job in jobs:
+                    results[job][who].append(JOBS[job][0](who, str(run), env, options))
+                print(f"run {run + 1} {who}: " + ", ".join(f"{job} {results[job][who][-1]:.2f} s" for job in jobs),
+                      flush=True)
+        counts: dict[str, dict[str, Counter]] = {}
+        if args.count_requests:
+            proxy = CountingProxy(server.endpoint)
+            through = dict(options, AWS_ENDPOINT_URL=proxy.endpoint)
+            for job in jobs:
+                for who in ("ours", "delta-rs"):
+                    JOBS[job][0](who, f"counted-{job}", env, through)  # builds the table directly, then counts
+                    counts.setdefault(job, {})[who] = proxy.take()
+                    print(f"{job} {who}: {dict(sorted(counts[job][who].items()))}", flush=True)
         spark.stop()
     finally:
+        if proxy is not None:
+            proxy.stop()
         server.stop()
 
     lines = ["## Object stores (moto S3 on 127.0.0.1)", "",
              f"Medians of {args.repeat} runs each, every run on a fresh copy; Spark started beforehand.", "",
              "| job | this project (s) | delta-rs 1.6.0 (s) | ratio |", "|---|---:|---:|---:|"]
-    for job, label in (("vacuum", "VACUUM full, 20,000 objects, 10,000 orphans"),
-                       ("optimize", "OPTIMIZE, 500 small files in 10 partitions")):
+    for job in jobs:
         ours, rs = statistics.median(results[job]["ours"]), statistics.median(results[job]["delta-rs"])
-        lines.append(f"| {label} | {ours:.2f} | {rs:.2f} | {ours / rs:.2f}x |")
+        runs = ", ".join(f"{a:.2f}/{b:.2f}" for a, b in zip(results[job]["ours"], results[job]["delta-rs"]))
+        lines.append(f"| {JOBS[job][1]} | {ours:.2f} | {rs:.2f} | {ours / rs:.2f}x (runs, ours/delta-rs: {runs}) |")
+    if counts:
+        lines += ["", "Requests (one more run each, through a counting proxy):", ""]
+        for job, per in counts.items():
+            for who, c in per.items():
+                lines.append(f"- {job}, {who}: {sum(c.values())} ({', '.join(f'{k} {v}' for k, v in sorted(c.items()))})")
     text = "\n".join(lines) + "\n"
     print("\n" + text)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -59,7 +59,9 @@ def test_lineage_and_asset_events(airflow_home, tmp_path):
 
     # the parent job reached spark-submit's conf (the run id of the optimize task's START event)
     run_id = by_task["optimize"]["START"]["run"]["runId"]
-    assert f"spark.openlineage.parentRunId={run_id}" in out or run_id in _task_log(airflow_home, "optimize")
+    submitted = out + _task_log(airflow_home, "optimize")  # the logged spark-submit command
+    assert f"spark.openlineage.parentRunId={run_id}" in submitted
+    assert "spark.openlineage.parentJobName=delta_maint_lineage.optimize" in submitted
 
 
 def _task_log(home, task_id: str) -> str:

@@ -59,6 +59,8 @@ class OptimizePlan:
     #: liquid clustering: the clustering columns (logical names) and delta-spark's clusteringStats
     clustering_by: list[str] = field(default_factory=list)
     clustering_stats: dict[str, Any] = field(default_factory=dict)
+    #: layout "even": the files each bin (partition) is rewritten into
+    target_files: int | None = None
 
     @property
     def input_files(self) -> int:
@@ -75,6 +77,8 @@ class OptimizePlan:
     def predicted_output_files(self) -> int:
         if self.layout == "binpack":
             return len(self.bins)
+        if self.layout == "even":
+            return sum(min(self.target_files or 1, max(1, sum(_live(a) for a in b.files))) for b in self.bins)
         return sum(max(1, math.ceil(b.input_bytes / self.max_file_size)) for b in self.bins)
 
     def summary(self) -> dict[str, Any]:
@@ -96,7 +100,15 @@ class OptimizePlan:
             "partitions": partitions,
             **({"clustering_by": self.clustering_by, "clusteringStats": self.clustering_stats}
                if self.layout == "hilbert" else {}),
+            **({"target_files": self.target_files} if self.layout == "even" else {}),
         }
+
+
+def _live(add: dict) -> int:
+    try:
+        return live_rows(add)
+    except InvalidArgumentError:
+        return 1
 
 
 def _void_columns(t: Any, name: str) -> list[str]:
@@ -236,11 +248,64 @@ def plan_clustering(snapshot: Snapshot, *, full: bool = False, max_file_size: in
     return plan
 
 
+def live_rows(add: dict) -> int:
+    """Rows of a file its deletion vector leaves (``numRecords`` minus the vector's cardinality).
+
+    Raises:
+        InvalidArgumentError: the file has no ``numRecords`` statistic.
+    """
+    try:
+        records = json.loads(add["stats"]).get("numRecords") if add.get("stats") else None
+    except ValueError:
+        records = None
+    if records is None:
+        raise InvalidArgumentError(f"--target-files needs every file's numRecords statistic to split rows evenly, "
+                                   f"and {add['path']} has none")
+    return int(records) - int((add.get("deletionVector") or {}).get("cardinality") or 0)
+
+
+def plan_target_files(snapshot: Snapshot, target_files: int, *, predicate: str | None = None,
+                      max_file_size: int | None = None, partitions: set[tuple] | None = None) -> OptimizePlan:
+    """Every selected partition as one bin to be rewritten into exactly ``target_files`` files of
+    even row counts (``min(target_files, rows)`` when it holds fewer rows). A partition already in
+    that shape (that many files, no deletion vector, row counts at most one apart) is left alone,
+    so a rerun is a no-op."""
+    if int(target_files) < 1:
+        raise InvalidArgumentError(f"target files must be positive, got {target_files}")
+    check_rewritable_schema(snapshot)
+    min_size, max_size = file_size_settings(snapshot, None, max_file_size)
+    matches = _partition_filter(snapshot, predicate)
+    plan = OptimizePlan(snapshot.version, min_size, max_size, [], predicate, num_table_files=snapshot.num_files,
+                        layout="even", target_files=int(target_files))
+    groups: dict[tuple, list[dict]] = {}
+    for add in snapshot.files.to_pylist() if snapshot.files.num_rows else []:
+        pv = dict(add["partitionValues"] or [])
+        if matches is not None and not matches(pv):
+            continue
+        if partitions is not None and partition_key(pv) not in partitions:
+            continue
+        add = {k: v for k, v in add.items() if v is not None}
+        add["partitionValues"] = pv
+        if isinstance(add.get("tags"), list):
+            add["tags"] = dict(add["tags"])
+        groups.setdefault(tuple(sorted(pv.items(), key=lambda kv: kv[0])), []).append(add)
+    for key in sorted(groups, key=lambda k: [(a, b or "") for a, b in k]):
+        files = sorted(groups[key], key=lambda a: a["path"])
+        counts = [live_rows(a) for a in files]
+        shaped = (len(files) == min(int(target_files), max(1, sum(counts)))
+                  and not any(a.get("deletionVector") for a in files) and max(counts) - min(counts) <= 1)
+        if shaped:
+            continue
+        plan.bins.append(Bin(dict(key), files, sum(a["size"] for a in files)))
+    plan.num_candidate_files = plan.input_files
+    return plan
+
+
 def plan_optimize(snapshot: Snapshot, *, predicate: str | None = None, zorder_by: Sequence[str] = (),
                   min_file_size: int | None = None, max_file_size: int | None = None,
                   dv_ratio: float = DEFAULT_DV_RATIO, full: bool = False, min_cube_size: int | None = None,
                   target_cube_size: int | None = None, rewrite_type_widened: bool = False,
-                  partitions: set[tuple] | None = None) -> OptimizePlan:
+                  partitions: set[tuple] | None = None, target_files: int | None = None) -> OptimizePlan:
     """Plan the rewrite of ``snapshot``; raises InvalidArgumentError for bad input and
     UnsupportedFeatureError for a schema whose files cannot be rewritten.
 
@@ -253,7 +318,19 @@ def plan_optimize(snapshot: Snapshot, *, predicate: str | None = None, zorder_by
 
     ``partitions`` limits the plan to these partitions (keys as ``auto_compaction.partition_key``
     makes them; ``()`` is the whole table of a clustered or unpartitioned table).
+
+    ``target_files`` rewrites every selected partition into exactly that many files of even row
+    counts (splitting files that are too large), see :func:`plan_target_files`.
     """
+    if target_files is not None:
+        if zorder_by or full or rewrite_type_widened or min_cube_size is not None or target_cube_size is not None:
+            raise InvalidArgumentError("--target-files rewrites partitions into even files: it takes no "
+                                       "--zorder-by, --full, --rewrite-type-widened or cube sizes")
+        if is_clustered(snapshot.protocol):
+            raise InvalidArgumentError("--target-files does not apply to a liquid-clustered table: its files are "
+                                       "laid out by the clustering columns")
+        return plan_target_files(snapshot, target_files, predicate=predicate, max_file_size=max_file_size,
+                                 partitions=partitions)
     if rewrite_type_widened and (zorder_by or full or min_cube_size is not None or target_cube_size is not None):
         raise InvalidArgumentError("--rewrite-type-widened rewrites files as they are: it takes no --zorder-by, "
                                    "--full or cube sizes")

@@ -348,6 +348,8 @@ class OptimizeOperator(DeltaMaintenanceOperator):
     :param max_deleted_rows_ratio: ``policy="auto"``: deleted-rows share that makes a file worth
         rewriting (default 0.05). (templated)
     :param max_partitions: ``policy="auto"``: partitions per run (default 128). (templated)
+    :param target_files: rewrite each selected partition into exactly this many files of even row
+        counts, splitting files that are too large. (templated)
     :param lease_seconds: how long a run reserves its partitions against other OPTIMIZE runs of the
         table (default 3600; 0 turns reservations off). (templated)
     :param dry_run: plan only; commit nothing. (templated, as the attribute ``dry_run_only``: an
@@ -364,7 +366,7 @@ class OptimizeOperator(DeltaMaintenanceOperator):
         *DeltaMaintenanceOperator.template_fields,
         "where", "zorder_by", "min_file_size", "max_file_size", "max_concurrent_bins", "batch_bytes", "dv_ratio",
         "compression", "full", "min_cube_size", "target_cube_size", "rewrite_type_widened", "policy",
-        "all_partitions", "min_num_files", "max_deleted_rows_ratio", "max_partitions", "lease_seconds", "dry_run_only",
+        "target_files", "all_partitions", "min_num_files", "max_deleted_rows_ratio", "max_partitions", "lease_seconds", "dry_run_only",
     )
 
     def __init__(
@@ -388,6 +390,7 @@ class OptimizeOperator(DeltaMaintenanceOperator):
         max_deleted_rows_ratio: float | str | None = None,
         max_partitions: int | str | None = None,
         lease_seconds: int | str | None = None,
+        target_files: int | str | None = None,
         dry_run: bool = False,
         **kwargs: Any,
     ) -> None:
@@ -402,6 +405,7 @@ class OptimizeOperator(DeltaMaintenanceOperator):
         self.max_deleted_rows_ratio = max_deleted_rows_ratio
         self.max_partitions = max_partitions
         self.lease_seconds = lease_seconds
+        self.target_files = target_files
         self.where = where
         self.zorder_by = zorder_by
         self.min_file_size = min_file_size
@@ -434,6 +438,7 @@ class OptimizeOperator(DeltaMaintenanceOperator):
         _flag(args, "--max-deleted-rows-ratio", self.max_deleted_rows_ratio)
         _flag(args, "--max-partitions", self.max_partitions)
         _flag(args, "--lease-seconds", self.lease_seconds)
+        _flag(args, "--target-files", self.target_files)
         _flag(args, "--dry-run", _as_bool(self.dry_run_only))
         return args
 

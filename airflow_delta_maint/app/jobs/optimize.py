@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import re
@@ -60,6 +61,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "bytes are clustered together (default 150 GiB)")
     parser.add_argument("--rewrite-type-widened", action="store_true",
                         help="rewrite exactly the files that still hold a widened column in its old type")
+    parser.add_argument("--target-files", type=int, help="rewrite each selected partition into exactly this many "
+                        "files of even row counts, splitting files that are too large")
     parser.add_argument("--auto", action="store_true", help="the auto-compaction policy: only partitions that "
                         "received data since the last OPTIMIZE and have enough small files or deleted rows")
     parser.add_argument("--all-partitions", action="store_true",
@@ -120,7 +123,8 @@ def plan_from_params(snapshot: Snapshot, params: dict[str, Any], decision: AutoD
                          dv_ratio=params.get("dv_ratio", DEFAULT_DV_RATIO), full=bool(params.get("full")),
                          min_cube_size=params.get("min_cube_size"), target_cube_size=params.get("target_cube_size"),
                          rewrite_type_widened=bool(params.get("rewrite_type_widened")),
-                         partitions=set(decision.chosen) if decision is not None else None)
+                         partitions=set(decision.chosen) if decision is not None else None,
+                         target_files=params.get("target_files"))
 
 
 def nothing_to_do(table: str, storage_options: dict[str, str] | None, params: dict[str, Any]) -> str | None:
@@ -133,6 +137,9 @@ def nothing_to_do(table: str, storage_options: dict[str, str] | None, params: di
         skip = Skip(f"auto compaction at version {snapshot.version}: {decision.reason()}")
         skip.details = {"autoCompaction": decision.metrics()}
         return skip
+    if plan.is_empty and params.get("target_files"):
+        return (f"nothing to rewrite at version {snapshot.version}: every selected partition already is "
+                f"{params['target_files']} files of even row counts")
     if plan.is_empty and params.get("rewrite_type_widened"):
         return f"nothing to rewrite at version {snapshot.version}: no live file holds a widened column in its old type"
     if plan.is_empty and plan.layout == "hilbert":
@@ -411,6 +418,8 @@ def _execute_plan(ctx: JobContext, params: dict[str, Any], snapshot: Snapshot, p
                                   "auto": bool(params.get("auto"))}
     if clustered:
         parameters.update(clusterBy=plan.clustering_by, isFull=bool(params.get("full")))
+    if plan.layout == "even":
+        parameters["targetFiles"] = plan.target_files
     # partitions left for a later run (reserved by another run, past --max-partitions): the
     # auto-compaction policy looks past this commit for them
     deferred = int(params.get("_deferred") or 0) + int(params.get("_beyond_max") or 0)
@@ -425,7 +434,7 @@ def _execute_plan(ctx: JobContext, params: dict[str, Any], snapshot: Snapshot, p
     dropped_bins = 0
     committed_removed: set[str] = set()
     committed_added: list[dict] = []
-    if plan.layout != "binpack":
+    if plan.layout in ("zorder", "hilbert"):
         from ..zorder import execute_zorder
 
         batches = [plan.bins]
@@ -435,7 +444,15 @@ def _execute_plan(ctx: JobContext, params: dict[str, Any], snapshot: Snapshot, p
     for n, batch in enumerate(batches, 1):
         label = f"batch {n}/{len(batches)}"
         try:
-            if plan.layout != "binpack":
+            if plan.layout == "even":
+                from ..even_split import execute_even
+
+                try:
+                    outputs = execute_even(spark, spec, dataclasses.replace(plan, bins=batch))
+                except Exception as exc:
+                    raise_worker_error(exc)
+                    raise
+            elif plan.layout != "binpack":
                 try:
                     outputs = execute_zorder(spark, spec, plan)
                 except Exception as exc:
@@ -482,7 +499,8 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     params = {k: getattr(args, k) for k in ("predicate", "zorder_by", "min_file_size", "max_file_size",
                                              "max_concurrent_bins", "batch_bytes", "dv_ratio", "compression",
                                              "full", "min_cube_size", "target_cube_size", "rewrite_type_widened",
-                                             "auto", "all_partitions", "min_num_files", "max_deleted_rows_ratio",
+                                             "target_files", "auto", "all_partitions", "min_num_files",
+                                             "max_deleted_rows_ratio",
                                              "max_partitions", "lease_seconds", "dry_run")}
     return run_optimize(ctx, params)
 

@@ -42,6 +42,7 @@ def test_optimize_command():
                             lease_seconds=0)
     assert auto.job_args() == ["--auto", "--min-num-files", "10", "--max-partitions", "4", "--lease-seconds", "0"]
     assert auto.job_params()["auto"] is True
+    assert OptimizeOperator(task_id="o", table_uri="/t", target_files=4).job_params()["target_files"] == 4
     with pytest.raises(AirflowException, match="policy must be"):
         OptimizeOperator(task_id="o", table_uri="/t", policy="sometimes").job_args()
     params = modern.job_params()

@@ -12,6 +12,7 @@ from typing import Any, Sequence
 from airflow_delta_maint.delta.errors import DeltaError
 
 from .context import JobContext
+from .fleet_cli import FLEET, add_fleet_parser, run_fleet_command
 from .jobs import JOB_MODULES
 from .metrics import base_metrics, finish, write_metrics
 from .report_cli import REPORT, add_report_parser, run_report
@@ -43,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="append this run to the maintenance history (a Delta table) at URI")
         module.add_arguments(p)
     add_report_parser(sub)
+    add_fleet_parser(sub)
     return parser
 
 
@@ -51,27 +53,11 @@ def run(argv: Sequence[str] | None = None) -> tuple[int, dict[str, Any]]:
     args = build_parser().parse_args(argv)
     if args.job == REPORT:
         return run_report(args)
+    if args.job == FLEET:
+        return run_fleet_command(args)
     module = importlib.import_module(JOB_MODULES[args.job])
-    metrics = base_metrics(args.job, args.table)
     ctx = JobContext(table=args.table, storage_options=dict(args.storage_option), master=args.master)
-    code = 0
-    try:
-        metrics.update(module.run(args, ctx))
-    except DeltaError as exc:
-        metrics.update(status="failed", error=str(exc), error_type=type(exc).__name__)
-        log.debug("%s failed: %s", args.job, exc)  # reported once, on stderr, below
-        code = 2
-    except Exception as exc:  # unexpected: still report it, then fail loudly
-        metrics.update(status="failed", error=f"{type(exc).__name__}: {exc}", error_type=type(exc).__name__)
-        log.exception("%s failed", args.job)
-        code = 1
-    if metrics.get("version_read") is None:
-        metrics["version_read"] = ctx.version_read
-    finish(metrics)
-    if args.history_uri:  # never fails the run: a failure is logged and reported under "history"
-        spark = ctx._spark
-        metrics["history"] = record_run(args.history_uri, metrics,
-                                        spark_app_id=spark.sparkContext.applicationId if spark is not None else None)
+    code, metrics = execute_job(args.job, module, args, ctx)
     if args.metrics_out:
         write_metrics(metrics, args.metrics_out, dict(args.storage_option))
     if args.json:
@@ -80,6 +66,35 @@ def run(argv: Sequence[str] | None = None) -> tuple[int, dict[str, Any]]:
         print(getattr(module, "format_human", _format_human)(metrics))
     if code:
         print(f"delta-maint {args.job}: error: {metrics['error']}", file=sys.stderr)
+    return code, metrics
+
+
+def execute_job(job: str, module: Any, args: argparse.Namespace, ctx: JobContext) -> tuple[int, dict[str, Any]]:
+    """Run one parsed job on ``ctx.table``; never raises for the job's own failure.
+
+    Returns (exit code, metrics): 0, 2 for bad input or a refused table (``DeltaError``), 1 for an
+    unexpected error; a failed run's metrics carry ``status: failed`` and ``error``. The run is
+    appended to the maintenance history when ``args.history_uri`` is set.
+    """
+    metrics = base_metrics(job, ctx.table)
+    code = 0
+    try:
+        metrics.update(module.run(args, ctx))
+    except DeltaError as exc:
+        metrics.update(status="failed", error=str(exc), error_type=type(exc).__name__)
+        log.debug("%s failed: %s", job, exc)  # reported once, by the caller
+        code = 2
+    except Exception as exc:  # unexpected: still report it, then fail loudly
+        metrics.update(status="failed", error=f"{type(exc).__name__}: {exc}", error_type=type(exc).__name__)
+        log.exception("%s failed", job)
+        code = 1
+    if metrics.get("version_read") is None:
+        metrics["version_read"] = ctx.version_read
+    finish(metrics)
+    if getattr(args, "history_uri", None):  # never fails the run: a failure is logged and reported under "history"
+        spark = ctx._spark
+        metrics["history"] = record_run(args.history_uri, metrics,
+                                        spark_app_id=spark.sparkContext.applicationId if spark is not None else None)
     return code, metrics
 
 

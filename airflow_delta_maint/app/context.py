@@ -17,6 +17,8 @@ class JobContext:
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("delta_maint"))
     #: the table version the job planned from, once it has read it (kept in failure metrics)
     version_read: int | None = None
+    #: False when the job runs in the Airflow worker's process: a job that would start Spark fails instead
+    spark_allowed: bool = True
     _spark: Any = None
     _storage: Storage | None = None
 
@@ -29,6 +31,12 @@ class JobContext:
     def spark(self):
         """The SparkSession, created on first use (inspect and dry runs never start Spark)."""
         if self._spark is None:
+            if not self.spark_allowed:
+                from airflow_delta_maint.delta.errors import InvalidArgumentError
+
+                raise InvalidArgumentError(
+                    f"this run of {self.table} needs Spark, which local execution does not start; "
+                    "run it with execution 'spark'")
             from .spark_session import get_spark
 
             self._spark = get_spark(self.master)

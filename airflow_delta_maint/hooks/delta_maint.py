@@ -24,7 +24,7 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 
 import airflow_delta_maint
-from airflow_delta_maint.app.metrics import read_metrics
+from airflow_delta_maint.app.metrics import read_metrics, write_metrics
 from airflow_delta_maint.hooks.storage_credentials import StorageCredentials
 
 PACKAGE_DIR = Path(airflow_delta_maint.__file__).resolve().parent
@@ -395,6 +395,44 @@ class DeltaMaintHook(SparkSubmitHook):
             if not self.is_cluster_mode:
                 with contextlib.suppress(OSError):
                     os.unlink(metrics_out)
+
+    def run_fleet(self, spec: Mapping[str, Any], storage_options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """
+        Submit one application that runs a fleet spec (see :mod:`airflow_delta_maint.app.fleet`); return its results.
+
+        The spec is written beside the metrics file (a local file in client mode, under
+        ``metrics_uri`` in cluster mode) and holds no credentials: those reach the driver through
+        the spark-submit environment, as for one job. A table's failure does not fail the
+        submission here: the results (``{"status", "tables": [one entry per table]}``) say which
+        failed. When the application writes no results at all, this raises with its error.
+
+        :param spec: the fleet spec (tables, their jobs and non-secret storage options).
+        :param storage_options: object-store options for writing the spec and reading the results.
+        :raises AirflowException: when the application produced no results.
+        """
+        self.check_master_reachable()
+        options = {k: str(v) for k, v in (storage_options or {}).items()}
+        spec_uri = self.new_metrics_location("fleet-spec")
+        metrics_out = self.new_metrics_location("fleet")
+        write_metrics(spec, spec_uri, options)
+        self.build_command("fleet", spec_uri, [], metrics_out, storage_options)
+        try:
+            error: AirflowException | None = None
+            try:
+                self.submit(str(APPLICATION), env=self.submit_env(), start_new_session=True)
+            except AirflowException as exc:  # a failed table exits non-zero: its results say which
+                error = exc
+            results = self._try_read_metrics(metrics_out, options)
+            if results is None or not isinstance(results.get("tables"), list):
+                raise AirflowException(f"delta-maint fleet: the application wrote no results to {metrics_out}"
+                                       f"{self._submit_log_tail}") from error
+            return results
+        finally:
+            self._cleanup_processes()
+            if not self.is_cluster_mode:
+                for path in (metrics_out, spec_uri):
+                    with contextlib.suppress(OSError):
+                        os.unlink(path)
 
     def _process_spark_submit_log(self, itr: Iterator[Any]) -> None:
         super()._process_spark_submit_log(self._watch_tree(itr))

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from airflow.sdk import Asset, BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_delta_maint.app.execution import EXECUTIONS, choose_execution, run_in_process
 from airflow_delta_maint.app.jobs import JOB_MODULES
 from airflow_delta_maint.app.metrics import base_metrics, finish
 from airflow_delta_maint.delta.errors import DeltaError
@@ -96,6 +97,11 @@ class DeltaMaintenanceOperator(BaseOperator):
         ``driver_memory``, ``num_executors``, ``verbose``, ...).
     :param history_uri: the maintenance history table every run of this task is appended to
         (default: ``[delta_maint] history_uri``; none: not recorded). (templated)
+    :param execution: ``"spark"`` (default) submits the application; ``"local"`` runs the job in
+        this worker's process without Spark (log compaction, checkpoints, expired-log cleanup,
+        inspect, lite VACUUM; other jobs are refused); ``"auto"`` runs those jobs locally while the
+        table's log holds at most 16 MiB, else submits. Metrics and errors are the same either way;
+        the connection's credentials stay in this process's memory. (templated)
 
     Assets and lineage: when the table's asset (an ``Asset`` whose URI names ``table_uri``) is among
     the task's ``outlets``, its asset event carries the run's metrics as ``extra``; a skipped run
@@ -106,7 +112,8 @@ class DeltaMaintenanceOperator(BaseOperator):
     """
 
     job: ClassVar[str] = ""
-    template_fields: Sequence[str] = ("table_uri", "storage_options", "conf", "metrics_uri", "history_uri")
+    template_fields: Sequence[str] = ("table_uri", "storage_options", "conf", "metrics_uri", "history_uri",
+                                      "execution")
     ui_color = "#00add4"
 
     def __init__(
@@ -124,11 +131,15 @@ class DeltaMaintenanceOperator(BaseOperator):
         skip_if_nothing_to_do: bool = True,
         spark_submit_kwargs: Mapping[str, Any] | None = None,
         history_uri: str | None = None,
+        execution: str = "spark",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.table_uri = table_uri
         self.history_uri = history_uri
+        if "{{" not in str(execution) and str(execution).strip().lower() not in EXECUTIONS:
+            raise AirflowException(f"execution must be one of {', '.join(EXECUTIONS)}, got {execution!r}")
+        self.execution = execution
         refuse_secret_options(storage_options, self.task_id)
         self.storage_options = storage_options
         self.storage_conn_id = storage_conn_id
@@ -265,16 +276,37 @@ class DeltaMaintenanceOperator(BaseOperator):
                 return self.report(skipped, context)
         else:
             self.job_params()
-        self._spark_conf = inject_parent_job_info(self.conf, context)
-        self._hook = self.get_hook()
-        metrics = self._hook.run_job(self.job, self.table_uri, self.job_args() + history_args(history),
-                                     self.table_storage_options)
+        where, why = self.choose_execution()
+        if where == "local":
+            self.log.info("Running %s on %s in this process (%s)", self.job, self.table_uri, why)
+            metrics = self.run_locally(history)
+        else:
+            self._spark_conf = inject_parent_job_info(self.conf, context)
+            self._hook = self.get_hook()
+            metrics = self._hook.run_job(self.job, self.table_uri, self.job_args() + history_args(history),
+                                         self.table_storage_options)
         self.log.info(
             "%s on %s: %s (version read %s, committed %s)",
             self.job, self.table_uri, metrics.get("status"), metrics.get("version_read"),
             metrics.get("version_committed"),
         )
         return self.report(metrics, context)
+
+    def choose_execution(self) -> tuple[str, str]:
+        """Where this run goes, ``("local" | "spark", why)`` (see :func:`~airflow_delta_maint.app.execution.choose_execution`)."""
+        try:
+            return choose_execution(self.execution, self.job, self.job_params(), self.table_uri,
+                                    self.worker_storage_options)
+        except DeltaError as exc:
+            raise AirflowException(f"delta-maint {self.job} failed: {exc}") from exc
+
+    def run_locally(self, history: str | None) -> dict[str, Any]:
+        """Run the job in this process (no Spark); metrics and failures as from spark-submit."""
+        _, metrics = run_in_process(self.job, self.table_uri, self.job_args() + history_args(history),
+                                    self.worker_storage_options)
+        if metrics.get("status") == "failed":
+            raise AirflowException(f"delta-maint {self.job} failed: {metrics.get('error', 'unknown error')}")
+        return metrics
 
     # -- assets and lineage -------------------------------------------------------------------
     def table_outlets(self) -> list[Asset]:

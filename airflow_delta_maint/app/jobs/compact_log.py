@@ -66,3 +66,19 @@ def format_human(m: dict[str, Any]) -> str:
                      f"{c.get('checkpointVersion')}")
     lines.append(f"duration         {m['duration_s']} s")
     return "\n".join(lines)
+
+
+def nothing_to_do(table: str, storage_options: dict[str, str] | None, params: dict[str, Any]) -> str | None:
+    """Without Spark: a reason when no compaction window is due, no checkpoint is due and (with
+    ``cleanup_expired_log``) no expired log file waits; else None. Bad input raises."""
+    from airflow_delta_maint.delta.log_cleanup import plan_log_cleanup
+    from airflow_delta_maint.delta.log_compaction import nothing_to_do as log_compaction_nothing_to_do
+    from airflow_delta_maint.delta.storage import Storage
+
+    reason = log_compaction_nothing_to_do(table, storage_options, params)
+    if reason and params.get("cleanup_expired_log"):
+        plan = plan_log_cleanup(Storage(table, storage_options))
+        if plan.files or plan.checkpoint_to_write is not None:
+            return None
+        reason = f"{reason}; no expired log file to clean up" + (f" ({plan.reason})" if plan.reason else "")
+    return reason

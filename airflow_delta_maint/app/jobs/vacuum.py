@@ -414,3 +414,11 @@ def format_human(m: dict[str, Any]) -> str:
     if m.get("version_committed") is not None:
         lines.append(f"  committed          VACUUM END at version {m['version_committed']}")
     return "\n".join(lines)
+
+
+def nothing_to_do(table: str, storage_options: dict[str, str] | None, params: dict[str, Any]) -> str | None:
+    """Without Spark: lite mode's reason when nothing expired would be deleted and the watermark
+    stays; full mode: None (only a listing proves there are no orphans). Bad input raises."""
+    from airflow_delta_maint.delta.vacuum import nothing_to_do as vacuum_nothing_to_do
+
+    return vacuum_nothing_to_do(table, storage_options, params)

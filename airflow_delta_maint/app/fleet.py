@@ -1,0 +1,231 @@
+"""Maintain many tables in one application: the fleet spec, the decision without Spark, the run.
+
+A fleet spec is a JSON object listing tables and, per table, the jobs to run in order::
+
+    {"tables": [{"table": "s3://b/events", "storage_options": {"AWS_REGION": "eu-west-1"},
+                 "jobs": [{"job": "optimize", "args": ["--min-file-size", "1048576"]},
+                          {"job": "vacuum", "args": ["--mode", "lite"]}]}],
+     "history_uri": null}
+
+``storage_options`` hold no secrets: credentials reach the application through its environment.
+The Airflow worker decides with :func:`decide` which jobs have work (each job's cheap check, no
+Spark) and submits only those; the application runs them with :func:`run_fleet`, one SparkSession
+for all. Results are one entry per table (see :func:`table_entry`); a table's failure stops that
+table's later jobs and no other table's.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_delta_maint.delta.errors import DeltaError, InvalidArgumentError
+
+from .execution import needs_spark, parse_job_args
+from .jobs import JOB_MODULES
+from .metrics import base_metrics, finish
+
+log = logging.getLogger("delta_maint")
+
+
+@dataclass
+class FleetJob:
+    job: str
+    args: list[str] = field(default_factory=list)
+
+
+@dataclass
+class FleetTable:
+    table: str
+    jobs: list[FleetJob]
+    storage_options: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class FleetSpec:
+    tables: list[FleetTable]
+    history_uri: str | None = None
+
+    @classmethod
+    def from_json(cls, data: Any) -> FleetSpec:
+        """Build and validate a spec (every job known, every job's options valid); raises ``InvalidArgumentError``."""
+        if not isinstance(data, Mapping) or not isinstance(data.get("tables"), list):
+            raise InvalidArgumentError("a fleet spec is a JSON object with a list under \"tables\"")
+        tables = []
+        for i, raw in enumerate(data["tables"]):
+            if not isinstance(raw, Mapping) or not raw.get("table") or not isinstance(raw.get("jobs"), list):
+                raise InvalidArgumentError(f"fleet table #{i}: needs \"table\" and a list of \"jobs\"")
+            jobs = []
+            for raw_job in raw["jobs"]:
+                name = raw_job.get("job") if isinstance(raw_job, Mapping) else None
+                job = FleetJob(str(name), [str(a) for a in raw_job.get("args", [])]) if name else None
+                if job is None:
+                    raise InvalidArgumentError(f"fleet table {raw['table']}: each job needs a \"job\" name")
+                parse_job_args(job.job, job.args)  # bad input fails before anything runs
+                jobs.append(job)
+            options = {str(k): str(v) for k, v in (raw.get("storage_options") or {}).items()}
+            tables.append(FleetTable(str(raw["table"]), jobs, options))
+        history = data.get("history_uri")
+        return cls(tables, str(history) if history else None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"history_uri": self.history_uri,
+                "tables": [{"table": t.table, "storage_options": t.storage_options,
+                            "jobs": [{"job": j.job, "args": j.args} for j in t.jobs]} for t in self.tables]}
+
+
+def table_status(jobs: Sequence[Mapping[str, Any]]) -> str:
+    """A table's status from its jobs': failed, else committed, else dry_run, else skipped."""
+    statuses = {m.get("status") for m in jobs}
+    for status in ("failed", "committed", "dry_run"):
+        if status in statuses:
+            return status
+    return "skipped"
+
+
+def table_entry(table: str, jobs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One table's result: ``table``, ``status``, ``jobs`` (each job's metrics, in order), ``error`` when failed."""
+    entry: dict[str, Any] = {"table": table, "status": table_status(jobs), "jobs": jobs}
+    errors = [f"{m['operation']}: {m['error']}" for m in jobs if m.get("status") == "failed" and m.get("error")]
+    if errors:
+        entry["error"] = "; ".join(errors)
+    return entry
+
+
+def skipped_metrics(job: str, table: str, reason: str, **extra: Any) -> dict[str, Any]:
+    """The metrics of a job that did not run."""
+    metrics = base_metrics(job, table)
+    metrics.update(status="skipped", reason=reason, **extra)
+    return finish(metrics)
+
+
+# -- on the worker: which jobs have work --------------------------------------------------------
+def job_check(job: str) -> Callable[[str, Mapping[str, str], Mapping[str, Any]], Any] | None:
+    """The job's cheap "nothing to do" check (no Spark), or None when it offers none."""
+    module = importlib.import_module(JOB_MODULES[job])
+    return getattr(module, "nothing_to_do", None)
+
+
+@dataclass
+class Decision:
+    """What the worker found: the spec of the jobs with work, and the results known already."""
+
+    to_run: FleetSpec
+    #: per table (in the spec's order), per job: metrics already known (skipped or failed), or None (to run)
+    known: list[list[dict[str, Any] | None]]
+
+    @property
+    def tables_with_work(self) -> list[str]:
+        return [t.table for t in self.to_run.tables]
+
+
+def decide(spec: FleetSpec, worker_options: Callable[[FleetTable], Mapping[str, str]] | None = None,
+           threads: int = 8) -> Decision:
+    """Run each job's cheap check on this process (no Spark); keep only the jobs with work.
+
+    A table whose check fails (missing, corrupt, unsupported) gets a failed entry for that job and
+    no later job, and is not submitted; the other tables go on. Checks run on ``threads`` threads
+    (they wait on storage).
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(t: FleetTable) -> tuple[list[FleetJob], list[dict[str, Any] | None]]:
+        options = dict(worker_options(t) if worker_options is not None else t.storage_options)
+        run: list[FleetJob] = []
+        known: list[dict[str, Any] | None] = []
+        failed: str | None = None
+        for j in t.jobs:
+            if failed is not None:
+                known.append(skipped_metrics(j.job, t.table, f"not run: {failed} failed on this table"))
+                continue
+            check = job_check(j.job)
+            try:
+                reason = check(t.table, options, vars(parse_job_args(j.job, j.args))) if check else None
+            except DeltaError as exc:
+                m = base_metrics(j.job, t.table)
+                m.update(status="failed", error=str(exc), error_type=type(exc).__name__)
+                known.append(finish(m))
+                failed = j.job
+                continue
+            if reason:
+                known.append(skipped_metrics(j.job, t.table, str(reason), **(getattr(reason, "details", None) or {})))
+            else:
+                known.append(None)
+                run.append(j)
+        return run, known
+
+    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+        results = list(pool.map(one, spec.tables))
+    to_run = [FleetTable(t.table, run, t.storage_options) for t, (run, _) in zip(spec.tables, results) if run]
+    return Decision(FleetSpec(to_run, spec.history_uri), [known for _, known in results])
+
+
+def merge(spec: FleetSpec, decision: Decision, ran: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The entries of every table of ``spec``: the worker's known metrics merged with the application's results."""
+    by_table: dict[str, list[dict[str, Any]]] = {e["table"]: list(e.get("jobs", [])) for e in ran}
+    out = []
+    for t, known in zip(spec.tables, decision.known):
+        results = iter(by_table.get(t.table, []))
+        jobs = []
+        for j, m in zip(t.jobs, known):
+            if m is None:
+                m = next(results, None)
+            if m is None:
+                m = finish({**base_metrics(j.job, t.table), "error": "the application returned no result for it"})
+            jobs.append(m)
+        out.append(table_entry(t.table, jobs))
+    return out
+
+
+# -- in the application: run them --------------------------------------------------------------
+def _warm_spark(master: str | None) -> threading.Thread:
+    """Start the SparkSession in a thread, so it comes up while the first table's log is read."""
+    from .spark_session import get_spark
+
+    def start() -> None:
+        try:
+            get_spark(master)
+        except Exception:  # the job's own call reports it
+            log.debug("SparkSession warm-up failed", exc_info=True)
+
+    thread = threading.Thread(target=start, name="spark-warm-up", daemon=True)
+    thread.start()
+    return thread
+
+
+def run_fleet(spec: FleetSpec, master: str | None = None) -> list[dict[str, Any]]:
+    """Run every table's jobs in order in this process, one SparkSession for all; one entry per table."""
+    from .cli import execute_job
+    from .context import JobContext
+
+    if any(needs_spark(j.job, vars(parse_job_args(j.job, j.args))) for t in spec.tables for j in t.jobs):
+        _warm_spark(master)
+    entries = []
+    t0 = time.monotonic()
+    for n, t in enumerate(spec.tables, 1):
+        jobs: list[dict[str, Any]] = []
+        failed: str | None = None
+        for j in t.jobs:
+            if failed is not None:
+                jobs.append(skipped_metrics(j.job, t.table, f"not run: {failed} failed on this table"))
+                continue
+            module = importlib.import_module(JOB_MODULES[j.job])
+            args = parse_job_args(j.job, j.args, module)
+            if spec.history_uri and not args.history_uri:
+                args.history_uri = spec.history_uri
+            ctx = JobContext(table=t.table, storage_options=dict(t.storage_options), master=master)
+            _, metrics = execute_job(j.job, module, args, ctx)
+            jobs.append(metrics)
+            if metrics.get("status") == "failed":
+                failed = j.job
+                log.error("table %d/%d %s: %s failed: %s", n, len(spec.tables), t.table, j.job, metrics.get("error"))
+        entry = table_entry(t.table, jobs)
+        entries.append(entry)
+        log.info("table %d/%d %s: %s (%.1f s into the run)", n, len(spec.tables), t.table, entry["status"],
+                  time.monotonic() - t0)
+    return entries

@@ -1,0 +1,64 @@
+"""``delta-maint fleet SPEC``: run a fleet spec's jobs in one application (one SparkSession)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from airflow_delta_maint.delta.errors import DeltaError
+
+FLEET = "fleet"
+
+
+def _storage_option(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"storage option must be KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def add_fleet_parser(sub: Any) -> None:
+    """Add the ``fleet`` sub-command to the ``delta-maint`` parser's sub-parsers."""
+    p = sub.add_parser(FLEET, help="run the jobs of many tables, listed in a JSON spec file, in one application")
+    p.add_argument("spec", metavar="SPEC", help="the fleet spec: a JSON file (path or URI)")
+    p.add_argument("--json", action="store_true", help="print the results (one entry per table) as JSON")
+    p.add_argument("--metrics-out", metavar="URI", help="also write the results JSON here")
+    p.add_argument("--storage-option", action="append", type=_storage_option, default=[], metavar="K=V",
+                   help="object-store option for reading the spec and writing the results (repeatable)")
+    p.add_argument("--master", help="Spark master for a run outside spark-submit (default local[*])")
+
+
+def run_fleet_command(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    """Run the spec; exit code 0 when every table succeeded, 2 when one failed or the spec is bad."""
+    from .fleet import FleetSpec, run_fleet
+    from .metrics import read_metrics, write_metrics
+
+    options = dict(args.storage_option)
+    try:
+        try:
+            raw = read_metrics(args.spec, options)
+        except (OSError, ValueError) as exc:
+            from airflow_delta_maint.delta.errors import InvalidArgumentError
+
+            raise InvalidArgumentError(f"cannot read the fleet spec {args.spec}: {exc}") from None
+        spec = FleetSpec.from_json(raw)
+    except DeltaError as exc:
+        print(f"delta-maint fleet: error: {exc}", file=sys.stderr)
+        return 2, {"status": "failed", "error": str(exc)}
+    entries = run_fleet(spec, args.master)
+    result = {"status": "failed" if any(e["status"] == "failed" for e in entries) else "committed",
+              "tables": entries}
+    if args.metrics_out:
+        write_metrics(result, args.metrics_out, options)
+    if args.json:
+        print(json.dumps(result, sort_keys=True, default=str))
+    else:
+        for e in entries:
+            print(f"{e['status']:10} {e['table']}" + (f"  ({e['error']})" if e.get("error") else ""))
+    failed = [e["table"] for e in entries if e["status"] == "failed"]
+    if failed:
+        print(f"delta-maint fleet: error: failed tables: {', '.join(failed)}", file=sys.stderr)
+        return 2, result
+    return 0, result

@@ -1,0 +1,197 @@
+"""One task that maintains many tables in one Spark application."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_delta_maint.app.fleet import Decision, FleetJob, FleetSpec, FleetTable, decide, merge
+from airflow_delta_maint.delta.errors import DeltaError
+from airflow_delta_maint.hooks.delta_maint import DeltaMaintHook
+from airflow_delta_maint.hooks.maintenance_history import configured_history_uri, record_on_worker
+from airflow_delta_maint.hooks.storage_credentials import (
+    StorageCredentials,
+    refuse_secret_options,
+    resolve_storage_credentials,
+    worker_options,
+)
+from airflow_delta_maint.operators.lineage import inject_parent_job_info
+from airflow_delta_maint.operators.maintenance import _as_bool, _flag
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+#: the jobs run on each table when ``jobs`` is not given
+DEFAULT_JOBS: dict[str, dict[str, Any]] = {"optimize": {}, "compact-log": {}, "vacuum": {"mode": "lite"}}
+
+
+def job_options(options: Mapping[str, Any] | None) -> list[str]:
+    """A job's options as command-line flags: ``{"min_file_size": 1000, "dry_run": True}`` ->
+    ``["--min-file-size", "1000", "--dry-run"]`` (False and None are left out, lists comma-joined)."""
+    args: list[str] = []
+    for key, value in (options or {}).items():
+        _flag(args, "--" + str(key).replace("_", "-"), value)
+    return args
+
+
+class MaintainTablesOperator(BaseOperator):
+    """
+    Maintain a list of Delta tables in one Spark application: the worker decides, the cluster works.
+
+    For every table and job the worker first runs the job's cheap check with the Delta core, without
+    Spark; only the tables with work go into the one application submitted (none: no Spark at all).
+    The application runs each table's jobs in order on one SparkSession. The task's XCom value is a
+    list with one entry per table, skipped ones included: ``table``, ``status`` (``committed``,
+    ``skipped``, ``dry_run``, ``failed``), ``jobs`` (each job's metrics object, as the single-table
+    operators return it) and ``error`` for a failed table. A table's failure stops that table's
+    later jobs and no other table's; when a table failed, the list is still pushed as the task's
+    ``return_value`` and the task then fails naming the failed tables.
+
+    :param tables: the tables: URIs, or mappings ``{"table_uri": ..., "jobs": {...}, "storage_options":
+        {...}}`` to give one table its own jobs or non-secret options. (templated)
+    :param jobs: the jobs run on each table, in order: a mapping of job name (``optimize``,
+        ``compact-log``, ``vacuum``, ``checkpoint``, ``cleanup-log``, ``inspect``) to its options,
+        named as the job's command-line options with underscores (``{"vacuum": {"mode": "lite",
+        "retention_hours": 168}}``). Default: OPTIMIZE, log compaction, lite VACUUM. (templated)
+    :param storage_options: non-secret object-store options for every table (secrets are refused:
+        use ``storage_conn_id``). (templated)
+    :param storage_conn_id: an Airflow connection with the tables' credentials; its secrets reach
+        spark-submit through the child process's environment only.
+    :param skip_if_nothing_to_do: run the cheap checks and submit only the jobs with work.
+    :param history_uri: the maintenance history table every job run is appended to. (templated)
+    :param conn_id: the Spark connection id.
+    :param conf: extra Spark configuration. (templated)
+    :param spark_binary: the spark-submit command.
+    :param metrics_uri: folder on storage shared by the driver and this worker (cluster deploy mode).
+    :param deploy_mode: ``client`` or ``cluster``.
+    :param env_vars: environment variables for spark-submit and the driver.
+    :param spark_submit_kwargs: further :class:`SparkSubmitHook` arguments.
+    :param check_threads: how many tables are checked at once on the worker (the checks wait on storage).
+    """
+
+    template_fields: Sequence[str] = ("tables", "jobs", "storage_options", "conf", "metrics_uri", "history_uri")
+    ui_color = "#00add4"
+
+    def __init__(
+        self,
+        *,
+        tables: Sequence[str | Mapping[str, Any]] | str,
+        jobs: Mapping[str, Mapping[str, Any] | None] | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        storage_conn_id: str | None = None,
+        skip_if_nothing_to_do: bool = True,
+        history_uri: str | None = None,
+        conn_id: str = DeltaMaintHook.default_conn_name,
+        conf: Mapping[str, Any] | None = None,
+        spark_binary: str | None = None,
+        metrics_uri: str | None = None,
+        deploy_mode: str | None = None,
+        env_vars: Mapping[str, Any] | None = None,
+        spark_submit_kwargs: Mapping[str, Any] | None = None,
+        check_threads: int = 8,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        refuse_secret_options(storage_options, self.task_id)
+        self.tables = tables
+        self.jobs = jobs
+        self.storage_options = storage_options
+        self.storage_conn_id = storage_conn_id
+        self.skip_if_nothing_to_do = skip_if_nothing_to_do
+        self.history_uri = history_uri
+        self.conn_id = conn_id
+        self.conf = conf
+        self.spark_binary = spark_binary
+        self.metrics_uri = metrics_uri
+        self.deploy_mode = deploy_mode
+        self.env_vars = env_vars
+        self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
+        self.check_threads = check_threads
+        self._hook: DeltaMaintHook | None = None
+        self._credentials: StorageCredentials | None = None
+
+    # -- the spec -----------------------------------------------------------------------------
+    def fleet_spec(self, history_uri: str | None = None) -> FleetSpec:
+        """The tables and their jobs as a fleet spec, validated (bad input raises before anything runs)."""
+        tables = self.tables
+        if isinstance(tables, str):
+            tables = [t.strip() for t in tables.split(",") if t.strip()]
+        if not tables:
+            raise AirflowException(f"{self.task_id}: no table to maintain")
+        refuse_secret_options(self.storage_options, self.task_id)
+        common = {str(k): str(v) for k, v in (self.storage_options or {}).items()}
+        out = []
+        for t in tables:
+            raw: Mapping[str, Any] = {"table_uri": t} if isinstance(t, str) else t
+            uri = raw.get("table_uri")
+            if not uri:
+                raise AirflowException(f"{self.task_id}: each table needs a table_uri, got {t!r}")
+            own = raw.get("storage_options") or {}
+            refuse_secret_options(own, f"{self.task_id} ({uri})")
+            jobs: Mapping[str, Any] = raw.get("jobs") or self.jobs or DEFAULT_JOBS
+            out.append(FleetTable(str(uri), [FleetJob(str(name), job_options(opts)) for name, opts in jobs.items()],
+                                  {**common, **{str(k): str(v) for k, v in own.items()}}))
+        try:
+            return FleetSpec.from_json(FleetSpec(out, history_uri).to_json())
+        except DeltaError as exc:
+            raise AirflowException(f"{self.task_id}: {exc}") from None
+
+    def get_hook(self, conf: Mapping[str, Any] | None = None) -> DeltaMaintHook:
+        """The hook that submits the fleet application."""
+        return DeltaMaintHook(
+            conn_id=self.conn_id, conf=conf if conf is not None else self.conf, spark_binary=self.spark_binary,
+            metrics_uri=self.metrics_uri, deploy_mode=self.deploy_mode, env_vars=self.env_vars,
+            name=f"delta-maint-fleet-{self.task_id}", storage_credentials=self._credentials,
+            **self.spark_submit_kwargs,
+        )
+
+    # -- Airflow ------------------------------------------------------------------------------
+    def execute(self, context: Context) -> list[dict[str, Any]]:
+        history = configured_history_uri(self.history_uri)
+        spec = self.fleet_spec(history)
+        self._credentials = resolve_storage_credentials(self.storage_conn_id, spec.tables[0].table)
+        if _as_bool(self.skip_if_nothing_to_do):
+            decision = decide(spec, lambda t: worker_options(self._credentials, t.storage_options),
+                              threads=self.check_threads)
+        else:
+            decision = Decision(spec, [[None] * len(t.jobs) for t in spec.tables])
+        with_work = decision.tables_with_work
+        self.log.info("%d of %d tables have work%s", len(with_work), len(spec.tables),
+                      f": {', '.join(with_work)}" if len(with_work) <= 20 else "")
+        ran: list[dict[str, Any]] = []
+        if with_work:
+            self._hook = self.get_hook(inject_parent_job_info(self.conf, context))
+            try:
+                ran = self._hook.run_fleet(decision.to_run.to_json(), self.storage_options)["tables"]
+            except AirflowException as exc:  # no results at all: every submitted job failed with this error
+                message = str(exc).splitlines()[0]
+                ran = [{"table": t.table, "jobs": [{"operation": j.job, "table": t.table, "status": "failed",
+                                                    "error": message} for j in t.jobs]}
+                       for t in decision.to_run.tables]
+        results = merge(spec, decision, ran)
+        if history:
+            for entry, known in zip(results, decision.known):
+                for metrics, decided in zip(entry["jobs"], known):
+                    if decided is not None and decided.get("status") == "skipped":
+                        metrics["history"] = record_on_worker(history, metrics, context)
+        for entry in results:
+            self.log.info("%s: %s%s", entry["table"], entry["status"],
+                          f" ({entry['error']})" if entry.get("error") else "")
+        failed = [e for e in results if e["status"] == "failed"]
+        if failed:
+            # the results of every table stay in XCom (same key as a success), then the task fails
+            context["ti"].xcom_push(key="return_value", value=results)
+            raise AirflowException(
+                f"delta-maint fleet: {len(failed)} of {len(results)} tables failed: "
+                + "; ".join(f"{e['table']} ({e.get('error', 'failed')})" for e in failed))
+        return results
+
+    def on_kill(self) -> None:
+        if self._hook is not None:
+            self._hook.on_kill()
+
+
+__all__ = ["MaintainTablesOperator", "job_options", "DEFAULT_JOBS"]

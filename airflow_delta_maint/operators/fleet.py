@@ -37,6 +37,14 @@ def job_options(options: Mapping[str, Any] | None) -> list[str]:
     return args
 
 
+def one_line(error: str) -> str:
+    """An error on one line: a multi-line one (a Python worker's traceback) as its first and last lines."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return lines[0] if lines else ""
+    return f"{lines[0]} ... {lines[-1]}"
+
+
 class MaintainTablesOperator(BaseOperator):
     """
     Maintain a list of Delta tables in one Spark application: the worker decides, the cluster works.
@@ -179,14 +187,14 @@ class MaintainTablesOperator(BaseOperator):
                         metrics["history"] = record_on_worker(history, metrics, context)
         for entry in results:
             self.log.info("%s: %s%s", entry["table"], entry["status"],
-                          f" ({entry['error']})" if entry.get("error") else "")
+                          f" ({one_line(entry['error'])})" if entry.get("error") else "")
         failed = [e for e in results if e["status"] == "failed"]
         if failed:
             # the results of every table stay in XCom (same key as a success), then the task fails
             context["ti"].xcom_push(key="return_value", value=results)
             raise AirflowException(
                 f"delta-maint fleet: {len(failed)} of {len(results)} tables failed: "
-                + "; ".join(f"{e['table']} ({e.get('error', 'failed')})" for e in failed))
+                + "; ".join(f"{e['table']} ({one_line(e.get('error', 'failed'))})" for e in failed))
         return results
 
     def on_kill(self) -> None:

@@ -1,0 +1,365 @@
+"""Many tables in one application (MaintainTablesOperator, ``delta-maint fleet``) and local execution."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from airflow.sdk.exceptions import AirflowException
+from delta_maint_testing import log_files, write_appends
+from deltalake import DeltaTable
+
+from airflow_delta_maint.app import cli
+from airflow_delta_maint.app.execution import choose_execution
+from airflow_delta_maint.app.fleet import FleetSpec, run_fleet
+from airflow_delta_maint.hooks.delta_maint import DeltaMaintHook
+from airflow_delta_maint.operators.fleet import MaintainTablesOperator, job_options
+from airflow_delta_maint.operators.maintenance import InspectTableOperator, LogCompactionOperator, OptimizeOperator
+
+pytestmark = pytest.mark.timeout(600)
+
+
+class RecordingTI:
+    """The task instance's XCom push, at the unit's edge."""
+
+    def __init__(self) -> None:
+        self.pushed: dict[str, object] = {}
+
+    def xcom_push(self, key: str, value: object) -> None:
+        self.pushed[key] = json.loads(json.dumps(value))  # what XCom would store
+
+
+def rows(path: Path) -> list[tuple]:
+    """The table's rows as delta-rs lists its files (read with pyarrow, not to_pyarrow_table)."""
+    out = []
+    for uri in DeltaTable(str(path)).file_uris():
+        t = pq.read_table(uri.removeprefix("file://"))
+        part = Path(uri).parent.name.split("=", 1)[1]
+        out += [(i, part, v) for i, v in zip(t.column("id").to_pylist(), t.column("value").to_pylist())]
+    return sorted(out)
+
+
+def compacted(path: Path) -> Path:
+    write_appends(path, 6)
+    DeltaTable(str(path)).optimize.compact()
+    return path
+
+
+def corrupt_log(path: Path) -> Path:
+    write_appends(path, 2)
+    (path / "_delta_log" / "00000000000000000002.json").write_text("{not json\n")
+    return path
+
+
+def corrupt_data_file(path: Path) -> Path:
+    write_appends(path, 6)
+    victim = Path(DeltaTable(str(path)).file_uris()[0].removeprefix("file://"))
+    victim.write_bytes(b"PAR1 this is not a parquet file PAR1")
+    return path
+
+
+@pytest.fixture
+def recorded(monkeypatch) -> dict[str, list]:
+    """Spy on the hook: the fleet specs submitted and each spark-submit (the real ones still run)."""
+    calls: dict[str, list] = {"specs": [], "submits": []}
+    run_fleet_real, submit_real = DeltaMaintHook.run_fleet, DeltaMaintHook.submit
+
+    def run_fleet_spy(self, spec, storage_options=None):
+        calls["specs"].append(json.loads(json.dumps(spec)))
+        return run_fleet_real(self, spec, storage_options)
+
+    def submit_spy(self, *args, **kwargs):
+        calls["submits"].append(self._application_args[:1])
+        return submit_real(self, *args, **kwargs)
+
+    monkeypatch.setattr(DeltaMaintHook, "run_fleet", run_fleet_spy)
+    monkeypatch.setattr(DeltaMaintHook, "submit", submit_spy)
+    return calls
+
+
+@pytest.fixture
+def in_process_fleet(monkeypatch) -> list[dict]:
+    """Run a submitted fleet in this process instead of spark-submit (jobs that need no Spark only)."""
+    specs: list[dict] = []
+
+    def run(self, spec, storage_options=None):
+        specs.append(json.loads(json.dumps(spec)))
+        entries = run_fleet(FleetSpec.from_json(spec))
+        return {"status": "committed", "tables": entries}
+
+    monkeypatch.setattr(DeltaMaintHook, "run_fleet", run)
+    monkeypatch.setattr(DeltaMaintHook, "submit", lambda *a, **k: pytest.fail("spark-submit was called"))
+    return specs
+
+
+# -- end to end: one spark-submit for the tables with work ------------------------------------------
+def test_fleet_maintains_the_others_and_names_the_failed_tables(tmp_path, recorded):
+    hot = [tmp_path / f"hot{i}" for i in range(2)]
+    for path in hot:
+        write_appends(path, 6)
+    done = compacted(tmp_path / "done")
+    bad_log = corrupt_log(tmp_path / "bad_log")
+    bad_data = corrupt_data_file(tmp_path / "bad_data")
+    twins = {name: tmp_path / name for name in ("via_spark", "via_local")}
+    for path in twins.values():
+        write_appends(path, 7)
+    before = {p: rows(p) for p in (*hot, done)}
+    logs_before = {p: log_files(p) for p in (done, bad_log, bad_data)}
+
+    op = MaintainTablesOperator(
+        task_id="fleet",
+        tables=[*map(str, hot), str(done), str(bad_log), str(bad_data),
+                {"table_uri": str(twins["via_spark"]), "jobs": {"compact-log": {"interval": 5}, "inspect": {}}}],
+        jobs={"optimize": {}, "vacuum": {"mode": "lite"}},
+    )
+    ti = RecordingTI()
+    with pytest.raises(AirflowException) as failure:
+        op.execute(context={"ti": ti})
+
+    # one application, for the tables with work only
+    assert len(recorded["submits"]) == 1 and recorded["submits"][0] == ["fleet"]
+    (spec,) = recorded["specs"]
+    assert [t["table"] for t in spec["tables"]] == [*map(str, hot), str(bad_data), str(twins["via_spark"])]
+    assert all([j["job"] for j in t["jobs"]] == ["optimize"] for t in spec["tables"][:3])  # lite VACUUM: nothing
+
+    # the failure names both broken tables, and only them
+    message = str(failure.value)
+    assert "2 of 6 tables failed" in message and str(bad_log) in message and str(bad_data) in message
+    for path in (*hot, done):
+        assert f"{path} (" not in message
+
+    # every table has an entry, in order, pushed before the task failed
+    results = ti.pushed["return_value"]
+    assert [e["table"] for e in results] == [*map(str, hot), str(done), str(bad_log), str(bad_data),
+                                             str(twins["via_spark"])]
+    by_table = {e["table"]: e for e in results}
+    for path in hot:
+        entry = by_table[str(path)]
+        assert entry["status"] == "committed"
+        optimize, vacuum = entry["jobs"]
+        assert optimize["status"] == "committed" and optimize["numRemovedFiles"] == 12
+        assert optimize["numAddedFiles"] == 2
+        assert vacuum["status"] == "skipped" and vacuum["operation"] == "vacuum"
+        assert rows(path) == before[path]  # same rows, read by delta-rs
+    assert by_table[str(done)]["status"] == "skipped"
+    assert "nothing to compact" in by_table[str(done)]["jobs"][0]["reason"]
+    assert rows(done) == before[done]
+    assert by_table[str(bad_log)]["status"] == "failed" and "not valid JSON" in by_table[str(bad_log)]["error"]
+    assert by_table[str(bad_log)]["jobs"][1]["reason"] == "not run: optimize failed on this table"
+    assert by_table[str(bad_data)]["status"] == "failed" and by_table[str(bad_data)]["jobs"][0]["error"]
+    for path in (done, bad_log, bad_data):
+        assert log_files(path) == logs_before[path]  # nothing committed on them
+
+    # local execution gives the same metrics as the application: compact-log and inspect
+    local = [LogCompactionOperator(task_id="c", table_uri=str(twins["via_local"]), interval=5,
+                                   execution="local").execute(context={}),
+             InspectTableOperator(task_id="i", table_uri=str(twins["via_local"]), execution="local").execute(context={})]
+    remote = by_table[str(twins["via_spark"])]["jobs"]
+    for spark_metrics, local_metrics in zip(remote, local):
+        assert set(spark_metrics) == set(local_metrics)
+        volatile = {"table", "started_at", "duration_s", "timestamp", "path", "checkpoint", "log", "last_modified",
+                    "windows_written"}
+        assert _stable(spark_metrics, volatile, str(twins["via_spark"])) == \
+            _stable(local_metrics, volatile, str(twins["via_local"]))
+    assert remote[0]["numWindowsWritten"] == 1 and remote[0]["status"] == "committed"
+
+
+def _stable(metrics: dict, volatile: set[str], table: str) -> str:
+    """The metrics without times and with the table's path replaced, as comparable JSON."""
+    text = json.dumps({k: v for k, v in metrics.items() if k not in volatile}, sort_keys=True, default=str)
+    return text.replace(table, "TABLE")
+
+
+def test_local_and_spark_execution_give_the_same_compact_log_metrics(tmp_path, recorded):
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_appends(a, 11)
+    write_appends(b, 11)
+    via_spark = LogCompactionOperator(task_id="c", table_uri=str(a), interval=5, checkpoint_interval=8,
+                                      execution="spark").execute(context={})
+    assert len(recorded["submits"]) == 1
+    via_local = LogCompactionOperator(task_id="c", table_uri=str(b), interval=5, checkpoint_interval=8,
+                                      execution="local").execute(context={})
+    assert len(recorded["submits"]) == 1  # no second application
+    assert set(via_spark) == set(via_local)
+    volatile = {"table", "started_at", "duration_s"}
+    windows = [(w["start"], w["end"], w["numActions"]) for w in via_spark["windows_written"]]
+    assert windows == [(w["start"], w["end"], w["numActions"]) for w in via_local["windows_written"]]
+    assert via_spark["checkpoint"]["version"] == via_local["checkpoint"]["version"] == 10
+    for key in set(via_spark) - volatile - {"windows_written", "checkpoint"}:
+        assert via_spark[key] == via_local[key], key
+    assert rows(a) == rows(b)
+
+
+# -- in process: the decision on the worker ---------------------------------------------------------
+def test_only_the_tables_with_work_are_submitted_once(tmp_path, in_process_fleet):
+    tables = []
+    for i in range(5):
+        path = tmp_path / f"t{i}"
+        write_appends(path, 6 if i in (1, 3) else 4)  # a 5-commit window is due on t1 and t3 only
+        tables.append(str(path))
+    op = MaintainTablesOperator(task_id="fleet", tables=tables, jobs={"compact-log": {"interval": 5}})
+    results = op.execute(context={"ti": RecordingTI()})
+    assert len(in_process_fleet) == 1
+    assert [t["table"] for t in in_process_fleet[0]["tables"]] == [tables[1], tables[3]]
+    assert [e["status"] for e in results] == ["skipped", "committed", "skipped", "committed", "skipped"]
+    assert all(len(e["jobs"]) == 1 and e["jobs"][0]["operation"] == "compact-log" for e in results)
+    assert "no log compaction window" in results[0]["jobs"][0]["reason"]
+
+    again = MaintainTablesOperator(task_id="fleet", tables=tables, jobs={"compact-log": {"interval": 5}})
+    assert {e["status"] for e in again.execute(context={"ti": RecordingTI()})} == {"skipped"}
+    assert len(in_process_fleet) == 1  # nothing to do: no application at all
+
+
+def test_bad_job_options_fail_before_anything(tmp_path, in_process_fleet):
+    write_appends(tmp_path / "t", 6)
+    before = log_files(tmp_path / "t")
+    for jobs, match in (({"compact-log": {"interval": "many"}}, "invalid options for compact-log"),
+                        ({"defragment": {}}, "unknown job 'defragment'"),
+                        ({"vacuum": {"mode": "sideways"}}, "invalid options for vacuum")):
+        op = MaintainTablesOperator(task_id="fleet", tables=[str(tmp_path / "t")], jobs=jobs)
+        with pytest.raises(AirflowException, match=match):
+            op.execute(context={"ti": RecordingTI()})
+    assert not in_process_fleet and log_files(tmp_path / "t") == before
+
+
+def test_fleet_refuses_secret_storage_options():
+    with pytest.raises(AirflowException, match="secret"):
+        MaintainTablesOperator(task_id="fleet", tables=["s3://b/t"], storage_options={"AWS_SECRET_ACCESS_KEY": "x"})
+    op = MaintainTablesOperator(task_id="fleet", tables=[{"table_uri": "s3://b/t",
+                                                           "storage_options": {"aws_session_token": "x"}}])
+    with pytest.raises(AirflowException, match="secret"):
+        op.fleet_spec()
+
+
+def test_job_options_as_flags():
+    assert job_options({"min_file_size": 1000, "dry_run": True, "full": False, "zorder_by": ["a", "b"],
+                        "where": None}) == ["--min-file-size", "1000", "--dry-run", "--zorder-by", "a,b"]
+
+
+def test_fleet_command_line_names_the_failed_table(tmp_path, capsys):
+    good = tmp_path / "good"
+    write_appends(good, 6)
+    bad = corrupt_log(tmp_path / "bad")
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"tables": [{"table": str(bad), "jobs": [{"job": "compact-log"}]},
+                                           {"table": str(good), "jobs": [{"job": "compact-log",
+                                                                           "args": ["--interval", "5"]}]}]}))
+    code, result = cli.run(["fleet", str(spec), "--metrics-out", str(tmp_path / "out.json")])
+    assert code == 2
+    assert [e["status"] for e in result["tables"]] == ["failed", "committed"]
+    assert json.loads((tmp_path / "out.json").read_text()) == json.loads(json.dumps(result, default=str))
+    assert f"failed tables: {bad}" in capsys.readouterr().err
+    spec.write_text(json.dumps({"tables": [{"table": str(good), "jobs": [{"job": "optimize",
+                                                                          "args": ["--bogus"]}]}]}))
+    code, result = cli.run(["fleet", str(spec)])
+    assert code == 2 and "invalid options for optimize" in result["error"]
+
+
+# -- local execution ----------------------------------------------------------------------------------
+def test_execution_choice(tmp_path):
+    write_appends(tmp_path / "t", 3)
+    t = str(tmp_path / "t")
+    assert choose_execution("auto", "compact-log", {}, t)[0] == "local"
+    assert choose_execution("auto", "vacuum", {"mode": "lite"}, t)[0] == "local"
+    assert choose_execution("auto", "vacuum", {"mode": "full"}, t)[0] == "spark"
+    assert choose_execution("auto", "optimize", {}, t)[0] == "spark"
+    where, why = choose_execution("auto", "inspect", {}, t, max_log_bytes=100)
+    assert where == "spark" and "more than 100" in why
+    assert choose_execution("spark", "inspect", {}, t)[0] == "spark"
+    op = OptimizeOperator(task_id="o", table_uri=t, execution="local", skip_if_nothing_to_do=False)
+    with pytest.raises(AirflowException, match="optimize needs Spark; local execution runs only"):
+        op.execute(context={})
+    with pytest.raises(AirflowException, match="execution must be one of"):
+        InspectTableOperator(task_id="i", table_uri=t, execution="laptop")
+
+
+def test_local_failure_reads_as_a_spark_failure(tmp_path, monkeypatch):
+    bad = corrupt_log(tmp_path / "bad")
+    before = log_files(bad)
+    monkeypatch.setattr(DeltaMaintHook, "submit", lambda *a, **k: pytest.fail("spark-submit was called"))
+    op = InspectTableOperator(task_id="i", table_uri=str(bad), execution="local")
+    with pytest.raises(AirflowException, match=r"^delta-maint inspect failed: corrupt log file .*not valid JSON"):
+        op.execute(context={})
+    assert log_files(bad) == before
+
+
+def test_local_execution_keeps_the_connections_secret(tmp_path_factory, monkeypatch, caplog, capsys):
+    """On S3 with a connection: the job runs in this process, the secret in no log, output, XCom or field."""
+    from tests.storage.servers import start_moto
+
+    import boto3
+
+    server = start_moto(tmp_path_factory.mktemp("moto"))
+    try:
+        key_id, secret = "AKIDLOCALRUN", "local-run-secret-5b1d7e"
+        boto3.client("s3", endpoint_url=server.endpoint, region_name="us-east-1", aws_access_key_id=key_id,
+                     aws_secret_access_key=secret).create_bucket(Bucket="lake")
+        for key in [k for k in __import__("os").environ if k.startswith(("AWS_", "AZURE_", "GOOGLE_"))]:
+            monkeypatch.delenv(key)
+        options = {"AWS_ENDPOINT_URL": server.endpoint, "AWS_ALLOW_HTTP": "true", "AWS_REGION": "us-east-1",
+                   "AWS_ACCESS_KEY_ID": key_id, "AWS_SECRET_ACCESS_KEY": secret}
+        uri = "s3://lake/events"
+        import pyarrow as pa
+        from deltalake import write_deltalake
+
+        for i in range(6):
+            write_deltalake(uri, pa.table({"id": [i], "part": ["p"]}), mode="append", storage_options=options)
+        monkeypatch.setenv("AIRFLOW_CONN_LAKE_S3", json.dumps({
+            "conn_type": "aws", "login": key_id, "password": secret,
+            "extra": {"region_name": "us-east-1", "endpoint_url": server.endpoint}}))
+        monkeypatch.setattr(DeltaMaintHook, "submit", lambda *a, **k: pytest.fail("spark-submit was called"))
+        caplog.set_level(logging.DEBUG)
+        op = LogCompactionOperator(task_id="c", table_uri=uri, interval=5, storage_conn_id="lake_s3",
+                                   storage_options={"AWS_ALLOW_HTTP": "true"}, execution="auto")
+        metrics = op.execute(context={})
+        assert metrics["status"] == "committed" and metrics["numWindowsWritten"] == 1
+        fields = {name: getattr(op, name) for name in op.template_fields}
+        out = capsys.readouterr()
+        for text in (json.dumps(metrics, default=str), json.dumps(fields, default=str), caplog.text, out.out,
+                     out.err):
+            assert secret not in text
+        assert "in this process" in caplog.text + out.out + out.err
+    finally:
+        server.stop()
+
+
+def test_fleet_spec_holds_no_secret(tmp_path, monkeypatch, in_process_fleet):
+    """The credentials reach the application by its environment; the spec file has only the table options."""
+    monkeypatch.setenv("AIRFLOW_CONN_LAKE_S3", json.dumps({
+        "conn_type": "aws", "login": "AKIDFLEET", "password": "fleet-secret-91c2", "extra": {"region_name": "eu"}}))
+    written: list[bytes] = []
+    real_submit_env = DeltaMaintHook.submit_env
+
+    def capture(self, spec, storage_options=None):
+        self.build_command("fleet", "/tmp/spec.json", [], "/tmp/out.json", storage_options)
+        written.append(json.dumps(spec).encode() + json.dumps(self._application_args).encode())
+        env = real_submit_env(self)
+        assert env["AWS_SECRET_ACCESS_KEY"] == "fleet-secret-91c2"
+        return {"tables": [{"table": t["table"], "jobs": [{"operation": "inspect", "table": t["table"],
+                                                            "status": "committed"}]} for t in spec["tables"]]}
+
+    monkeypatch.setattr(DeltaMaintHook, "run_fleet", capture)
+    op = MaintainTablesOperator(task_id="fleet", tables=["s3://lake/a", "s3://lake/b"], jobs={"inspect": {}},
+                                storage_conn_id="lake_s3", storage_options={"AWS_REGION": "eu"},
+                                skip_if_nothing_to_do=False)
+    results = op.execute(context={"ti": RecordingTI()})
+    assert [e["status"] for e in results] == ["committed", "committed"]
+    assert "fleet-secret-91c2" not in json.dumps(results)
+    assert written and b"fleet-secret-91c2" not in written[0] and b"AKIDFLEET" not in written[0]
+
+
+def test_a_missing_table_does_not_stop_the_next(tmp_path):
+    """In the application: a table that fails is reported, the next is maintained with its rows unchanged."""
+    src = tmp_path / "src"
+    write_appends(src, 6)
+    shutil.copytree(src, tmp_path / "copy")
+    entries = run_fleet(FleetSpec.from_json({"tables": [
+        {"table": str(tmp_path / "missing"), "jobs": [{"job": "inspect"}]},
+        {"table": str(tmp_path / "copy"), "jobs": [{"job": "compact-log", "args": ["--interval", "5"]}]}]}))
+    assert [e["status"] for e in entries] == ["failed", "committed"]
+    assert "does not exist" in entries[0]["error"]
+    assert rows(tmp_path / "copy") == rows(src)

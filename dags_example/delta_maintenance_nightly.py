@@ -4,7 +4,13 @@ Nightly maintenance of a list of Delta tables: OPTIMIZE, then log compaction, th
 The tables come from the Airflow Variable ``delta_maint_tables`` (a JSON list, or paths separated
 by commas), else the environment variable ``DELTA_MAINT_TABLES``, else a demo table under the
 system's temp folder. One mapped task group runs per table, so each table's steps run in order
-while tables run side by side. Every task's XCom value is the metrics object of its run.
+while tables run side by side: the style for a few large tables, each worth its own Spark
+application, its own retries and its own log. Every task's XCom value is the metrics object of its run.
+
+Many small tables (the Variable ``delta_maint_small_tables``, else ``DELTA_MAINT_SMALL_TABLES``)
+are maintained by one ``MaintainTablesOperator`` task instead: the worker checks every table
+without Spark and submits one application for the tables that have work (none: no Spark at all;
+only driver-only work on small logs: run on the worker). Its XCom value is one entry per table.
 
 The Spark connection ``spark_default`` chooses where the jobs run, e.g.
 ``AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark", "host": "local[*]"}'``.
@@ -19,6 +25,7 @@ from datetime import datetime
 
 from airflow.sdk import DAG, Param, Variable, chain, task, task_group
 
+from airflow_delta_maint.operators.fleet import MaintainTablesOperator
 from airflow_delta_maint.operators.maintenance import (
     InspectTableOperator,
     LogCompactionOperator,
@@ -89,3 +96,26 @@ with DAG(
         chain(*steps)
 
     maintain.expand(table_uri=list_tables())
+
+    @task
+    def list_small_tables() -> list[str]:
+        """The many small tables, maintained together in one application."""
+        return parse_tables(Variable.get("delta_maint_small_tables", default=None)) or parse_tables(
+            os.environ.get("DELTA_MAINT_SMALL_TABLES")
+        )
+
+    small = list_small_tables()
+    MaintainTablesOperator(
+        task_id="maintain_small_tables",
+        tables=small,
+        jobs={
+            "optimize": {},
+            "compact-log": {},
+            "vacuum": {
+                "mode": "lite",
+                "retention_hours": "{{ params.vacuum_retention_hours }}",
+                "ignore_retention_check": "{{ params.vacuum_ignore_retention_check }}",
+            },
+        },
+        execution="auto",
+    )

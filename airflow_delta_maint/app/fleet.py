@@ -198,12 +198,15 @@ def _warm_spark(master: str | None) -> threading.Thread:
     return thread
 
 
-def run_fleet(spec: FleetSpec, master: str | None = None) -> list[dict[str, Any]]:
-    """Run every table's jobs in order in this process, one SparkSession for all; one entry per table."""
+def run_fleet(spec: FleetSpec, master: str | None = None, *, spark_allowed: bool = True) -> list[dict[str, Any]]:
+    """Run every table's jobs in order in this process, one SparkSession for all; one entry per table.
+
+    With ``spark_allowed`` false (driver-only jobs run on the Airflow worker) no SparkSession starts.
+    """
     from .cli import execute_job
     from .context import JobContext
 
-    if any(needs_spark(j.job, vars(parse_job_args(j.job, j.args))) for t in spec.tables for j in t.jobs):
+    if spark_allowed and any(needs_spark(j.job, vars(parse_job_args(j.job, j.args))) for t in spec.tables for j in t.jobs):
         _warm_spark(master)
     entries = []
     t0 = time.monotonic()
@@ -218,7 +221,8 @@ def run_fleet(spec: FleetSpec, master: str | None = None) -> list[dict[str, Any]
             args = parse_job_args(j.job, j.args, module)
             if spec.history_uri and not args.history_uri:
                 args.history_uri = spec.history_uri
-            ctx = JobContext(table=t.table, storage_options=dict(t.storage_options), master=master)
+            ctx = JobContext(table=t.table, storage_options=dict(t.storage_options), master=master,
+                             spark_allowed=spark_allowed)
             _, metrics = execute_job(j.job, module, args, ctx)
             jobs.append(metrics)
             if metrics.get("status") == "failed":

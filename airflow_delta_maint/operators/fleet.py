@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_delta_maint.app.fleet import Decision, FleetJob, FleetSpec, FleetTable, decide, merge
+from airflow_delta_maint.app.execution import LOCAL_MAX_LOG_BYTES, log_bytes, needs_spark, parse_job_args
+from airflow_delta_maint.app.fleet import Decision, FleetJob, FleetSpec, FleetTable, decide, merge, run_fleet
 from airflow_delta_maint.delta.errors import DeltaError
 from airflow_delta_maint.hooks.delta_maint import DeltaMaintHook
 from airflow_delta_maint.hooks.maintenance_history import configured_history_uri, record_on_worker
@@ -78,6 +79,10 @@ class MaintainTablesOperator(BaseOperator):
     :param env_vars: environment variables for spark-submit and the driver.
     :param spark_submit_kwargs: further :class:`SparkSubmitHook` arguments.
     :param check_threads: how many tables are checked at once on the worker (the checks wait on storage).
+    :param execution: ``"spark"`` (default) submits the tables with work; ``"auto"`` runs them in this
+        worker's process instead, without Spark, when every job with work is driver-only (log
+        compaction, checkpoints, expired-log cleanup, inspect, lite VACUUM) and every such table's
+        log holds at most 16 MiB (see :class:`~airflow_delta_maint.operators.maintenance.DeltaMaintenanceOperator`).
     """
 
     template_fields: Sequence[str] = ("tables", "jobs", "storage_options", "conf", "metrics_uri", "history_uri")
@@ -100,9 +105,13 @@ class MaintainTablesOperator(BaseOperator):
         env_vars: Mapping[str, Any] | None = None,
         spark_submit_kwargs: Mapping[str, Any] | None = None,
         check_threads: int = 8,
+        execution: str = "spark",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if str(execution).strip().lower() not in ("spark", "auto"):
+            raise AirflowException(f"execution must be 'spark' or 'auto', got {execution!r}")
+        self.execution = str(execution).strip().lower()
         refuse_secret_options(storage_options, self.task_id)
         self.tables = tables
         self.jobs = jobs
@@ -147,6 +156,15 @@ class MaintainTablesOperator(BaseOperator):
         except DeltaError as exc:
             raise AirflowException(f"{self.task_id}: {exc}") from None
 
+    def _driver_only(self, spec: FleetSpec) -> bool:
+        """True when no job of ``spec`` needs Spark and every table's log is small enough for this worker."""
+        for t in spec.tables:
+            if any(needs_spark(j.job, vars(parse_job_args(j.job, j.args))) for j in t.jobs):
+                return False
+            if log_bytes(t.table, worker_options(self._credentials, t.storage_options)) > LOCAL_MAX_LOG_BYTES:
+                return False
+        return True
+
     def get_hook(self, conf: Mapping[str, Any] | None = None) -> DeltaMaintHook:
         """The hook that submits the fleet application."""
         return DeltaMaintHook(
@@ -159,6 +177,9 @@ class MaintainTablesOperator(BaseOperator):
     # -- Airflow ------------------------------------------------------------------------------
     def execute(self, context: Context) -> list[dict[str, Any]]:
         history = configured_history_uri(self.history_uri)
+        if not self.tables:
+            self.log.info("No table to maintain")
+            return []
         spec = self.fleet_spec(history)
         self._credentials = resolve_storage_credentials(self.storage_conn_id, spec.tables[0].table)
         if _as_bool(self.skip_if_nothing_to_do):
@@ -170,7 +191,12 @@ class MaintainTablesOperator(BaseOperator):
         self.log.info("%d of %d tables have work%s", len(with_work), len(spec.tables),
                       f": {', '.join(with_work)}" if len(with_work) <= 20 else "")
         ran: list[dict[str, Any]] = []
-        if with_work:
+        if with_work and self.execution == "auto" and self._driver_only(decision.to_run):
+            self.log.info("Every job with work is driver-only on a small log: running them in this process")
+            local = FleetSpec([FleetTable(t.table, t.jobs, worker_options(self._credentials, t.storage_options))
+                               for t in decision.to_run.tables], decision.to_run.history_uri)
+            ran = run_fleet(local, spark_allowed=False)  # credentials stay in this process's memory
+        elif with_work:
             self._hook = self.get_hook(inject_parent_job_info(self.conf, context))
             try:
                 ran = self._hook.run_fleet(decision.to_run.to_json(), self.storage_options)["tables"]

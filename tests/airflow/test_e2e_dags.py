@@ -26,9 +26,15 @@ def test_nightly_dag(airflow_home, tmp_path):
     table = tmp_path / "nightly"
     write_appends(table, 10)  # versions 0..9, 20 small files in 2 partitions
     before = rows(table)
+    small = [tmp_path / f"small{i}" for i in range(2)]
+    for path in small:  # already compacted: their work (log compaction, lite VACUUM) runs on the worker
+        write_appends(path, 6)
+        DeltaTable(str(path)).optimize.compact()
+    small_before = {path: rows(path) for path in small}
     conf = {"vacuum_retention_hours": 0, "vacuum_ignore_retention_check": True}
     result = dags_test(airflow_home, "delta_maintenance_nightly", conf,
-                       AIRFLOW_VAR_DELTA_MAINT_TABLES=json.dumps([str(table)]))
+                       AIRFLOW_VAR_DELTA_MAINT_TABLES=json.dumps([str(table)]),
+                       AIRFLOW_VAR_DELTA_MAINT_SMALL_TABLES=json.dumps([str(p) for p in small]))
     state, tasks = task_results(airflow_home, "delta_maintenance_nightly")
     assert state == "success", result.stdout[-6000:] + result.stderr[-3000:]
     assert tasks[("list_tables", -1)]["value"] == [str(table)]
@@ -49,6 +55,16 @@ def test_nightly_dag(airflow_home, tmp_path):
 
     assert rows(table) == before
     assert len(DeltaTable(str(table)).file_uris()) == 2
+
+    fleet = tasks[("maintain_small_tables", -1)]["value"]
+    assert [e["table"] for e in fleet] == [str(p) for p in small]
+    for entry in fleet:
+        optimize, compact_log, vacuum = entry["jobs"]
+        assert optimize["status"] == "skipped" and "nothing to compact" in optimize["reason"]
+        assert compact_log["status"] == "committed" and compact_log["numWindowsWritten"] == 1
+        assert vacuum["status"] == "committed" and vacuum["numFilesDeleted"] == 12
+    assert {path: rows(path) for path in small} == small_before
+    assert "Every job with work is driver-only" in result.stdout + result.stderr
 
 
 def test_on_commits_dag(airflow_home, tmp_path):

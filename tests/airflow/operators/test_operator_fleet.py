@@ -363,3 +363,19 @@ def test_a_missing_table_does_not_stop_the_next(tmp_path):
     assert [e["status"] for e in entries] == ["failed", "committed"]
     assert "does not exist" in entries[0]["error"]
     assert rows(tmp_path / "copy") == rows(src)
+
+
+def test_fleet_of_driver_only_work_runs_on_the_worker(tmp_path, monkeypatch):
+    monkeypatch.setattr(DeltaMaintHook, "run_fleet", lambda *a, **k: pytest.fail("an application was submitted"))
+    tables = []
+    for i in range(3):
+        write_appends(tmp_path / f"t{i}", 6)
+        tables.append(str(tmp_path / f"t{i}"))
+    before = {t: rows(Path(t)) for t in tables}
+    op = MaintainTablesOperator(task_id="fleet", tables=tables, execution="auto",
+                                jobs={"compact-log": {"interval": 5}, "vacuum": {"mode": "lite"}})
+    results = op.execute(context={"ti": RecordingTI()})
+    assert [e["status"] for e in results] == ["committed"] * 3
+    assert all(e["jobs"][0]["numWindowsWritten"] == 1 and e["jobs"][1]["status"] == "skipped" for e in results)
+    assert {t: rows(Path(t)) for t in tables} == before
+    assert MaintainTablesOperator(task_id="f", tables=[], execution="auto").execute(context={}) == []

@@ -6,17 +6,20 @@ import argparse
 import importlib
 import json
 import logging
+import os
 import sys
 from typing import Any, Sequence
 
 from airflow_delta_maint.delta.errors import DeltaError
 
 from .context import JobContext
+from .execution import needs_spark
 from .fleet_cli import FLEET, add_fleet_parser, run_fleet_command
 from .jobs import JOB_MODULES
 from .metrics import base_metrics, finish, write_metrics
 from .report_cli import REPORT, add_report_parser, run_report
 from .run_history import record_run
+from .spark_session import start_in_background
 
 log = logging.getLogger("delta_maint")
 
@@ -56,6 +59,9 @@ def run(argv: Sequence[str] | None = None) -> tuple[int, dict[str, Any]]:
     if args.job == FLEET:
         return run_fleet_command(args)
     module = importlib.import_module(JOB_MODULES[args.job])
+    if os.environ.get("PYSPARK_GATEWAY_PORT") and needs_spark(args.job, vars(args)):
+        # under spark-submit the worker already found work: start Spark while the driver plans
+        start_in_background(args.master)
     ctx = JobContext(table=args.table, storage_options=dict(args.storage_option), master=args.master)
     code, metrics = execute_job(args.job, module, args, ctx)
     if args.metrics_out:

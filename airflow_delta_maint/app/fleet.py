@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -183,21 +182,6 @@ def merge(spec: FleetSpec, decision: Decision, ran: Sequence[Mapping[str, Any]])
 
 
 # -- in the application: run them --------------------------------------------------------------
-def _warm_spark(master: str | None) -> threading.Thread:
-    """Start the SparkSession in a thread, so it comes up while the first table's log is read."""
-    from .spark_session import get_spark
-
-    def start() -> None:
-        try:
-            get_spark(master)
-        except Exception:  # the job's own call reports it
-            log.debug("SparkSession warm-up failed", exc_info=True)
-
-    thread = threading.Thread(target=start, name="spark-warm-up", daemon=True)
-    thread.start()
-    return thread
-
-
 def run_fleet(spec: FleetSpec, master: str | None = None, *, spark_allowed: bool = True) -> list[dict[str, Any]]:
     """Run every table's jobs in order in this process, one SparkSession for all; one entry per table.
 
@@ -207,7 +191,9 @@ def run_fleet(spec: FleetSpec, master: str | None = None, *, spark_allowed: bool
     from .context import JobContext
 
     if spark_allowed and any(needs_spark(j.job, vars(parse_job_args(j.job, j.args))) for t in spec.tables for j in t.jobs):
-        _warm_spark(master)
+        from .spark_session import start_in_background
+
+        start_in_background(master)  # comes up while the first table's log is read
     entries = []
     t0 = time.monotonic()
     for n, t in enumerate(spec.tables, 1):

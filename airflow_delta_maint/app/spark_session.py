@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+import threading
 
 
 def get_spark(master: str | None = None, app_name: str = "delta-maint"):
@@ -31,3 +33,21 @@ def get_spark(master: str | None = None, app_name: str = "delta-maint"):
 def _submitted() -> bool:
     """True when running inside spark-submit, whose launcher passes the JVM gateway port."""
     return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def start_in_background(master: str | None = None) -> threading.Thread:
+    """Start the SparkSession in a thread, so it comes up while the driver reads the log and plans.
+
+    The job's own :func:`get_spark` call then waits for it (the builder's lock) and gets the same
+    session; a failure here is left for that call to report.
+    """
+
+    def start() -> None:
+        try:
+            get_spark(master)
+        except Exception:
+            logging.getLogger("delta_maint").debug("SparkSession start in the background failed", exc_info=True)
+
+    thread = threading.Thread(target=start, name="spark-session-start", daemon=True)
+    thread.start()
+    return thread

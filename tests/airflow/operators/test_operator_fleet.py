@@ -115,6 +115,7 @@ def test_fleet_maintains_the_others_and_names_the_failed_tables(tmp_path, record
         tables=[*map(str, hot), str(done), str(bad_log), str(bad_data),
                 {"table_uri": str(twins["via_spark"]), "jobs": {"compact-log": {"interval": 5}, "inspect": {}}}],
         jobs={"optimize": {}, "vacuum": {"mode": "lite"}},
+        spark_submit_kwargs={"fast_jvm_start": True, "cache_dir": str(tmp_path / "cache")},
     )
     ti = RecordingTI()
     with pytest.raises(AirflowException) as failure:
@@ -131,6 +132,10 @@ def test_fleet_maintains_the_others_and_names_the_failed_tables(tmp_path, record
     assert "2 of 6 tables failed" in message and str(bad_log) in message and str(bad_data) in message
     for path in (*hot, done):
         assert f"{path} (" not in message
+
+    # the driver JVM dumped its class-data-sharing archive for the next runs
+    assert [p.name.startswith("spark-driver-") for p in (tmp_path / "cache").glob("*.jsa")] == [True]
+    assert not list((tmp_path / "cache").glob(".spark-driver-*"))
 
     # every table has an entry, in order, pushed before the task failed
     results = ti.pushed["return_value"]
@@ -379,3 +384,17 @@ def test_fleet_of_driver_only_work_runs_on_the_worker(tmp_path, monkeypatch):
     assert all(e["jobs"][0]["numWindowsWritten"] == 1 and e["jobs"][1]["status"] == "skipped" for e in results)
     assert {t: rows(Path(t)) for t in tables} == before
     assert MaintainTablesOperator(task_id="f", tables=[], execution="auto").execute(context={}) == []
+
+
+def test_fast_jvm_start_options(tmp_path):
+    hook = DeltaMaintHook(fast_jvm_start=True, cache_dir=tmp_path, conf={"spark.driver.extraJavaOptions": "-Dx=1"})
+    cmd = " ".join(hook.build_command("inspect", "/t", [], "/tmp/m.json"))
+    assert "spark.driver.extraJavaOptions=-Dx=1 -XX:TieredStopAtLevel=1 -XX:ArchiveClassesAtExit=" in cmd
+    tmp, archive = hook._cds_dump
+    tmp.write_bytes(b"archive")
+    hook._finish_fast_start()  # the dump is moved in place, whole
+    assert archive.read_bytes() == b"archive" and not tmp.exists()
+    again = DeltaMaintHook(fast_jvm_start=True, cache_dir=tmp_path)
+    cmd = " ".join(again.build_command("inspect", "/t", [], "/tmp/m.json"))
+    assert f"-XX:TieredStopAtLevel=1 -XX:SharedArchiveFile={archive}" in cmd
+    assert "extraJavaOptions" not in " ".join(DeltaMaintHook(cache_dir=tmp_path).build_command("inspect", "/t"))

@@ -383,7 +383,7 @@ class OptimizeOperator(DeltaMaintenanceOperator):
     :param target_files: rewrite each selected partition into exactly this many files of even row
         counts, splitting files that are too large. (templated)
     :param lease_seconds: how long a run reserves its partitions against other OPTIMIZE runs of the
-        table (default 3600; 0 turns reservations off). (templated)
+        table, renewed while it works (default 600; 0 turns reservations off). (templated)
     :param dry_run: plan only; commit nothing. (templated, as the attribute ``dry_run_only``: an
         attribute named ``dry_run`` would hide ``BaseOperator.dry_run()``)
 

@@ -69,3 +69,30 @@ def test_a_torn_lease_counts_as_expired(tmp_path: Path, lease: str) -> None:
     r = reserve_partitions(storage, ["p=x"], run_id="a")
     (tmp_path / r.held["p=x"]).write_text(lease)
     assert list(reserve_partitions(storage, ["p=x"], run_id="b").held) == ["p=x"]
+
+
+def test_a_lease_of_a_dead_process_on_this_host_is_taken_over_at_once(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    code = ("import os, sys; from airflow_delta_maint.delta.storage import Storage; "
+            "from airflow_delta_maint.delta.partition_reservation import reserve_partitions; "
+            "r = reserve_partitions(Storage(sys.argv[1]), ['p=a'], run_id='killed', lease_seconds=3600); "
+            "os._exit(0 if r.held else 1)")  # exits without releasing, as kill -9 would
+    subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True)
+    assert list((tmp_path / RESERVATIONS_DIR).iterdir())  # the lease is still there
+    again = reserve_partitions(Storage(str(tmp_path)), ["p=a"], run_id="rerun")
+    assert list(again.held) == ["p=a"] and again.taken_by_others == {}
+    again.release()
+
+
+def test_a_live_run_renews_its_lease(tmp_path: Path) -> None:
+    import time
+
+    storage = Storage(str(tmp_path))
+    holder = reserve_partitions(storage, ["p=a"], run_id="long", lease_seconds=2)
+    try:
+        time.sleep(3.5)  # longer than the lease: only renewal keeps it
+        assert reserve_partitions(storage, ["p=a"], run_id="other").taken_by_others == {"p=a": "long"}
+    finally:
+        holder.release()

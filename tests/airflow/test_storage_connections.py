@@ -524,7 +524,7 @@ def test_event_trigger_uses_the_connection(iam_s3, monkeypatch, no_ambient_crede
     from airflow_delta_maint.triggers.table_commits import TableCommitsTrigger
 
     server, key_id, secret, _ = iam_s3
-    uri = "s3://lake/events"
+    uri = "s3://lake/event-trigger-table"
     write_appends(uri, s3_options(server, key_id, secret), commits=3)
     monkeypatch.setenv("AIRFLOW_CONN_LAKE_S3", s3_connection(server, key_id, secret))
     monkeypatch.setenv("AIRFLOW_CONN_LAKE_S3_WRONG", s3_connection(server, key_id, "not-the-secret"))

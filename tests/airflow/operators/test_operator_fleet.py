@@ -398,3 +398,25 @@ def test_fast_jvm_start_options(tmp_path):
     cmd = " ".join(again.build_command("inspect", "/t", [], "/tmp/m.json"))
     assert f"-XX:TieredStopAtLevel=1 -XX:SharedArchiveFile={archive}" in cmd
     assert "extraJavaOptions" not in " ".join(DeltaMaintHook(cache_dir=tmp_path).build_command("inspect", "/t"))
+
+
+def test_a_local_run_imports_no_pyspark(tmp_path):
+    """Running driver-only jobs on the worker (one and a fleet) loads neither pyspark nor py4j."""
+    import subprocess
+    import sys
+
+    write_appends(tmp_path / "t", 6)
+    code = (
+        "import json, sys\n"
+        "from airflow_delta_maint.app.execution import run_in_process\n"
+        "from airflow_delta_maint.app.fleet import FleetSpec, run_fleet\n"
+        "import airflow_delta_maint.operators.fleet\n"
+        f"code, m = run_in_process('compact-log', {str(tmp_path / 't')!r}, ['--interval', '5'])\n"
+        f"e = run_fleet(FleetSpec.from_json({{'tables': [{{'table': {str(tmp_path / 't')!r}, 'jobs': [\n"
+        "    {'job': 'inspect'}, {'job': 'vacuum', 'args': ['--mode', 'lite']}]}]}), spark_allowed=False)\n"
+        "print(json.dumps([m['status'], e[0]['status'], sorted({k.split('.')[0] for k in sys.modules})]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    job_status, fleet_status, loaded = json.loads(out.strip().splitlines()[-1])
+    assert job_status == "committed" and fleet_status == "skipped"
+    assert "pyspark" not in loaded and "py4j" not in loaded

@@ -17,7 +17,6 @@ import argparse
 import contextlib
 import gc
 import json
-import os
 import shutil
 import socket
 import statistics

@@ -11,12 +11,14 @@ drop or repeat rows.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterator
+
+import pyarrow as pa
 
 from airflow_delta_maint.delta.errors import CorruptLogError
 from airflow_delta_maint.delta.optimize_plan import OptimizePlan, live_rows
 
-from .rewrite import DataFileWriter, RewriteSpec, output_dir, read_data_file
+from .rewrite import RewriteSpec, output_dir, read_data_file, write_file
 
 Slice = tuple[dict, int, int, int]  # (add action, first row, end row, the file's live rows)
 
@@ -42,25 +44,20 @@ def split_tasks(plan: OptimizePlan) -> list[tuple[int, list[Slice]]]:
     return tasks
 
 
+def _slices(spec: RewriteSpec, slices: list[Slice]) -> Iterator[pa.Table]:
+    for add, start, end, expected in slices:
+        table = read_data_file(spec, add)
+        if table.num_rows != expected:
+            raise CorruptLogError(
+                f"{add['path']} holds {table.num_rows} live rows but its numRecords statistic (minus deleted "
+                f"rows) says {expected}: cannot split rows evenly without risking a row")
+        yield table.slice(start, end - start)
+
+
 def write_even_file(spec: RewriteSpec, out_dir: str, partition_values: dict[str, Any],
                     slices: list[Slice]) -> list[dict]:
     """Write one output file from its row slices; returns its add action (none without rows)."""
-    writer = DataFileWriter(spec, out_dir, partition_values)
-    try:
-        for add, start, end, expected in slices:
-            table = read_data_file(spec, add)
-            if table.num_rows != expected:
-                raise CorruptLogError(
-                    f"{add['path']} holds {table.num_rows} live rows but its numRecords statistic (minus deleted "
-                    f"rows) says {expected}: cannot split rows evenly without risking a row")
-            writer.write(table.slice(start, end - start))
-        if writer.rows == 0:
-            writer.abort()
-            return []
-        return [writer.close()]
-    except BaseException:
-        writer.abort()
-        raise
+    return write_file(spec, out_dir, partition_values, _slices(spec, slices))
 
 
 def execute_even(spark: Any, spec: RewriteSpec, plan: OptimizePlan) -> list[list[dict]]:

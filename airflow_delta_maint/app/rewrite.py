@@ -322,11 +322,13 @@ def output_dir(storage: Storage, adds: list[dict]) -> str:
     return path.rsplit("/", 1)[0] + "/" if "/" in path else ""
 
 
-def rewrite_bin(spec: RewriteSpec, adds: list[dict], partition_values: dict[str, str | None]) -> list[dict]:
-    """Rewrite one bin of files into one file; returns its add action (none if no rows remain)."""
-    writer = DataFileWriter(spec, output_dir(spec.storage, adds), partition_values)
+def write_file(spec: RewriteSpec, out_dir: str, partition_values: dict[str, Any],
+               tables: Iterable[pa.Table]) -> list[dict]:
+    """Write ``tables`` into one data file; returns its add action (none if no rows come). A failure
+    leaves no file behind."""
+    writer = DataFileWriter(spec, out_dir, partition_values)
     try:
-        for table in iter_files(spec, adds):
+        for table in tables:
             writer.write(table)
         if writer.rows == 0:
             writer.abort()
@@ -335,6 +337,11 @@ def rewrite_bin(spec: RewriteSpec, adds: list[dict], partition_values: dict[str,
     except BaseException:
         writer.abort()
         raise
+
+
+def rewrite_bin(spec: RewriteSpec, adds: list[dict], partition_values: dict[str, str | None]) -> list[dict]:
+    """Rewrite one bin of files into one file; returns its add action (none if no rows remain)."""
+    return write_file(spec, output_dir(spec.storage, adds), partition_values, iter_files(spec, adds))
 
 
 def to_json_lines(adds: Iterable[dict]) -> list[str]:

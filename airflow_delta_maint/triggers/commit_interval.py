@@ -97,6 +97,25 @@ def count_commits(
     return {"from_version": from_version, "to_version": latest, "commits": max(0, latest - base)}
 
 
+async def storage_options_now(table_uri: str, storage_options: Mapping[str, str],
+                              storage_conn_id: str | None) -> dict[str, str]:
+    """The storage options of one check: the connection's credentials (fetched now, never kept in the
+    trigger's arguments) under the explicit ones."""
+    if not storage_conn_id:
+        return dict(storage_options)
+    conn = await aget_connection(storage_conn_id)
+    credentials = await asyncio.to_thread(credentials_from_connection, conn, table_uri)
+    return worker_options(credentials, storage_options)
+
+
+async def check_commits(trigger: Any) -> dict[str, int]:
+    """One commit count for a trigger holding ``table_uri``, ``min_commits``, ``since``,
+    ``since_version``, ``storage_options`` and ``storage_conn_id``, off the event loop."""
+    options = await storage_options_now(trigger.table_uri, trigger.storage_options, trigger.storage_conn_id)
+    return await asyncio.to_thread(count_commits, trigger.table_uri, trigger.min_commits, trigger.since,
+                                   trigger.since_version, options)
+
+
 class CommitIntervalTrigger(BaseTrigger):
     """
     Fire once a Delta table has gathered ``min_commits`` commits since a reference point.
@@ -152,20 +171,9 @@ class CommitIntervalTrigger(BaseTrigger):
             },
         )
 
-    async def storage_options_now(self) -> dict[str, str]:
-        """The storage options of one check: the connection's credentials (fetched now) under the explicit ones."""
-        if not self.storage_conn_id:
-            return dict(self.storage_options)
-        conn = await aget_connection(self.storage_conn_id)
-        credentials = await asyncio.to_thread(credentials_from_connection, conn, self.table_uri)
-        return worker_options(credentials, self.storage_options)
-
     async def check(self) -> dict[str, int]:
         """One check, off the event loop."""
-        options = await self.storage_options_now()
-        return await asyncio.to_thread(
-            count_commits, self.table_uri, self.min_commits, self.since, self.since_version, options
-        )
+        return await check_commits(self)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """Check every ``poke_interval`` seconds until enough commits are there."""

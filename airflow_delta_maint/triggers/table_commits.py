@@ -13,12 +13,9 @@ from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from airflow_delta_maint.delta.errors import DeltaError
 from airflow_delta_maint.hooks.storage_credentials import (
-    aget_connection,
-    credentials_from_connection,
     refuse_secret_options,
-    worker_options,
 )
-from airflow_delta_maint.triggers.commit_interval import count_commits, validate_since
+from airflow_delta_maint.triggers.commit_interval import check_commits, validate_since
 
 #: prefix of the key under which the trigger keeps the last version it fired for in the asset's state store
 STATE_KEY_PREFIX = "delta_maint.table_commits"
@@ -154,20 +151,9 @@ class TableCommitsTrigger(BaseEventTrigger):
             self.log.warning("%s: cannot record version %d in the asset state store (%s)",
                              self.table_uri, version, exc)
 
-    async def storage_options_now(self) -> dict[str, str]:
-        """The storage options of one check: the connection's credentials (fetched now) under the explicit ones."""
-        if not self.storage_conn_id:
-            return dict(self.storage_options)
-        conn = await aget_connection(self.storage_conn_id)
-        credentials = await asyncio.to_thread(credentials_from_connection, conn, self.table_uri)
-        return worker_options(credentials, self.storage_options)
-
     async def check(self) -> dict[str, int]:
         """One count of the table's commits, off the event loop."""
-        options = await self.storage_options_now()
-        return await asyncio.to_thread(
-            count_commits, self.table_uri, self.min_commits, self.since, self.since_version, options
-        )
+        return await check_commits(self)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """Check every ``poke_interval`` seconds; fire each time the table crosses the threshold."""

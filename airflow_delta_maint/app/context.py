@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_delta_maint.delta.storage import Storage
+
+if TYPE_CHECKING:
+    from .tasks import Tasks
 
 
 @dataclass
@@ -17,7 +20,8 @@ class JobContext:
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("delta_maint"))
     #: the table version the job planned from, once it has read it (kept in failure metrics)
     version_read: int | None = None
-    #: False when the job runs in the Airflow worker's process: a job that would start Spark fails instead
+    #: False when the job runs in the Airflow worker's process (local execution): parallel work runs
+    #: on threads, and work only Spark can do (a shuffle) fails with a clear error
     spark_allowed: bool = True
     _spark: Any = None
     _storage: Storage | None = None
@@ -28,16 +32,29 @@ class JobContext:
             self._storage = Storage(self.table, self.storage_options)
         return self._storage
 
-    def spark(self):
-        """The SparkSession, created on first use (inspect and dry runs never start Spark)."""
+    def spark(self, what: str = "this run"):
+        """The SparkSession, created on first use (inspect and dry runs never start Spark).
+
+        Raises:
+            InvalidArgumentError: under local execution, naming ``what`` needs Spark.
+        """
         if self._spark is None:
             if not self.spark_allowed:
                 from airflow_delta_maint.delta.errors import InvalidArgumentError
 
                 raise InvalidArgumentError(
-                    f"this run of {self.table} needs Spark, which local execution does not start; "
+                    f"{what} of {self.table} needs Spark, which local execution does not start; "
                     "run it with execution 'spark'")
             from .spark_session import get_spark
 
             self._spark = get_spark(self.master)
         return self._spark
+
+    def tasks(self, description: str, threads: int | None = None) -> Tasks:
+        """Where the job's parallel work runs: Spark tasks, or (local execution) ``threads``
+        threads of this process (default: the CPUs, at most four)."""
+        from .tasks import LocalTasks, SparkTasks
+
+        if not self.spark_allowed:
+            return LocalTasks(threads)
+        return SparkTasks(self.spark(), description)

@@ -19,6 +19,7 @@ from airflow_delta_maint.delta.errors import CorruptLogError
 from airflow_delta_maint.delta.optimize_plan import OptimizePlan, live_rows
 
 from .rewrite import RewriteSpec, output_dir, read_data_file, write_file
+from .tasks import Tasks
 
 Slice = tuple[dict, int, int, int]  # (add action, first row, end row, the file's live rows)
 
@@ -60,15 +61,13 @@ def write_even_file(spec: RewriteSpec, out_dir: str, partition_values: dict[str,
     return write_file(spec, out_dir, partition_values, _slices(spec, slices))
 
 
-def execute_even(spark: Any, spec: RewriteSpec, plan: OptimizePlan) -> list[list[dict]]:
-    """Run every output file of the plan as a Spark task; returns the add actions per bin."""
-    tasks = split_tasks(plan)
+def execute_even(tasks: Tasks, spec: RewriteSpec, plan: OptimizePlan, label: str = "even split") -> list[list[dict]]:
+    """Write every output file of the plan as a task of its own; returns the add actions per bin."""
+    work = split_tasks(plan)
     dirs = [output_dir(spec.storage, b.files) for b in plan.bins]
     pvs = [b.partition_values for b in plan.bins]
-    sc = spark.sparkContext
-    results = (sc.parallelize(tasks, max(1, len(tasks)))
-               .map(lambda t: (t[0], write_even_file(spec, dirs[t[0]], pvs[t[0]], t[1])))
-               .collect())
+    results = tasks.map_slices(lambda items: [(b, write_even_file(spec, dirs[b], pvs[b], s)) for b, s in items],
+                               work, len(work), f"{label} files")
     per_bin: list[list[dict]] = [[] for _ in plan.bins]
     for b, adds in results:
         per_bin[b].extend(adds)

@@ -1,9 +1,11 @@
-"""Which runs need Spark, and running a job in this process (no spark-submit, no Spark).
+"""Which runs need Spark, and running a job in this process (no spark-submit).
 
 Log compaction, checkpoints, expired-log cleanup, ``inspect`` and lite VACUUM do their work on
-the driver with the Delta core alone; OPTIMIZE and full VACUUM fan work out to Spark tasks.
-Lite VACUUM turns to Spark tasks only from ``SPARK_DELETE_MIN`` (a million) files to delete.
-This module imports no pyspark: the Airflow worker uses it to run driver-only jobs itself.
+the driver with the Delta core alone (lite VACUUM turns to Spark tasks only from
+``SPARK_DELETE_MIN``, a million, files to delete). OPTIMIZE by bin-packing or ``--target-files``
+and full VACUUM fan their work out to Spark tasks, or under local execution to threads of this
+process (:mod:`airflow_delta_maint.app.tasks`); Z-order and liquid clustering shuffle rows, which
+only Spark does. This module imports no pyspark: the Airflow worker uses it to run jobs itself.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ DRIVER_ONLY_JOBS = frozenset({"compact-log", "checkpoint", "cleanup-log", "inspe
 
 
 def needs_spark(job: str, params: Mapping[str, Any]) -> bool:
-    """True when the job (with these parsed options) starts Spark for its work.
+    """True when the job (with these parsed options) starts Spark for its work under Spark execution.
 
     Lite VACUUM counts as driver-only: it starts Spark only to delete a million files or more.
     """
@@ -34,6 +36,19 @@ def needs_spark(job: str, params: Mapping[str, Any]) -> bool:
     if job == "optimize":
         return not params.get("dry_run")
     return True
+
+
+def spark_only(job: str, params: Mapping[str, Any]) -> str | None:
+    """What in these options only Spark can run (a shuffle), or None when the job can run locally.
+
+    A liquid-clustered table is found only once its log is read: its OPTIMIZE fails under local
+    execution with the same clear error.
+    """
+    if job == "optimize" and params.get("zorder_by"):
+        return "Z-order"
+    if job in JOB_MODULES:
+        return None
+    return job
 
 
 def job_parser(job: str, module: Any | None = None) -> argparse.ArgumentParser:
@@ -75,7 +90,7 @@ def run_in_process(job: str, table: str, argv: Sequence[str], storage_options: M
     return execute_job(job, module, args, ctx)
 
 
-#: "auto" runs a driver-only job in the Airflow worker's process up to this many bytes of log.
+#: "auto" runs a job in the Airflow worker's process up to this many bytes of log it reads.
 #: A snapshot's peak memory is about 17 times its log bytes (measured: a 70 MB checkpoint of a
 #: million files loads in 1,183 MiB peak RSS, docs/benchmarks.md), so 16 MiB of log stays under
 #: about 300 MiB on the worker; the same bound keeps lite VACUUM (which reads every commit since
@@ -83,48 +98,82 @@ def run_in_process(job: str, table: str, argv: Sequence[str], storage_options: M
 #: which it turns to Spark tasks.
 LOCAL_MAX_LOG_BYTES = 16 << 20
 
+#: "auto" rewrites at most this many bytes of data files in the worker's process. Spark's start
+#: costs some 4-10 s before the first task; the worker rewrites about 130 MiB/s on two cores
+#: (docs/benchmarks.md), so below a GiB the whole local rewrite is done in about the time
+#: Spark needs to start, and Spark cannot win back its start on the rest. Memory stays bounded
+#: whatever the size: a bin streams through one row group (about 270 MiB per thread, measured).
+LOCAL_MAX_REWRITE_BYTES = 1 << 30
+
 EXECUTIONS = ("spark", "local", "auto")
 
 
-def log_bytes(table: str, storage_options: Mapping[str, str] | None = None) -> int:
-    """Bytes of the log a driver-only job reads at most: the newest checkpoint and every commit file.
+def log_bytes(table: str, storage_options: Mapping[str, str] | None = None, *, all_commits: bool = True) -> int:
+    """Bytes of the log a job reads at most: the newest checkpoint and the commit files.
 
-    One listing of ``_delta_log``, no file read. Commits before the checkpoint count too, since lite
-    VACUUM may read them.
+    One listing of ``_delta_log``, no file read. With ``all_commits`` the commits before the
+    checkpoint count too (lite VACUUM may read them); without, only those after it (a snapshot).
     """
     from airflow_delta_maint.delta.log import list_log
     from airflow_delta_maint.delta.storage import Storage
 
     listing = list_log(Storage(table, dict(storage_options or {})))
-    checkpoint = listing.checkpoints[-1].files if listing.checkpoints else ()
-    return sum(f.size for f in checkpoint) + sum(f.size for f in listing.commits.values())
+    checkpoint = listing.checkpoints[-1] if listing.checkpoints else None
+    after = -1 if checkpoint is None or all_commits else checkpoint.version
+    return sum(f.size for f in (checkpoint.files if checkpoint else ())) + \
+        sum(f.size for v, f in listing.commits.items() if v > after)
 
 
 def choose_execution(requested: str, job: str, params: Mapping[str, Any], table: str,
                      storage_options: Mapping[str, str] | None = None,
-                     max_log_bytes: int = LOCAL_MAX_LOG_BYTES) -> tuple[str, str]:
+                     max_log_bytes: int = LOCAL_MAX_LOG_BYTES,
+                     max_rewrite_bytes: int = LOCAL_MAX_REWRITE_BYTES) -> tuple[str, str]:
     """Where a run goes: ``("local" | "spark", why)``.
 
-    ``spark`` always submits; ``local`` runs in this process and refuses a job that needs Spark;
-    ``auto`` runs driver-only jobs locally while the log is at most ``max_log_bytes``.
+    ``spark`` always submits; ``local`` runs in this process and refuses what only Spark runs
+    (Z-order, liquid clustering); ``auto`` runs locally a driver-only job, a full VACUUM, or an
+    OPTIMIZE by bin-packing of at most ``max_rewrite_bytes``, while the log the job reads holds
+    at most ``max_log_bytes``; else it submits.
 
     Raises:
-        InvalidArgumentError: an unknown ``requested`` value, or ``local`` for a job that needs Spark.
+        InvalidArgumentError: an unknown ``requested`` value, or ``local`` for what needs Spark.
     """
     requested = str(requested).strip().lower()
     if requested not in EXECUTIONS:
         raise InvalidArgumentError(f"execution must be one of {', '.join(EXECUTIONS)}, got {requested!r}")
     if requested == "spark":
         return "spark", "execution 'spark'"
-    if needs_spark(job, params):
+    only_spark = spark_only(job, params)
+    if only_spark:
         if requested == "local":
-            what = f"{job} --mode {params.get('mode') or 'full'}" if job == "vacuum" else job
-            raise InvalidArgumentError(f"{what} needs Spark; local execution runs only log compaction, checkpoints, "
-                                       "expired-log cleanup, inspect and lite VACUUM")
-        return "spark", f"{job} needs Spark"
+            raise InvalidArgumentError(f"{only_spark} needs Spark (a shuffle); run it with execution 'spark' "
+                                       "or 'auto'")
+        return "spark", f"{only_spark} needs Spark"
     if requested == "local":
         return "local", "execution 'local'"
-    size = log_bytes(table, storage_options)
+    lite = job == "vacuum" and (params.get("mode") or "full") == "lite"
+    size = log_bytes(table, storage_options, all_commits=lite or job in DRIVER_ONLY_JOBS)
     if size > max_log_bytes:
         return "spark", f"the log holds {size} bytes, more than {max_log_bytes} for a run on the worker"
-    return "local", f"driver-only job, the log holds {size} bytes (at most {max_log_bytes})"
+    if job == "optimize" and not params.get("dry_run"):
+        return _optimize_execution(table, storage_options, params, size, max_rewrite_bytes)
+    kind = "full VACUUM" if job == "vacuum" and not lite else "driver-only job"
+    return "local", f"{kind}, the log holds {size} bytes (at most {max_log_bytes})"
+
+
+def _optimize_execution(table: str, storage_options: Mapping[str, str] | None, params: Mapping[str, Any],
+                        size: int, max_rewrite_bytes: int) -> tuple[str, str]:
+    """``auto`` for OPTIMIZE: plan on the worker (the log alone) and weigh the bytes to rewrite."""
+    from airflow_delta_maint.delta.snapshot import Snapshot
+    from airflow_delta_maint.delta.storage import Storage
+
+    from .jobs.optimize import auto_decision, plan_from_params
+
+    snapshot = Snapshot.load(Storage(table, dict(storage_options or {})))
+    plan = plan_from_params(snapshot, dict(params), auto_decision(snapshot, dict(params)))
+    if plan.layout not in ("binpack", "even"):
+        return "spark", "liquid clustering needs Spark"
+    if plan.input_bytes > max_rewrite_bytes:
+        return "spark", f"{plan.input_bytes} bytes to rewrite, more than {max_rewrite_bytes} for a run on the worker"
+    return "local", (f"{plan.input_bytes} bytes to rewrite (at most {max_rewrite_bytes}), "
+                     f"the log holds {size} bytes")

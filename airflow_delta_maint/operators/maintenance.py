@@ -98,10 +98,12 @@ class DeltaMaintenanceOperator(BaseOperator):
     :param history_uri: the maintenance history table every run of this task is appended to
         (default: ``[delta_maint] history_uri``; none: not recorded). (templated)
     :param execution: ``"spark"`` (default) submits the application; ``"local"`` runs the job in
-        this worker's process without Spark (log compaction, checkpoints, expired-log cleanup,
-        inspect, lite VACUUM; other jobs are refused); ``"auto"`` runs those jobs locally while the
-        table's log holds at most 16 MiB, else submits. Metrics and errors are the same either way;
-        the connection's credentials stay in this process's memory. (templated)
+        this worker's process without Spark, its parallel work (OPTIMIZE's rewrite, full VACUUM's
+        listing and deletes) on up to four threads; Z-order and liquid clustering are refused
+        there. ``"auto"`` runs locally while the log the job reads holds at most 16 MiB and an
+        OPTIMIZE rewrites at most 1 GiB (below that Spark's start costs as much as the whole
+        rewrite), else submits. Metrics and errors are the same either way; the connection's
+        credentials stay in this process's memory. (templated)
 
     Assets and lineage: when the table's asset (an ``Asset`` whose URI names ``table_uri``) is among
     the task's ``outlets``, its asset event carries the run's metrics as ``extra``; a skipped run

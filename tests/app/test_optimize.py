@@ -34,6 +34,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from airflow_delta_maint.app import cli
 from airflow_delta_maint.app.jobs.optimize import _batches, _commit_batch, _execute_bins, plan_from_params
+from airflow_delta_maint.app.tasks import SparkTasks
 from airflow_delta_maint.app.rewrite import RewriteSpec, read_data_file
 from airflow_delta_maint.delta.errors import DeltaError
 from airflow_delta_maint.delta.features import check_supported
@@ -446,7 +447,7 @@ def test_concurrent_delete_drops_only_the_bin_it_touched(tmp_path: Path, spark) 
     plan = plan_from_params(snap, {})
     assert len(plan.bins) == 3
     spec = RewriteSpec(snap.storage, snap.metadata.to_action(), target_file_bytes=plan.max_file_size)
-    outputs = _execute_bins(spark, spec, plan.bins, None, "test")
+    outputs = _execute_bins(SparkTasks(spark), spec, plan.bins, None, "test")
     # id 0 is in the first file of partition a
     victim_bin = next(i for i, b in enumerate(plan.bins) if b.partition_values == {"p": "a"})
     DeltaTable(str(path)).delete("id = 0")
@@ -536,7 +537,7 @@ def test_rerun_after_first_batch_redoes_no_finished_bin(tmp_path: Path, spark) -
     batches = _batches(plan.bins, 1)
     assert len(batches) == 3
     spec = RewriteSpec(snap.storage, snap.metadata.to_action(), target_file_bytes=plan.max_file_size)
-    first = _execute_bins(spark, spec, batches[0], None, "batch 1/3")
+    first = _execute_bins(SparkTasks(spark), spec, batches[0], None, "batch 1/3")
     version, dropped = _commit_batch(snap, plan, batches[0], first, {"predicate": [], "zOrderBy": []})
     assert version == snap.version + 1 and not dropped  # then the job dies
     finished = {a["path"] for adds in first for a in adds}

@@ -6,13 +6,10 @@ import argparse
 import dataclasses
 import json
 import logging
-import re
-import threading
 import time
 import uuid
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
-from airflow_delta_maint.delta import errors
 from airflow_delta_maint.delta.auto_compaction import (DEFAULT_MAX_DELETED_ROWS_RATIO, DEFAULT_MAX_PARTITIONS,
                                                        DEFAULT_MIN_NUM_FILES, AutoDecision, choose_partitions,
                                                        partition_key, partition_label)
@@ -29,6 +26,7 @@ from airflow_delta_maint.delta.transaction import ConflictError, Transaction, co
 
 from ..context import JobContext
 from ..rewrite import RewriteSpec, delete_run_outputs, output_dir, rewrite_bin
+from ..tasks import Tasks, raise_worker_error
 
 NAME = "optimize"
 DEFAULT_BATCH_BYTES = 50 << 30
@@ -163,72 +161,17 @@ def _batches(bins: list[Bin], batch_bytes: int) -> list[list[Bin]]:
     return [b for b in out if b]
 
 
-class _Progress:
-    """Logs Spark task progress of the running job group every few seconds."""
-
-    def __init__(self, spark, group: str, label: str, total_bytes: int, interval: float = 5.0):
-        self.sc = spark.sparkContext
-        self.group, self.label, self.total_bytes, self.interval = group, label, total_bytes, interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join(timeout=1)
-
-    def _run(self) -> None:
-        tracker = self.sc.statusTracker()
-        while not self._stop.wait(self.interval):
-            done = total = 0
-            for job_id in tracker.getJobIdsForGroup(self.group):
-                job = tracker.getJobInfo(job_id)
-                for stage_id in (job.stageIds if job else []):
-                    stage = tracker.getStageInfo(stage_id)
-                    if stage:
-                        done += stage.numCompletedTasks
-                        total += stage.numTasks
-            if total:
-                log.info("%s: %d/%d bins rewritten (batch input %.1f MiB)", self.label, done, total,
-                         self.total_bytes / 2**20)
-
-
-_WORKER_ERROR = re.compile(r"airflow_delta_maint\.delta\.errors\.(\w+): ([^\n]*)")
-
-
-def raise_worker_error(exc: BaseException) -> None:
-    """Re-raise a core error a Spark task raised as itself (one clear message); else return."""
-    found = _WORKER_ERROR.findall(str(exc))
-    if found:
-        name, message = found[-1]
-        cls = getattr(errors, name, None)
-        if isinstance(cls, type) and issubclass(cls, errors.DeltaError):
-            raise cls(message) from None
-
-
-def _execute_bins(spark, spec: RewriteSpec, bins: list[Bin], max_concurrent: int | None,
+def _execute_bins(tasks: Tasks, spec: RewriteSpec, bins: list[Bin], max_concurrent: int | None,
                   label: str) -> list[list[dict]]:
-    """Rewrite bins as Spark tasks (largest first); returns the add actions per bin, in order."""
+    """Rewrite bins, one task each (largest first); returns the add actions per bin, in order."""
     order = sorted(range(len(bins)), key=lambda i: -bins[i].input_bytes)
     waves = [order] if not max_concurrent else [order[i:i + max_concurrent] for i in range(0, len(order), max_concurrent)]
     results: dict[int, list[dict]] = {}
-    sc = spark.sparkContext
     for wave in waves:
         payload = [(i, bins[i].files, bins[i].partition_values) for i in wave]
-        group = f"delta-maint-optimize-{uuid.uuid4().hex[:8]}"
-        sc.setJobGroup(group, f"OPTIMIZE {spec.storage.root}: {label}", interruptOnCancel=True)
-        with _Progress(spark, group, label, sum(bins[i].input_bytes for i in wave)):
-            try:
-                out = (sc.parallelize(payload, numSlices=len(payload))
-                       .map(lambda item: (item[0], rewrite_bin(spec, item[1], item[2])))
-                       .collect())
-            except Exception as exc:
-                raise_worker_error(exc)
-                raise
-        results.update(out)
+        log.info("%s: rewriting %d bins (%.1f MiB)", label, len(wave), sum(bins[i].input_bytes for i in wave) / 2**20)
+        results.update(tasks.map_slices(lambda items: [(i, rewrite_bin(spec, files, pvs)) for i, files, pvs in items],
+                                        payload, len(payload), f"{label} bins"))
     return [results[i] for i in range(len(bins))]
 
 
@@ -347,8 +290,9 @@ def _commit_batch_once(snapshot: Snapshot, plan: OptimizePlan, bins: list[Bin], 
     return None, dropped
 
 
-def run_optimize(ctx: JobContext, params: dict[str, Any], spark_factory: Callable[[], Any] | None = None) -> dict[str, Any]:
-    """Plan, rewrite with Spark and commit in batches. Returns the job's metrics."""
+def run_optimize(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
+    """Plan, rewrite (Spark tasks, or threads of this process under local execution) and commit in
+    batches. Returns the job's metrics."""
     snapshot = Snapshot.load(ctx.storage)
     ctx.version_read = snapshot.version
     check_supported(snapshot.protocol, "optimize", snapshot.metadata)
@@ -383,7 +327,7 @@ def run_optimize(ctx: JobContext, params: dict[str, Any], spark_factory: Callabl
     if lease < 0:
         raise InvalidArgumentError(f"lease seconds must be 0 (no reservation) or positive, got {lease}")
     if not lease:
-        return _execute_plan(ctx, params, snapshot, plan, out, spark_factory)
+        return _execute_plan(ctx, params, snapshot, plan, out)
     labels = {id(b): partition_label(partition_key(b.partition_values)) for b in plan.bins}
     with reserve_partitions(ctx.storage, sorted(set(labels.values())), lease_seconds=lease) as reservation:
         if reservation.taken_by_others:
@@ -395,15 +339,14 @@ def run_optimize(ctx: JobContext, params: dict[str, Any], spark_factory: Callabl
             if plan.is_empty:
                 return {**out, "status": "skipped", **empty,
                         "reason": "every partition of the plan is reserved by another OPTIMIZE run"}
-        return _execute_plan(ctx, params, snapshot, plan, out, spark_factory)
+        return _execute_plan(ctx, params, snapshot, plan, out)
 
 
 def _execute_plan(ctx: JobContext, params: dict[str, Any], snapshot: Snapshot, plan: OptimizePlan,
-                  out: dict[str, Any], spark_factory: Callable[[], Any] | None) -> dict[str, Any]:
-    """Rewrite the plan's bins with Spark and commit them in batches."""
+                  out: dict[str, Any]) -> dict[str, Any]:
+    """Rewrite the plan's bins and commit them in batches."""
     clustered = plan.layout == "hilbert"
     batch_bytes = int(params["batch_bytes"]) if params.get("batch_bytes") is not None else DEFAULT_BATCH_BYTES
-    spark = (spark_factory or ctx.spark)()
     # On a table with deletion vectors every file's stats say whether they are exact; ours are.
     tight_bounds = True if "deletionVectors" in table_features(snapshot.protocol)[1] else None
     compression = params.get("compression") or DEFAULT_COMPRESSION
@@ -438,8 +381,11 @@ def _execute_plan(ctx: JobContext, params: dict[str, Any], snapshot: Snapshot, p
         from ..zorder import execute_zorder
 
         batches = [plan.bins]
+        ctx.spark(what="Z-order and liquid clustering (a shuffle)")
     else:
         batches = _batches(plan.bins, batch_bytes)
+        max_bins = params.get("max_concurrent_bins")
+        tasks = ctx.tasks(f"OPTIMIZE {ctx.storage.root}", threads=int(max_bins) if max_bins else None)
     done_bins = 0
     for n, batch in enumerate(batches, 1):
         label = f"batch {n}/{len(batches)}"
@@ -447,21 +393,17 @@ def _execute_plan(ctx: JobContext, params: dict[str, Any], snapshot: Snapshot, p
             if plan.layout == "even":
                 from ..even_split import execute_even
 
-                try:
-                    outputs = execute_even(spark, spec, dataclasses.replace(plan, bins=batch))
-                except Exception as exc:
-                    raise_worker_error(exc)
-                    raise
+                outputs = execute_even(tasks, spec, dataclasses.replace(plan, bins=batch), label)
             elif plan.layout != "binpack":
                 try:
-                    outputs = execute_zorder(spark, spec, plan)
+                    outputs = execute_zorder(ctx.spark(), spec, plan)
                 except Exception as exc:
                     raise_worker_error(exc)
                     raise
                 if clustered:  # each bin became one new ZCube
                     outputs = [tag_clustered_files(o, plan.zorder_columns) for o in outputs]
             else:
-                outputs = _execute_bins(spark, spec, batch, params.get("max_concurrent_bins"), label)
+                outputs = _execute_bins(tasks, spec, batch, params.get("max_concurrent_bins"), label)
         except BaseException:
             _delete_run_outputs(spec, batch)
             raise

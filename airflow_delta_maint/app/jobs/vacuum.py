@@ -1,7 +1,7 @@
 """Delete files no table version inside the retention window needs (VACUUM full or lite).
 
 Full mode lists the table root with Spark (the driver lists the top folders, Spark tasks list
-the subtrees), keeps untracked files younger than the cutoff and everything the snapshot still
+the subtrees; under local execution threads of this process, or one stream on local disk), keeps untracked files younger than the cutoff and everything the snapshot still
 references, and deletes the rest in parallel Spark tasks. Lite mode reads the candidates from
 the log instead of listing. Both commit ``VACUUM START`` and ``VACUUM END`` (no file actions,
 so they never conflict with writers) and then record the watermark in ``_last_vacuum_info``.
@@ -106,7 +106,10 @@ def list_table(ctx: JobContext, storage: Storage, cutoff_ms: int, partition_colu
     files older than the cutoff. The valid set stays on the driver: shipping it to every task
     costs more than shipping the old files back.
     """
-    if not storage.is_local and known_files is not None and known_files < DRIVER_LIST_MAX:
+    # local execution lists local disk in one stream too: the walk is CPU-bound Python, which
+    # threads of one process would only serialize
+    local_disk = storage.is_local and not ctx.spark_allowed
+    if local_disk or (not storage.is_local and known_files is not None and known_files < DRIVER_LIST_MAX):
         found = prefetched.subtree(partition_columns) if prefetched is not None else None
         if found is None:
             found = list_subtree(storage, "", partition_columns)
@@ -118,9 +121,8 @@ def list_table(ctx: JobContext, storage: Storage, cutoff_ms: int, partition_colu
         return Listing(old, count, size)
     if prefetched is not None:
         prefetched.cancel()
-    spark = ctx.spark()
-    sc = spark.sparkContext
-    parallelism = max(1, sc.defaultParallelism)
+    tasks = ctx.tasks(f"VACUUM {storage.root}")
+    parallelism = tasks.parallelism
     top = Subtree()
     frontier = [""]
     for _ in range(3):
@@ -135,11 +137,12 @@ def list_table(ctx: JobContext, storage: Storage, cutoff_ms: int, partition_colu
         if len(frontier) >= 2 * parallelism or not frontier:
             break
     results = [summarize(top, cutoff_ms)]
-    log.info("listed %d files in the top folders; listing %d subtrees with Spark", results[0][3], len(frontier))
+    log.info("listed %d files in the top folders; listing %d subtrees %s", results[0][3], len(frontier),
+             "on threads" if tasks.local else "with Spark")
     if frontier:
         task = functools.partial(list_partition, storage=storage, cutoff_ms=cutoff_ms,
                                  partition_columns=list(partition_columns))
-        results.extend(sc.parallelize(frontier, min(len(frontier), parallelism * 2)).mapPartitions(task).collect())
+        results.extend(tasks.map_slices(task, frontier, parallelism * 2, "listing"))
     old = Subtree()
     listing = Listing(old, 0, 0)
     for keys, sizes, mtimes, count, size, dirs in results:
@@ -203,15 +206,15 @@ class _Background:
 def delete_parallel(ctx: JobContext, storage: Storage, keys: list[str]) -> int:
     """Delete ``keys`` (sorted) in parallel and log progress.
 
-    Deleting waits on storage, not on the CPU: up to ``SPARK_DELETE_MIN`` files go from the
-    driver on ``DRIVER_DELETE_THREADS`` threads (object stores: bulk requests of ``DELETE_BATCH``
-    keys), which beats shipping every key to Spark tasks; more than that are spread over Spark
-    tasks, each deleting on a few threads.
+    Deleting waits on storage, not on the CPU: up to ``SPARK_DELETE_MIN`` files (any number under
+    local execution) go from the driver on ``DRIVER_DELETE_THREADS`` threads (object stores: bulk
+    requests of ``DELETE_BATCH`` keys), which beats shipping every key to Spark tasks; more than
+    that are spread over Spark tasks, each deleting on a few threads.
     """
     if not keys:
         return 0
     total = len(keys)
-    if total < SPARK_DELETE_MIN:
+    if total < SPARK_DELETE_MIN or not ctx.spark_allowed:
         done = [0]
         last = [time.monotonic()]
 

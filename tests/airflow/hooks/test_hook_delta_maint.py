@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import sys
 import time
 import zipfile
@@ -92,7 +93,14 @@ def test_package_zip_is_built_once_and_complete(tmp_path):
     assert "airflow_delta_maint/__init__.py" in names
     assert "airflow_delta_maint/app/main.py" in names
     assert "airflow_delta_maint/delta/history.py" in names
-    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc") or "/tests/" in n]
+    assert not [n for n in names if "__pycache__" in n or "/tests/" in n]
+    sources = {n for n in names if n.endswith(".py")}
+    assert {n for n in names if n.endswith(".pyc")} == {n + "c" for n in sources}
+    # a fresh interpreter imports the bundled bytecode instead of compiling the source
+    probe = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
+                            "import airflow_delta_maint.delta.errors as m; print(m.__file__)", first],
+                           capture_output=True, text=True, check=True, cwd=tmp_path)
+    assert probe.stdout.strip() == f"{first}/airflow_delta_maint/delta/errors.pyc"
     from airflow_delta_maint import __version__
 
     assert Path(first).name.startswith(f"airflow_delta_maint-{__version__}-")

@@ -270,13 +270,16 @@ def test_execution_choice(tmp_path):
     t = str(tmp_path / "t")
     assert choose_execution("auto", "compact-log", {}, t)[0] == "local"
     assert choose_execution("auto", "vacuum", {"mode": "lite"}, t)[0] == "local"
-    assert choose_execution("auto", "vacuum", {"mode": "full"}, t)[0] == "spark"
-    assert choose_execution("auto", "optimize", {}, t)[0] == "spark"
+    assert choose_execution("auto", "vacuum", {"mode": "full"}, t)[0] == "local"
+    assert choose_execution("auto", "optimize", {}, t)[0] == "local"
+    where, why = choose_execution("auto", "optimize", {}, t, max_rewrite_bytes=10)
+    assert where == "spark" and "more than 10 for a run on the worker" in why
+    assert choose_execution("auto", "optimize", {"zorder_by": "id"}, t) == ("spark", "Z-order needs Spark")
     where, why = choose_execution("auto", "inspect", {}, t, max_log_bytes=100)
     assert where == "spark" and "more than 100" in why
     assert choose_execution("spark", "inspect", {}, t)[0] == "spark"
-    op = OptimizeOperator(task_id="o", table_uri=t, execution="local", skip_if_nothing_to_do=False)
-    with pytest.raises(AirflowException, match="optimize needs Spark; local execution runs only"):
+    op = OptimizeOperator(task_id="o", table_uri=t, execution="local", zorder_by="id", skip_if_nothing_to_do=False)
+    with pytest.raises(AirflowException, match="Z-order needs Spark \\(a shuffle\\); run it with execution 'spark'"):
         op.execute(context={})
     with pytest.raises(AirflowException, match="execution must be one of"):
         InspectTableOperator(task_id="i", table_uri=t, execution="laptop")
@@ -401,7 +404,8 @@ def test_fast_jvm_start_options(tmp_path):
 
 
 def test_a_local_run_imports_no_pyspark(tmp_path):
-    """Running driver-only jobs on the worker (one and a fleet) loads neither pyspark nor py4j."""
+    """Running jobs on the worker (driver-only ones, an OPTIMIZE and a full VACUUM, and a fleet)
+    loads neither pyspark nor py4j."""
     import subprocess
     import sys
 
@@ -412,6 +416,9 @@ def test_a_local_run_imports_no_pyspark(tmp_path):
         "from airflow_delta_maint.app.fleet import FleetSpec, run_fleet\n"
         "import airflow_delta_maint.operators.fleet\n"
         f"code, m = run_in_process('compact-log', {str(tmp_path / 't')!r}, ['--interval', '5'])\n"
+        f"assert run_in_process('optimize', {str(tmp_path / 't')!r}, [])[1]['status'] == 'committed'\n"
+        f"assert run_in_process('vacuum', {str(tmp_path / 't')!r}, ['--retention-hours', '0', "
+        "'--ignore-retention-check'])[1]['status'] == 'committed'\n"
         f"e = run_fleet(FleetSpec.from_json({{'tables': [{{'table': {str(tmp_path / 't')!r}, 'jobs': [\n"
         "    {'job': 'inspect'}, {'job': 'vacuum', 'args': ['--mode', 'lite']}]}]}), spark_allowed=False)\n"
         "print(json.dumps([m['status'], e[0]['status'], sorted({k.split('.')[0] for k in sys.modules})]))\n"

@@ -322,6 +322,10 @@ def run_optimize(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
         reason = decision.reason() if decision is not None else (
             "nothing to cluster" if clustered else "nothing to compact")
         return {**out, "status": "skipped", "reason": reason, **empty}
+    if plan.layout in ("zorder", "hilbert") and not ctx.spark_allowed:
+        what = "Liquid clustering" if clustered else "Z-order"
+        raise InvalidArgumentError(f"{what} of {ctx.storage.root} needs Spark (a shuffle), which local execution "
+                                   "does not start; run it with execution 'spark'")
     ctx.storage.require_put_if_absent()  # refuse a store without put-if-absent before any file is written
     lease = int(params["lease_seconds"]) if params.get("lease_seconds") is not None else DEFAULT_LEASE_SECONDS
     if lease < 0:
@@ -381,7 +385,6 @@ def _execute_plan(ctx: JobContext, params: dict[str, Any], snapshot: Snapshot, p
         from ..zorder import execute_zorder
 
         batches = [plan.bins]
-        ctx.spark(what="Z-order and liquid clustering (a shuffle)")
     else:
         batches = _batches(plan.bins, batch_bytes)
         max_bins = params.get("max_concurrent_bins")

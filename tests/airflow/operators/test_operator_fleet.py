@@ -285,6 +285,27 @@ def test_execution_choice(tmp_path):
         InspectTableOperator(task_id="i", table_uri=t, execution="laptop")
 
 
+def test_auto_optimizes_and_vacuums_a_small_table_on_the_worker(tmp_path, monkeypatch):
+    """A small OPTIMIZE and a full VACUUM under ``execution="auto"`` run in this process, rows unchanged."""
+    from deltalake import DeltaTable
+
+    from airflow_delta_maint.operators.maintenance import VacuumOperator
+
+    write_appends(tmp_path / "t", 8)
+    t = str(tmp_path / "t")
+    ids = sorted(DeltaTable(t).to_pyarrow_table().column("id").to_pylist())
+    monkeypatch.setattr(DeltaMaintHook, "submit", lambda *a, **k: pytest.fail("spark-submit was called"))
+    op = OptimizeOperator(task_id="o", table_uri=t, execution="auto")
+    where, why = op.choose_execution()
+    assert where == "local" and "bytes to rewrite (at most 1073741824)" in why
+    m = op.execute(context={})
+    assert m["status"] == "committed" and m["numRemovedFiles"] == 16 and m["numAddedFiles"] == 2
+    v = VacuumOperator(task_id="v", table_uri=t, retention_hours=0, ignore_retention_check=True,
+                       execution="auto").execute(context={})
+    assert v["status"] == "committed" and v["numDeletedFiles"] == 16
+    assert sorted(DeltaTable(t).to_pyarrow_table().column("id").to_pylist()) == ids
+
+
 def test_local_failure_reads_as_a_spark_failure(tmp_path, monkeypatch):
     bad = corrupt_log(tmp_path / "bad")
     before = log_files(bad)

@@ -124,6 +124,13 @@ def log_bytes(table: str, storage_options: Mapping[str, str] | None = None, *, a
         sum(f.size for v, f in listing.commits.items() if v > after)
 
 
+def reads_older_commits(job: str, params: Mapping[str, Any]) -> bool:
+    """True when the job may read commits before the newest checkpoint (driver-only jobs and
+    lite VACUUM are counted so, as :data:`LOCAL_MAX_LOG_BYTES` was measured); OPTIMIZE and full
+    VACUUM read a snapshot only."""
+    return job not in ("optimize", "vacuum") or (job == "vacuum" and (params.get("mode") or "full") == "lite")
+
+
 def choose_execution(requested: str, job: str, params: Mapping[str, Any], table: str,
                      storage_options: Mapping[str, str] | None = None,
                      max_log_bytes: int = LOCAL_MAX_LOG_BYTES,
@@ -152,7 +159,7 @@ def choose_execution(requested: str, job: str, params: Mapping[str, Any], table:
     if requested == "local":
         return "local", "execution 'local'"
     lite = job == "vacuum" and (params.get("mode") or "full") == "lite"
-    size = log_bytes(table, storage_options, all_commits=lite or job in DRIVER_ONLY_JOBS)
+    size = log_bytes(table, storage_options, all_commits=reads_older_commits(job, params))
     if size > max_log_bytes:
         return "spark", f"the log holds {size} bytes, more than {max_log_bytes} for a run on the worker"
     if job == "optimize" and not params.get("dry_run"):
@@ -161,9 +168,9 @@ def choose_execution(requested: str, job: str, params: Mapping[str, Any], table:
     return "local", f"{kind}, the log holds {size} bytes (at most {max_log_bytes})"
 
 
-def _optimize_execution(table: str, storage_options: Mapping[str, str] | None, params: Mapping[str, Any],
-                        size: int, max_rewrite_bytes: int) -> tuple[str, str]:
-    """``auto`` for OPTIMIZE: plan on the worker (the log alone) and weigh the bytes to rewrite."""
+def rewrite_bytes(table: str, storage_options: Mapping[str, str] | None, params: Mapping[str, Any]) -> int | None:
+    """Bytes of data files an OPTIMIZE with these options would rewrite, planned on this machine
+    from the log alone; None when the plan needs Spark (Z-order, liquid clustering)."""
     from airflow_delta_maint.delta.snapshot import Snapshot
     from airflow_delta_maint.delta.storage import Storage
 
@@ -171,9 +178,15 @@ def _optimize_execution(table: str, storage_options: Mapping[str, str] | None, p
 
     snapshot = Snapshot.load(Storage(table, dict(storage_options or {})))
     plan = plan_from_params(snapshot, dict(params), auto_decision(snapshot, dict(params)))
-    if plan.layout not in ("binpack", "even"):
+    return plan.input_bytes if plan.layout in ("binpack", "even") else None
+
+
+def _optimize_execution(table: str, storage_options: Mapping[str, str] | None, params: Mapping[str, Any],
+                        size: int, max_rewrite_bytes: int) -> tuple[str, str]:
+    """``auto`` for OPTIMIZE: plan on the worker (the log alone) and weigh the bytes to rewrite."""
+    planned = rewrite_bytes(table, storage_options, params)
+    if planned is None:
         return "spark", "liquid clustering needs Spark"
-    if plan.input_bytes > max_rewrite_bytes:
-        return "spark", f"{plan.input_bytes} bytes to rewrite, more than {max_rewrite_bytes} for a run on the worker"
-    return "local", (f"{plan.input_bytes} bytes to rewrite (at most {max_rewrite_bytes}), "
-                     f"the log holds {size} bytes")
+    if planned > max_rewrite_bytes:
+        return "spark", f"{planned} bytes to rewrite, more than {max_rewrite_bytes} for a run on the worker"
+    return "local", f"{planned} bytes to rewrite (at most {max_rewrite_bytes}), the log holds {size} bytes"

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_delta_maint.app.execution import LOCAL_MAX_LOG_BYTES, log_bytes, needs_spark, parse_job_args
+from airflow_delta_maint.app.execution import (LOCAL_MAX_LOG_BYTES, LOCAL_MAX_REWRITE_BYTES, log_bytes, parse_job_args,
+                                               reads_older_commits, rewrite_bytes, spark_only)
 from airflow_delta_maint.app.fleet import Decision, FleetJob, FleetSpec, FleetTable, decide, merge, run_fleet
 from airflow_delta_maint.delta.errors import DeltaError
 from airflow_delta_maint.hooks.delta_maint import DeltaMaintHook
@@ -80,9 +81,9 @@ class MaintainTablesOperator(BaseOperator):
     :param spark_submit_kwargs: further :class:`SparkSubmitHook` arguments.
     :param check_threads: how many tables are checked at once on the worker (the checks wait on storage).
     :param execution: ``"spark"`` (default) submits the tables with work; ``"auto"`` runs them in this
-        worker's process instead, without Spark, when every job with work is driver-only (log
-        compaction, checkpoints, expired-log cleanup, inspect, lite VACUUM) and every such table's
-        log holds at most 16 MiB (see :class:`~airflow_delta_maint.operators.maintenance.DeltaMaintenanceOperator`).
+        worker's process instead, without Spark, when no job needs Spark (Z-order, liquid
+        clustering), every table's log holds at most 16 MiB and the OPTIMIZEs together rewrite at
+        most 1 GiB (see :class:`~airflow_delta_maint.operators.maintenance.DeltaMaintenanceOperator`).
     """
 
     template_fields: Sequence[str] = ("tables", "jobs", "storage_options", "conf", "metrics_uri", "history_uri")
@@ -156,13 +157,25 @@ class MaintainTablesOperator(BaseOperator):
         except DeltaError as exc:
             raise AirflowException(f"{self.task_id}: {exc}") from None
 
-    def _driver_only(self, spec: FleetSpec) -> bool:
-        """True when no job of ``spec`` needs Spark and every table's log is small enough for this worker."""
+    def _runs_locally(self, spec: FleetSpec) -> bool:
+        """True when ``execution="auto"`` keeps the whole fleet on this worker: no job needs Spark
+        (Z-order, liquid clustering), every log is small, and all OPTIMIZEs together rewrite at
+        most what one table may (Spark's start is paid once for the whole fleet)."""
+        budget = LOCAL_MAX_REWRITE_BYTES
         for t in spec.tables:
-            if any(needs_spark(j.job, vars(parse_job_args(j.job, j.args))) for j in t.jobs):
+            options = worker_options(self._credentials, t.storage_options)
+            jobs = [(j.job, vars(parse_job_args(j.job, j.args))) for j in t.jobs]
+            if any(spark_only(job, params) for job, params in jobs):
                 return False
-            if log_bytes(t.table, worker_options(self._credentials, t.storage_options)) > LOCAL_MAX_LOG_BYTES:
+            older = any(reads_older_commits(job, params) for job, params in jobs)
+            if log_bytes(t.table, options, all_commits=older) > LOCAL_MAX_LOG_BYTES:
                 return False
+            for job, params in jobs:
+                if job == "optimize" and not params.get("dry_run"):
+                    planned = rewrite_bytes(t.table, options, params)
+                    if planned is None or planned > budget:
+                        return False
+                    budget -= planned
         return True
 
     def get_hook(self, conf: Mapping[str, Any] | None = None) -> DeltaMaintHook:
@@ -191,8 +204,8 @@ class MaintainTablesOperator(BaseOperator):
         self.log.info("%d of %d tables have work%s", len(with_work), len(spec.tables),
                       f": {', '.join(with_work)}" if len(with_work) <= 20 else "")
         ran: list[dict[str, Any]] = []
-        if with_work and self.execution == "auto" and self._driver_only(decision.to_run):
-            self.log.info("Every job with work is driver-only on a small log: running them in this process")
+        if with_work and self.execution == "auto" and self._runs_locally(decision.to_run):
+            self.log.info("Every job with work is small enough for this worker: running them in this process")
             local = FleetSpec([FleetTable(t.table, t.jobs, worker_options(self._credentials, t.storage_options))
                                for t in decision.to_run.tables], decision.to_run.history_uri)
             ran = run_fleet(local, spark_allowed=False)  # credentials stay in this process's memory

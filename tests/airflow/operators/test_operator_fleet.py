@@ -410,6 +410,32 @@ def test_fleet_of_driver_only_work_runs_on_the_worker(tmp_path, monkeypatch):
     assert MaintainTablesOperator(task_id="f", tables=[], execution="auto").execute(context={}) == []
 
 
+def test_fleet_of_small_rewrites_runs_on_the_worker_and_z_order_is_submitted(tmp_path, monkeypatch):
+    """auto: small OPTIMIZEs and full VACUUMs stay on the worker; a Z-order (a shuffle) goes to Spark."""
+    class Submitted(Exception):
+        pass
+
+    def submit(*args, **kwargs):
+        raise Submitted
+
+    monkeypatch.setattr(DeltaMaintHook, "run_fleet", submit)
+    tables = []
+    for i in range(3):
+        write_appends(tmp_path / f"t{i}", 6)
+        tables.append(str(tmp_path / f"t{i}"))
+    before = {t: rows(Path(t)) for t in tables}
+    jobs = {"optimize": {}, "vacuum": {"retention_hours": 0, "ignore_retention_check": True}}
+    results = MaintainTablesOperator(task_id="fleet", tables=tables, execution="auto",
+                                     jobs=jobs).execute(context={"ti": RecordingTI()})
+    assert [[j["status"] for j in e["jobs"]] for e in results] == [["committed", "committed"]] * 3
+    assert all(e["jobs"][0]["numRemovedFiles"] == 12 and e["jobs"][1]["numDeletedFiles"] == 12 for e in results)
+    assert {t: rows(Path(t)) for t in tables} == before
+    write_appends(tmp_path / "t0", 6, start=6)
+    with pytest.raises(Submitted):
+        MaintainTablesOperator(task_id="fleet", tables=tables[:1], execution="auto",
+                               jobs={"optimize": {"zorder_by": "id"}}).execute(context={"ti": RecordingTI()})
+
+
 def test_fast_jvm_start_options(tmp_path):
     hook = DeltaMaintHook(fast_jvm_start=True, cache_dir=tmp_path, conf={"spark.driver.extraJavaOptions": "-Dx=1"})
     cmd = " ".join(hook.build_command("inspect", "/t", [], "/tmp/m.json"))

@@ -10,7 +10,7 @@ application, its own retries and its own log. Every task's XCom value is the met
 Many small tables (the Variable ``delta_maint_small_tables``, else ``DELTA_MAINT_SMALL_TABLES``)
 are maintained by one ``MaintainTablesOperator`` task instead: the worker checks every table
 without Spark and submits one application for the tables that have work (none: no Spark at all;
-only driver-only work on small logs: run on the worker). Its XCom value is one entry per table.
+small work only: run on the worker). Its XCom value is one entry per table.
 
 The Spark connection ``spark_default`` chooses where the jobs run, e.g.
 ``AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark", "host": "local[*]"}'``.

@@ -53,6 +53,16 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "s3://lake/_maintenance/history",
                         "default": "",
                     },
+                    "execution": {
+                        "description": "Where maintenance tasks run unless an operator sets its own "
+                                       "execution: spark (submit the application), auto (runs small "
+                                       "enough for the worker run in its process, no Spark) or local "
+                                       "(always in the worker's process; fleets take it as auto).",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "auto",
+                        "default": "spark",
+                    },
                 },
             },
         },

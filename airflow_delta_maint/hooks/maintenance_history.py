@@ -6,8 +6,10 @@ from typing import Any, Mapping
 
 from airflow_delta_maint.app.run_history import record_run
 
+from .provider_config import SECTION, get_option
+
 #: the provider's configuration section and option (``[delta_maint] history_uri``)
-CONFIG_SECTION = "delta_maint"
+CONFIG_SECTION = SECTION
 CONFIG_OPTION = "history_uri"
 
 
@@ -16,12 +18,7 @@ def configured_history_uri(explicit: str | None = None) -> str | None:
     ``[delta_maint] history_uri`` (``AIRFLOW__DELTA_MAINT__HISTORY_URI``), else None (not recorded)."""
     if explicit is not None and str(explicit).strip():
         return str(explicit).strip()
-    try:
-        from airflow.sdk.configuration import conf
-    except ImportError:  # pragma: no cover - Airflow without the task SDK's configuration
-        from airflow.configuration import conf  # type: ignore[no-redef]
-    value = conf.get(CONFIG_SECTION, CONFIG_OPTION, fallback=None)
-    return str(value).strip() or None if value is not None else None
+    return get_option(CONFIG_OPTION)
 
 
 def task_ids(context: Mapping[str, Any] | None) -> dict[str, Any]:

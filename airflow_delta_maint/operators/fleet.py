@@ -14,6 +14,7 @@ from airflow_delta_maint.app.fleet import Decision, FleetJob, FleetSpec, FleetTa
 from airflow_delta_maint.delta.errors import DeltaError
 from airflow_delta_maint.hooks.delta_maint import DeltaMaintHook
 from airflow_delta_maint.hooks.maintenance_history import configured_history_uri, record_on_worker
+from airflow_delta_maint.hooks.provider_config import configured_execution
 from airflow_delta_maint.hooks.storage_credentials import (
     StorageCredentials,
     refuse_secret_options,
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
 
 #: the jobs run on each table when ``jobs`` is not given
 DEFAULT_JOBS: dict[str, dict[str, Any]] = {"optimize": {}, "compact-log": {}, "vacuum": {"mode": "lite"}}
+#: where a fleet runs: submitted, or on the worker when every job there is small enough
+FLEET_EXECUTIONS = ("spark", "auto")
 
 
 def job_options(options: Mapping[str, Any] | None) -> list[str]:
@@ -80,7 +83,8 @@ class MaintainTablesOperator(BaseOperator):
     :param env_vars: environment variables for spark-submit and the driver.
     :param spark_submit_kwargs: further :class:`SparkSubmitHook` arguments.
     :param check_threads: how many tables are checked at once on the worker (the checks wait on storage).
-    :param execution: ``"spark"`` (default) submits the tables with work; ``"auto"`` runs them in this
+    :param execution: ``"spark"`` (the default, unless ``[delta_maint] execution`` says otherwise;
+        a configured ``"local"`` counts as ``"auto"``) submits the tables with work; ``"auto"`` runs them in this
         worker's process instead, without Spark, when no job needs Spark (Z-order, liquid
         clustering), every table's log holds at most 16 MiB and the OPTIMIZEs together rewrite at
         most 1 GiB (see :class:`~airflow_delta_maint.operators.maintenance.DeltaMaintenanceOperator`).
@@ -106,13 +110,13 @@ class MaintainTablesOperator(BaseOperator):
         env_vars: Mapping[str, Any] | None = None,
         spark_submit_kwargs: Mapping[str, Any] | None = None,
         check_threads: int = 8,
-        execution: str = "spark",
+        execution: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if str(execution).strip().lower() not in ("spark", "auto"):
+        if execution is not None and str(execution).strip().lower() not in FLEET_EXECUTIONS:
             raise AirflowException(f"execution must be 'spark' or 'auto', got {execution!r}")
-        self.execution = str(execution).strip().lower()
+        self.execution = str(execution).strip().lower() if execution is not None else None
         refuse_secret_options(storage_options, self.task_id)
         self.tables = tables
         self.jobs = jobs
@@ -204,7 +208,11 @@ class MaintainTablesOperator(BaseOperator):
         self.log.info("%d of %d tables have work%s", len(with_work), len(spec.tables),
                       f": {', '.join(with_work)}" if len(with_work) <= 20 else "")
         ran: list[dict[str, Any]] = []
-        if with_work and self.execution == "auto" and self._runs_locally(decision.to_run):
+        try:
+            execution = configured_execution(self.execution, FLEET_EXECUTIONS)
+        except ValueError as exc:
+            raise AirflowException(str(exc)) from None
+        if with_work and execution == "auto" and self._runs_locally(decision.to_run):
             self.log.info("Every job with work is small enough for this worker: running them in this process")
             local = FleetSpec([FleetTable(t.table, t.jobs, worker_options(self._credentials, t.storage_options))
                                for t in decision.to_run.tables], decision.to_run.history_uri)

@@ -18,6 +18,7 @@ from airflow_delta_maint.app.metrics import base_metrics, finish
 from airflow_delta_maint.delta.errors import DeltaError
 from airflow_delta_maint.hooks.delta_maint import DeltaMaintHook
 from airflow_delta_maint.hooks.maintenance_history import configured_history_uri, history_args, record_on_worker
+from airflow_delta_maint.hooks.provider_config import configured_execution
 from airflow_delta_maint.hooks.storage_credentials import (
     StorageCredentials,
     refuse_secret_options,
@@ -97,7 +98,7 @@ class DeltaMaintenanceOperator(BaseOperator):
         ``driver_memory``, ``num_executors``, ``verbose``, ...).
     :param history_uri: the maintenance history table every run of this task is appended to
         (default: ``[delta_maint] history_uri``; none: not recorded). (templated)
-    :param execution: ``"spark"`` (default) submits the application; ``"local"`` runs the job in
+    :param execution: ``"spark"`` (the default, unless ``[delta_maint] execution`` says otherwise) submits the application; ``"local"`` runs the job in
         this worker's process without Spark, its parallel work (OPTIMIZE's rewrite, full VACUUM's
         listing and deletes) on up to four threads; Z-order and liquid clustering are refused
         there. ``"auto"`` runs locally while the log the job reads holds at most 16 MiB and an
@@ -133,13 +134,13 @@ class DeltaMaintenanceOperator(BaseOperator):
         skip_if_nothing_to_do: bool = True,
         spark_submit_kwargs: Mapping[str, Any] | None = None,
         history_uri: str | None = None,
-        execution: str = "spark",
+        execution: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.table_uri = table_uri
         self.history_uri = history_uri
-        if "{{" not in str(execution) and str(execution).strip().lower() not in EXECUTIONS:
+        if execution is not None and "{{" not in str(execution) and str(execution).strip().lower() not in EXECUTIONS:
             raise AirflowException(f"execution must be one of {', '.join(EXECUTIONS)}, got {execution!r}")
         self.execution = execution
         refuse_secret_options(storage_options, self.task_id)
@@ -297,7 +298,11 @@ class DeltaMaintenanceOperator(BaseOperator):
     def choose_execution(self) -> tuple[str, str]:
         """Where this run goes, ``("local" | "spark", why)`` (see :func:`~airflow_delta_maint.app.execution.choose_execution`)."""
         try:
-            return choose_execution(self.execution, self.job, self.job_params(), self.table_uri,
+            execution = configured_execution(self.execution, EXECUTIONS)
+        except ValueError as exc:
+            raise AirflowException(str(exc)) from None
+        try:
+            return choose_execution(execution, self.job, self.job_params(), self.table_uri,
                                     self.worker_storage_options)
         except DeltaError as exc:
             raise AirflowException(f"delta-maint {self.job} failed: {exc}") from exc

@@ -306,6 +306,24 @@ def test_auto_optimizes_and_vacuums_a_small_table_on_the_worker(tmp_path, monkey
     assert sorted(DeltaTable(t).to_pyarrow_table().column("id").to_pylist()) == ids
 
 
+def test_the_configured_execution_is_the_default(tmp_path, monkeypatch):
+    """``[delta_maint] execution`` decides where operators without their own ``execution`` run."""
+    write_appends(tmp_path / "t", 4)
+    t = str(tmp_path / "t")
+    assert OptimizeOperator(task_id="o", table_uri=t).choose_execution() == ("spark", "execution 'spark'")
+    monkeypatch.setenv("AIRFLOW__DELTA_MAINT__EXECUTION", "auto")
+    assert OptimizeOperator(task_id="o", table_uri=t).choose_execution()[0] == "local"
+    assert OptimizeOperator(task_id="o", table_uri=t, execution="spark").choose_execution()[0] == "spark"
+    monkeypatch.setenv("AIRFLOW__DELTA_MAINT__EXECUTION", "laptop")
+    with pytest.raises(AirflowException, match=r"^\[delta_maint\] execution must be one of spark, local, auto, got 'laptop'$"):
+        OptimizeOperator(task_id="o", table_uri=t).choose_execution()
+    monkeypatch.setattr(DeltaMaintHook, "run_fleet", lambda *a, **k: pytest.fail("an application was submitted"))
+    monkeypatch.setenv("AIRFLOW__DELTA_MAINT__EXECUTION", "local")  # a fleet takes it as auto
+    results = MaintainTablesOperator(task_id="fleet", tables=[t], jobs={"optimize": {}}).execute(
+        context={"ti": RecordingTI()})
+    assert results[0]["jobs"][0]["status"] == "committed"
+
+
 def test_local_failure_reads_as_a_spark_failure(tmp_path, monkeypatch):
     bad = corrupt_log(tmp_path / "bad")
     before = log_files(bad)

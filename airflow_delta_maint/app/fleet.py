@@ -185,7 +185,8 @@ def merge(spec: FleetSpec, decision: Decision, ran: Sequence[Mapping[str, Any]])
 def run_fleet(spec: FleetSpec, master: str | None = None, *, spark_allowed: bool = True) -> list[dict[str, Any]]:
     """Run every table's jobs in order in this process, one SparkSession for all; one entry per table.
 
-    With ``spark_allowed`` false (driver-only jobs run on the Airflow worker) no SparkSession starts.
+    With ``spark_allowed`` false (the fleet runs on the Airflow worker) no SparkSession starts: the
+    jobs' parallel work runs on threads.
     """
     from .cli import execute_job
     from .context import JobContext

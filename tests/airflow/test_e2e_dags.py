@@ -64,7 +64,7 @@ def test_nightly_dag(airflow_home, tmp_path):
         assert compact_log["status"] == "committed" and compact_log["numWindowsWritten"] == 1
         assert vacuum["status"] == "committed" and vacuum["numFilesDeleted"] == 12
     assert {path: rows(path) for path in small} == small_before
-    assert "Every job with work is driver-only" in result.stdout + result.stderr
+    assert "Every job with work is small enough for this worker" in result.stdout + result.stderr
 
 
 def test_on_commits_dag(airflow_home, tmp_path):

@@ -364,10 +364,26 @@ def test_local_execution_keeps_the_connections_secret(tmp_path_factory, monkeypa
                                    storage_options={"AWS_ALLOW_HTTP": "true"}, execution="auto")
         metrics = op.execute(context={})
         assert metrics["status"] == "committed" and metrics["numWindowsWritten"] == 1
-        fields = {name: getattr(op, name) for name in op.template_fields}
+        # OPTIMIZE and full VACUUM run on the worker's threads with the same connection
+        import subprocess as subprocess_module
+
+        from airflow_delta_maint.operators.maintenance import VacuumOperator
+
+        monkeypatch.setattr(subprocess_module, "Popen", lambda *a, **k: pytest.fail(f"a process was started: {a}"))
+        common = {"table_uri": uri, "storage_conn_id": "lake_s3", "storage_options": {"AWS_ALLOW_HTTP": "true"},
+                  "execution": "auto"}
+        optimize_op = OptimizeOperator(task_id="o", lease_seconds=0, **common)
+        optimized = optimize_op.execute(context={})
+        assert optimized["status"] == "committed" and optimized["numRemovedFiles"] == 6
+        vacuum_op = VacuumOperator(task_id="v", retention_hours=0, ignore_retention_check=True, **common)
+        vacuumed = vacuum_op.execute(context={})
+        assert vacuumed["status"] == "committed" and vacuumed["numDeletedFiles"] == 6
         out = capsys.readouterr()
-        for text in (json.dumps(metrics, default=str), json.dumps(fields, default=str), caplog.text, out.out,
-                     out.err):
+        for task, result in ((op, metrics), (optimize_op, optimized), (vacuum_op, vacuumed)):
+            fields = {name: getattr(task, name) for name in task.template_fields}
+            for text in (json.dumps(result, default=str), json.dumps(fields, default=str)):
+                assert secret not in text
+        for text in (caplog.text, out.out, out.err):
             assert secret not in text
         assert "in this process" in caplog.text + out.out + out.err
     finally:

@@ -2,6 +2,7 @@
 # reachable for the first run, which creates .venv/):
 #   make demo   - a demo table of 200 small files, maintained end to end by the example DAG
 #   make test   - the test suite
+#   make test-delta-spark - delta-spark (jars from Maven Central, cached in .cache/) judges the tables our jobs touch
 #   make bench  - the benchmarks; their output goes to benchmarks/out/
 PYTHON ?= python3
 VENV   ?= .venv
@@ -10,7 +11,7 @@ STAMP  := $(VENV)/.installed
 # the Azure Storage emulator the object-store tests start (npm package, installed beside the virtualenv)
 AZURITE := $(VENV)/azurite/node_modules/.bin/azurite-blob
 
-.PHONY: demo test lint test-airflow-min bench check-java chromium clean
+.PHONY: demo test test-delta-spark lint test-airflow-min bench check-java chromium clean
 
 # --compile-bytecode: every Python process (Airflow, spark-submit's driver, Spark's Python workers)
 # then loads bytecode instead of compiling its imports again, as after a pip install
@@ -56,6 +57,11 @@ test-airflow-min: check-java
 
 test: $(STAMP) $(AZURITE) check-java chromium
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# a pytest process of its own: its SparkSession carries delta-spark's jars, which the rest of the suite
+# must run without (our engine needs none). Ivy resolves the jars into .cache/delta-spark on the first run.
+test-delta-spark: $(STAMP) check-java
+	$(PY) -m pytest -q tests/delta_spark $(PYTEST_ARGS)
 
 bench: $(STAMP) check-java
 	$(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(PY) --constraint constraints.txt -e '.[test,bench]'

@@ -15,7 +15,9 @@ import sqlite3
 import subprocess
 import threading
 import time
+import zipfile
 from dataclasses import dataclass
+from pathlib import Path
 
 import boto3
 import psutil
@@ -459,6 +461,26 @@ def _assert_hidden(run: ScannedRun, airflow_home, events, hidden: list[str]) -> 
     assert leaks == []
 
 
+def _assert_no_delta_classes(events) -> None:
+    """Our engine needs no Delta jars: no jar or folder on the classpath of the applications the DAG
+    submitted (the Spark UI's environment page, from the event log) holds an ``io.delta`` class, and no
+    package or jar was asked for."""
+    updates = [json.loads(line) for f in events.rglob("*") if f.is_file()
+               for line in f.read_text(errors="replace").splitlines()
+               if '"SparkListenerEnvironmentUpdate"' in line]
+    assert len(updates) >= 2
+    for update in updates:
+        props = dict(update["Spark Properties"])
+        assert not props.get("spark.jars.packages") and not props.get("spark.jars"), props
+        entries = [Path(p) for p in update["Classpath Entries"]]
+        jars = [p for p in entries if p.suffix == ".jar"]
+        assert any(p.name.startswith("spark-core_") for p in jars)  # the listing is the real classpath
+        delta = [str(p) for p in jars if p.exists() and any(n.startswith("io/delta/")
+                                                           for n in zipfile.ZipFile(p).namelist())]
+        delta += [str(p) for p in entries if p.is_dir() and (p / "io" / "delta").exists()]
+        assert delta == [], f"Delta classes on our engine's classpath: {delta}"
+
+
 @pytest.mark.e2e
 def test_dag_on_s3_with_connections_never_shows_the_secrets(iam_s3, airflow_home, tmp_path, no_ambient_credentials):
     """The sensor reads with an access key; optimize and inspect assume a role (STS through the Amazon
@@ -492,6 +514,7 @@ def test_dag_on_s3_with_connections_never_shows_the_secrets(iam_s3, airflow_home
         assert job_env.get("AWS_SESSION_TOKEN") and job_env["AWS_ACCESS_KEY_ID"] not in (key_id, role[1])
         temporary |= {job_env["AWS_SECRET_ACCESS_KEY"], job_env["AWS_SESSION_TOKEN"]}
     _assert_hidden(run, airflow_home, events, [secret, role[2], *sorted(temporary)])
+    _assert_no_delta_classes(events)
 
 
 @pytest.mark.e2e

@@ -152,9 +152,15 @@ def delete_files(storage: Storage, keys: Sequence[str]) -> int:
     if storage.is_local:
         deleted = 0
         for key in keys:
+            path = storage.local_path(key)
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(storage.local_path(key))
+                os.unlink(path)
                 deleted += 1
+            # Hadoop's checksum sidecar of a file Spark wrote (a hidden file VACUUM never lists), as
+            # Hadoop's own delete removes it: else it outlives its file and keeps the folder from emptying
+            folder, _, name = path.rpartition("/")
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{folder}/.{name}.crc")
         return deleted
     import obstore
 

@@ -24,3 +24,11 @@ def spark():
     session = start_delta_spark(app_name="airflow-delta-maint-delta-spark-tests")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def delta_tables(spark, tmp_path_factory):
+    """Every table of ``tables.TABLES``, written once by delta-spark; tests copy them before touching them."""
+    from tests.delta_spark.tables import build_all
+
+    return build_all(spark, tmp_path_factory.mktemp("delta_spark_tables"))

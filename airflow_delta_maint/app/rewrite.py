@@ -137,8 +137,10 @@ def conform_table(table: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(cols, schema=schema)
 
 
-def read_data_file(spec: RewriteSpec, add: dict, columns: list[str] | None = None) -> pa.Table:
-    """One data file's live rows (deletion vector applied) in the table's physical schema."""
+def read_data_file(spec: RewriteSpec, add: dict, columns: list[str] | None = None,
+                   position_column: str | None = None) -> pa.Table:
+    """One data file's live rows (deletion vector applied) in the table's physical schema; with
+    ``position_column``, each row's physical position in the file (uint64) appended under that name."""
     storage = spec.storage
     key = storage.key_for_path(add["path"])
     if key is None:
@@ -155,10 +157,17 @@ def read_data_file(spec: RewriteSpec, add: dict, columns: list[str] | None = Non
     table = pf.read(columns=present, use_threads=False)
     if spec.row_tracking.materializes and columns is None:
         table = materialize_row_tracking(spec.row_tracking, table, add)
+    positions = np.arange(table.num_rows, dtype=np.uint64) if position_column else None
     dv = add.get("deletionVector")
     if dv:
-        table = table.filter(pa.array(live_row_mask(read_deletion_vector(storage, dv), table.num_rows)))
-    return conform_table(table, schema)
+        mask = live_row_mask(read_deletion_vector(storage, dv), table.num_rows)
+        table = table.filter(pa.array(mask))
+        if positions is not None:
+            positions = positions[mask]
+    out = conform_table(table, schema)
+    if position_column:
+        out = out.append_column(position_column, pa.array(positions, pa.uint64()))
+    return out
 
 
 def materialize_row_tracking(rt: RowTracking, table: pa.Table, add: dict) -> pa.Table:
@@ -291,10 +300,11 @@ def output_name(spec: RewriteSpec) -> str:
     return f"part-00000-{u[:8]}-{u[8:12]}-{u[12:16]}-{u[16:20]}-{u[20:]}-c000.{spec.compression}.parquet"
 
 
-def delete_run_outputs(spec: RewriteSpec, dirs: Iterable[str]) -> int:
+def delete_run_outputs(spec: RewriteSpec, dirs: Iterable[str], keep: Iterable[str] = ()) -> int:
     """Delete the files this run (``spec.run_token``) wrote into the output folders ``dirs`` (as
-    :func:`output_dir` gives them); returns how many. For a run that failed before its commit:
-    none of them is referenced by the log."""
+    :func:`output_dir` gives them), except the storage keys in ``keep`` (files the run already
+    committed); returns how many. For a run that failed before its commit: none of them is
+    referenced by the log."""
     if len(spec.run_token) < 8:
         return 0
     storage = spec.storage
@@ -305,6 +315,8 @@ def delete_run_outputs(spec: RewriteSpec, dirs: Iterable[str]) -> int:
             continue
         prefix = f"{folder}part-00000-{spec.run_token}"
         keys.extend(f.key for f in storage.list_from(prefix) if "/" not in f.key[len(folder):])
+    kept = set(keep)
+    keys = [k for k in keys if k not in kept]
     storage.delete_many(keys)
     return len(keys)
 

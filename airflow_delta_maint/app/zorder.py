@@ -33,6 +33,8 @@ import pyarrow.compute as pc
 from airflow_delta_maint.delta.optimize_plan import OptimizePlan
 from airflow_delta_maint.delta.schema import Column
 
+from airflow_delta_maint.delta.dv_rebase import encode_row_map, pack_sources
+
 from .rewrite import DataFileWriter, RewriteSpec, output_dir, read_data_file
 
 MAX_RANGES = 1000
@@ -40,6 +42,9 @@ SAMPLE_ROWS = 100_000
 SUB_RANGE_BYTES = 64 << 20  # input bytes of one sub-range (sorted in memory at once)
 SPILL_BYTES = 256 << 20  # shuffled bytes a writing task holds in memory before spilling
 Z_COL = "__delta_maint_z"
+#: each row's source (input ordinal in its bin, position in that file; ``dv_rebase.pack_sources``),
+#: carried through the shuffle when the run records row maps, and never written
+SRC_COL = "__delta_maint_src"
 log = logging.getLogger("delta_maint.optimize")
 
 
@@ -221,12 +226,18 @@ class _Layout:
 
 
 def _split_rows(spec: RewriteSpec, columns: list[Column], bounds: list[np.ndarray], bits: int, layout: _Layout,
-                files: list[tuple[int, dict]], curve: str = "zorder") -> Iterator[tuple[int, bytes]]:
-    """Read files and emit their rows as (sub-range id, Arrow IPC bytes with a Z column)."""
+                files: list[tuple[int, dict]], curve: str = "zorder",
+                ordinals: dict[str, int] | None = None) -> Iterator[tuple[int, bytes]]:
+    """Read files and emit their rows as (sub-range id, Arrow IPC bytes with a Z column); with
+    ``ordinals`` (input path -> its ordinal in its bin) each row's packed source rides along."""
     for gid, add in files:
-        table = read_data_file(spec, add)
+        table = read_data_file(spec, add, position_column=SRC_COL if ordinals is not None else None)
         if table.num_rows == 0:
             continue
+        if ordinals is not None:
+            positions = table.column(SRC_COL).to_numpy()
+            table = table.set_column(table.column_names.index(SRC_COL), SRC_COL,
+                                     pa.array(pack_sources(ordinals[add["path"]], positions), pa.uint64()))
         ids = [range_ids(*sortable(_leaf(table, c)), bounds[j]) for j, c in enumerate(columns)]
         z = curve_values(ids, bits, curve)
         subs = layout.sub_ids(gid, z)
@@ -239,11 +250,12 @@ def _split_rows(spec: RewriteSpec, columns: list[Column], bounds: list[np.ndarra
 
 
 def _write_output(spec: RewriteSpec, groups: dict[int, tuple[str, dict]], layout: _Layout,
-                  records: Iterator[tuple[int, bytes]]) -> Iterator[tuple[int, str]]:
+                  records: Iterator[tuple[int, bytes]]) -> Iterator[tuple[int, str, bytes | None]]:
     """Write one output file from its sub-ranges, each sorted by Z-value in memory in turn.
 
     Incoming blobs stay in memory up to ``SPILL_BYTES``, then go to local files per sub-range.
-    Yields (output file id, add action JSON).
+    Yields (output file id, add action JSON, the file's row map or None): rows that carry their
+    source (``SRC_COL``) leave it out of the file and into the row map, in file order.
     """
     memory: dict[int, list[bytes]] = {}
     held = 0
@@ -277,6 +289,7 @@ def _write_output(spec: RewriteSpec, groups: dict[int, tuple[str, dict]], layout
         return out + memory.pop(sub, [])
 
     writer: DataFileWriter | None = None
+    sources: list[np.ndarray] = []
     try:
         for sub, blob in records:
             file_id = int(layout.sub_to_file[sub])
@@ -289,6 +302,9 @@ def _write_output(spec: RewriteSpec, groups: dict[int, tuple[str, dict]], layout
         for sub in sorted(set(memory) | spilled):
             table = _from_ipc(blobs_of(sub))
             table = table.take(pc.sort_indices(table.column(Z_COL))).drop_columns([Z_COL])
+            if SRC_COL in table.column_names:
+                sources.append(table.column(SRC_COL).to_numpy())
+                table = table.drop_columns([SRC_COL])
             if writer is None:
                 out_dir, pv = groups[int(layout.file_to_group[file_id])]
                 writer = DataFileWriter(spec, out_dir, pv)
@@ -297,7 +313,8 @@ def _write_output(spec: RewriteSpec, groups: dict[int, tuple[str, dict]], layout
         if writer is not None and writer.rows:
             add = writer.close()
             writer = None
-            yield file_id, json.dumps(add)
+            row_map = encode_row_map(np.concatenate(sources)) if sources else None
+            yield file_id, json.dumps(add), row_map
     finally:
         if writer is not None:
             writer.abort()
@@ -305,8 +322,11 @@ def _write_output(spec: RewriteSpec, groups: dict[int, tuple[str, dict]], layout
             shutil.rmtree(spill_dir, ignore_errors=True)
 
 
-def execute_zorder(spark, spec: RewriteSpec, plan: OptimizePlan) -> list[list[dict]]:
-    """Z-order every group (bin) of the plan; returns the add actions per bin."""
+def execute_zorder(spark, spec: RewriteSpec, plan: OptimizePlan,
+                   row_maps: list[list[bytes]] | None = None) -> list[list[dict]]:
+    """Z-order every group (bin) of the plan; returns the add actions per bin. With ``row_maps`` (an
+    empty list), each output's row map (the packed source of every row, see ``dv_rebase``) is
+    recorded too: appended per bin, in the order of the add actions."""
     columns = plan.zorder_columns
     sc = spark.sparkContext
     files = [(gid, add) for gid, b in enumerate(plan.bins) for add in b.files]
@@ -338,13 +358,19 @@ def execute_zorder(spark, spec: RewriteSpec, plan: OptimizePlan) -> list[list[di
     started = time.perf_counter()
     groups = {g: (output_dir(spec.storage, b.files), b.partition_values) for g, b in enumerate(plan.bins)}
     to_file = layout.sub_to_file
+    ordinals = ({a["path"]: k for b in plan.bins for k, a in enumerate(b.files)}
+                if row_maps is not None else None)
     results = (sc.parallelize(chunks, slices)
-               .flatMap(lambda chunk: _split_rows(spec, columns, bounds, bits, layout, chunk, curve))
+               .flatMap(lambda chunk: _split_rows(spec, columns, bounds, bits, layout, chunk, curve, ordinals))
                .partitionBy(layout.num_files, lambda sub: int(to_file[sub]))
                .mapPartitions(lambda records: _write_output(spec, groups, layout, records))
                .collect())
     log.info("Z-order: rewrote %d files in %.1fs", len(files), time.perf_counter() - started)
     per_bin: list[list[dict]] = [[] for _ in plan.bins]
-    for file_id, add in results:
+    maps: list[list[bytes]] = [[] for _ in plan.bins]
+    for file_id, add, row_map in results:
         per_bin[int(layout.file_to_group[file_id])].append(json.loads(add))
+        maps[int(layout.file_to_group[file_id])].append(row_map)
+    if row_maps is not None:
+        row_maps.extend(maps)
     return per_bin

@@ -61,6 +61,8 @@ class OptimizePlan:
     clustering_stats: dict[str, Any] = field(default_factory=dict)
     #: layout "even": the files each bin (partition) is rewritten into
     target_files: int | None = None
+    #: what was left out before planning to spare writers (``recent_writes.LeftOut.metrics``), if anything
+    left_out: dict[str, Any] = field(default_factory=dict)
 
     @property
     def input_files(self) -> int:

@@ -6,9 +6,10 @@ import argparse
 import dataclasses
 import json
 import logging
-import time
+import math
 import uuid
-from typing import Any, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import Any, Callable, Sequence
 
 from airflow_delta_maint.delta.auto_compaction import (DEFAULT_MAX_DELETED_ROWS_RATIO, DEFAULT_MAX_PARTITIONS,
                                                        DEFAULT_MIN_NUM_FILES, AutoDecision, choose_partitions,
@@ -19,12 +20,14 @@ from airflow_delta_maint.delta.errors import InvalidArgumentError
 from airflow_delta_maint.delta.features import check_supported, table_features
 from airflow_delta_maint.delta.optimize_plan import (DEFAULT_DV_RATIO, Bin, OptimizePlan, file_size_settings,
                                                      plan_optimize, size_percentiles)
-from airflow_delta_maint.delta.row_tracking import PRESERVED_TAG, row_tracking
+from airflow_delta_maint.delta.recent_writes import leave_out
+from airflow_delta_maint.delta.row_tracking import row_tracking
 from airflow_delta_maint.delta.snapshot import Snapshot
 from airflow_delta_maint.delta.storage import Storage
-from airflow_delta_maint.delta.transaction import ConflictError, Transaction, conflicting_files, winning_commits
 
 from ..context import JobContext
+from ..optimize_commit import BinCommitter, GroupResult, delete_outputs, remove_action
+from ..optimize_rebase import BinOutputs
 from ..rewrite import RewriteSpec, delete_run_outputs, output_dir, rewrite_bin
 from ..tasks import Tasks, raise_worker_error
 
@@ -34,6 +37,12 @@ COMPRESSIONS = ("snappy", "zstd", "gzip", "lz4", "none")
 # delta-spark's (Spark's) default: the fastest to write and read; zstd writes files about a
 # quarter smaller for some 10-15% more time (docs/benchmarks.md).
 DEFAULT_COMPRESSION = "snappy"
+#: with the default --bins-per-commit, a run makes at most about this many commits
+MAX_COMMITS_PER_RUN = 50
+#: Z-order and liquid clustering record a row map (8 bytes a row, compressed, on the driver) so that
+#: a bin can be rebased onto concurrent deletion vectors; above this many input rows they do not
+#: (tables with row tracking map rows through their stable row ids instead and need none)
+MAX_ROW_MAP_ROWS = 50_000_000
 log = logging.getLogger("delta_maint.optimize")
 
 
@@ -47,6 +56,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-concurrent-bins", type=int, help="at most this many bins in one Spark job")
     parser.add_argument("--batch-bytes", type=int, default=DEFAULT_BATCH_BYTES,
                         help="commit after each this many input bytes (default 50 GiB)")
+    parser.add_argument("--bins-per-commit", type=int, default=None,
+                        help="commit bins as they are rewritten, this many together (default: one bin, or as "
+                        f"many as keep a run within {MAX_COMMITS_PER_RUN} commits); 0: one commit per batch, "
+                        "after all its bins are rewritten")
+    parser.add_argument("--min-file-age", type=float, default=None, metavar="SECONDS",
+                        help="leave out files younger than this (their modificationTime): spares writers that "
+                        "are still working on fresh data")
+    parser.add_argument("--skip-recent-partitions", type=int, default=None, metavar="N",
+                        help="leave out partitions that any of the newest N commits changed data in (appends and "
+                        "the deletion vectors of DELETE, UPDATE, MERGE); a clustered or unpartitioned table is one "
+                        "partition")
     parser.add_argument("--dv-ratio", type=float, default=DEFAULT_DV_RATIO,
                         help="also rewrite files whose deletion vector deletes more than this share of rows")
     parser.add_argument("--compression", default=None, choices=list(COMPRESSIONS),
@@ -114,7 +134,10 @@ def plan_from_params(snapshot: Snapshot, params: dict[str, Any], decision: AutoD
     if decision is None:
         decision = auto_decision(snapshot, params)
     clustered_auto = decision is not None and is_clustered(snapshot.protocol)
-    return plan_optimize(snapshot, predicate=params.get("predicate"),
+    view, left = leave_out(snapshot, min_file_age_s=params.get("min_file_age"),
+                           recent_commits=params.get("skip_recent_partitions"),
+                           whole_table=is_clustered(snapshot.protocol) or not snapshot.partition_columns)
+    plan = plan_optimize(view, predicate=params.get("predicate"),
                          zorder_by=_zorder_columns(params.get("zorder_by")),
                          min_file_size=None if clustered_auto else params.get("min_file_size"),
                          max_file_size=params.get("max_file_size"),
@@ -123,6 +146,9 @@ def plan_from_params(snapshot: Snapshot, params: dict[str, Any], decision: AutoD
                          rewrite_type_widened=bool(params.get("rewrite_type_widened")),
                          partitions=set(decision.chosen) if decision is not None else None,
                          target_files=params.get("target_files"))
+    plan.num_table_files = snapshot.num_files
+    plan.left_out = left.metrics() if left.any else {}
+    return plan
 
 
 def nothing_to_do(table: str, storage_options: dict[str, str] | None, params: dict[str, Any]) -> str | None:
@@ -140,6 +166,9 @@ def nothing_to_do(table: str, storage_options: dict[str, str] | None, params: di
                 f"{params['target_files']} files of even row counts")
     if plan.is_empty and params.get("rewrite_type_widened"):
         return f"nothing to rewrite at version {snapshot.version}: no live file holds a widened column in its old type"
+    if plan.is_empty and plan.left_out:
+        return (f"nothing to rewrite at version {snapshot.version} once young files and recently written "
+                f"partitions are left out ({plan.left_out})")
     if plan.is_empty and plan.layout == "hilbert":
         return (f"nothing to cluster at version {snapshot.version}: no unclustered file and no more than one "
                 "ZCube below the minimum cube size")
@@ -176,19 +205,16 @@ def _execute_bins(tasks: Tasks, spec: RewriteSpec, bins: list[Bin], max_concurre
 
 
 def _remove_action(add: dict, now: int) -> dict:
-    rm = {"path": add["path"], "deletionTimestamp": now, "dataChange": False, "extendedFileMetadata": True,
-          "partitionValues": add.get("partitionValues") or {}, "size": add["size"]}
-    for key in ("stats", "tags", "deletionVector", "baseRowId", "defaultRowCommitVersion"):
-        if add.get(key) is not None:
-            rm[key] = add[key]
-    return {"remove": rm}
+    return remove_action(add, now)
 
 
-def _delete_run_outputs(spec: RewriteSpec, bins: list[Bin]) -> None:
-    """After a failed Spark job: delete what its finished tasks wrote (best effort; a task still
-    running when its job failed may write after this, and VACUUM removes that file later)."""
+def _delete_run_outputs(spec: RewriteSpec, bins: list[Bin], committed: frozenset[str] | set[str] = frozenset()
+                        ) -> None:
+    """After a failed Spark job: delete what this run's tasks wrote and no commit of the run
+    references (``committed``: storage keys of committed outputs). Best effort: a task still running
+    when its job failed may write after this, and VACUUM removes that file later."""
     try:
-        n = delete_run_outputs(spec, [output_dir(spec.storage, b.files) for b in bins])
+        n = delete_run_outputs(spec, [output_dir(spec.storage, b.files) for b in bins], keep=committed)
     except Exception as exc:  # orphans are harmless: VACUUM removes them after the retention period
         log.warning("could not delete the files of the failed rewrite: %s", exc)
         return
@@ -198,96 +224,51 @@ def _delete_run_outputs(spec: RewriteSpec, bins: list[Bin]) -> None:
 
 def _delete_outputs(storage: Storage, adds: list[dict]) -> None:
     """Remove files this run wrote but will never commit (best effort)."""
-    keys = [k for k in (storage.key_for_path(a["path"]) for a in adds) if k]
-    try:
-        storage.delete_many(keys)
-    except Exception as exc:  # orphans are harmless: VACUUM removes them after the retention period
-        log.warning("could not delete %d uncommitted output files: %s", len(keys), exc)
+    delete_outputs(storage, [a["path"] for a in adds])
 
 
 def _commit_batch(snapshot: Snapshot, plan: OptimizePlan, bins: list[Bin], outputs: list[list[dict]],
                   parameters: dict, after_version: int | None = None) -> tuple[int | None, list[int]]:
-    """Commit one batch; on a concurrent delete of input files, drop the bins it touched and retry.
-
-    ``after_version`` is this run's previous batch commit: the batch goes on top of it. Whatever
-    the failure, the files of bins that are not committed are deleted before the error goes on.
+    """Commit one batch of bins in one commit, rebased onto concurrent deletion vectors (see
+    ``optimize_commit``); bins whose inputs were removed meanwhile are dropped.
 
     Returns (committed version or None, indexes of the bins dropped).
     """
-    txn_ids: list[str] = []
-    try:
-        return _commit_batch_once(snapshot, plan, bins, outputs, parameters, after_version, txn_ids)
-    except BaseException:
-        landed = _landed(snapshot.storage, after_version if after_version is not None else snapshot.version, txn_ids)
-        if landed == _UNKNOWN:  # cannot tell whether it landed: keep the files (VACUUM removes orphans)
-            raise
-        if landed is not None:  # the store failed after writing: the commit stands, keep its files
-            log.warning("OPTIMIZE %s: the commit reported a failure but landed as version %d",
-                        snapshot.storage.root, landed)
-            return landed, []
-        uncommitted = [a for out in outputs for a in out]
-        log.warning("OPTIMIZE %s: the commit failed; deleting the %d files this batch wrote",
-                    snapshot.storage.root, len(uncommitted))
-        _delete_outputs(snapshot.storage, uncommitted)
-        raise
+    committer = BinCommitter(snapshot, plan, parameters)
+    committer.after = after_version
+    result = committer.commit(bins, [BinOutputs(o) for o in outputs])
+    return result.version, sorted(result.dropped)
 
 
-_UNKNOWN = -1
+def _commit_groups(bins: list[Bin], batch_bytes: int, per_commit: int) -> list[list[int]]:
+    """Consecutive bins committed together: at most ``per_commit`` bins (0: no limit) and
+    ``batch_bytes`` input bytes each."""
+    groups: list[list[int]] = [[]]
+    total = 0
+    for i, b in enumerate(bins):
+        if groups[-1] and (total + b.input_bytes > batch_bytes or (per_commit and len(groups[-1]) >= per_commit)):
+            groups.append([])
+            total = 0
+        groups[-1].append(i)
+        total += b.input_bytes
+    return [g for g in groups if g]
 
 
-def _landed(storage: Storage, from_version: int, txn_ids: list[str]) -> int | None:
-    """The version of a commit after ``from_version`` carrying one of ``txn_ids``, if any."""
-    if not txn_ids:
-        return None
-    try:
-        for winner in winning_commits(storage, from_version):
-            if winner.commit_info.get("txnId") in txn_ids:
-                return winner.version
-    except Exception as exc:  # cannot tell: keep the files (VACUUM removes orphans later)
-        log.warning("could not check whether the failed commit landed: %s", exc)
-        return _UNKNOWN
-    return None
+def rewrite_units(params: dict[str, Any], num_bins: int) -> tuple[int, bool]:
+    """How many bins are rewritten together (one Spark job, or one slice of local work) and
+    whether each unit is committed as soon as it is rewritten (else rewritten units are held and
+    committed together when the log moves, see :func:`_execute_plan`).
 
-
-def _commit_batch_once(snapshot: Snapshot, plan: OptimizePlan, bins: list[Bin], outputs: list[list[dict]],
-                       parameters: dict, after_version: int | None,
-                       txn_ids: list[str]) -> tuple[int | None, list[int]]:
-    keep = list(range(len(bins)))
-    dropped: list[int] = []
-    while keep:
-        now = int(time.time() * 1000)
-        removes = [_remove_action(f, now) for i in keep for f in bins[i].files]
-        adds = [{"add": a} for i in keep for a in outputs[i]]
-        added_sizes = [a["add"]["size"] for a in adds]
-        metrics = {
-            "numRemovedFiles": len(removes), "numAddedFiles": len(adds),
-            "numRemovedBytes": sum(r["remove"]["size"] for r in removes), "numAddedBytes": sum(added_sizes),
-            "numDeletionVectorsRemoved": sum(bins[i].num_dvs for i in keep), "numBatches": 1,
-            "totalConsideredFiles": plan.num_table_files, "totalFilesSkipped": plan.num_table_files - len(removes),
-            **size_percentiles(added_sizes),
-        }
-        txn = Transaction(snapshot, "OPTIMIZE", parameters, job="optimize")
-        if row_tracking(snapshot.protocol, snapshot.metadata, snapshot.domains).materializes:
-            txn.tags[PRESERVED_TAG] = "true"  # every copied row keeps its stable id and commit version
-        txn_ids.append(txn.txn_id)
-        txn.add_actions(removes + adds)
-        try:
-            return txn.commit(metrics, after_version=after_version), dropped
-        except ConflictError as exc:
-            if exc.kind != "ConcurrentDeleteDelete":
-                raise
-            gone = conflicting_files(snapshot.storage, snapshot.version, [f["path"] for i in keep for f in bins[i].files])
-            lost = [i for i in keep if any(f["path"] in gone for f in bins[i].files)]
-            if not lost:
-                raise
-            log.warning("a concurrent commit removed input files of %d bins (e.g. %s at version %d); "
-                        "dropping those bins and committing the rest", len(lost), next(iter(gone)),
-                        next(iter(gone.values())))
-            for i in lost:
-                _delete_outputs(snapshot.storage, outputs[i])
-            dropped.extend(lost)
-            keep = [i for i in keep if i not in lost]
-    return None, dropped
+    ``--bins-per-commit N``: N bins, each unit committed at once; 0: whole batches, each committed
+    once rewritten (one shuffle for Z-order and clustering). Unset: one bin, or as many as keep the
+    run within ``MAX_COMMITS_PER_RUN`` units, held until the log moves.
+    """
+    value = params.get("bins_per_commit")
+    if value is None:
+        return max(1, math.ceil(num_bins / MAX_COMMITS_PER_RUN)), False
+    if int(value) < 0:
+        raise InvalidArgumentError(f"bins per commit must be 0 (one commit per batch) or positive, got {value}")
+    return int(value), True
 
 
 def run_optimize(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
@@ -348,7 +329,7 @@ def run_optimize(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
 
 def _execute_plan(ctx: JobContext, params: dict[str, Any], snapshot: Snapshot, plan: OptimizePlan,
                   out: dict[str, Any]) -> dict[str, Any]:
-    """Rewrite the plan's bins and commit them in batches."""
+    """Rewrite the plan's bins and commit them group by group as they are rewritten."""
     clustered = plan.layout == "hilbert"
     batch_bytes = int(params["batch_bytes"]) if params.get("batch_bytes") is not None else DEFAULT_BATCH_BYTES
     # On a table with deletion vectors every file's stats say whether they are exact; ours are.
@@ -372,70 +353,181 @@ def _execute_plan(ctx: JobContext, params: dict[str, Any], snapshot: Snapshot, p
     deferred = int(params.get("_deferred") or 0) + int(params.get("_beyond_max") or 0)
     if deferred or params.get("auto"):
         parameters["partitionsDeferred"] = deferred
-    log.info("OPTIMIZE %s at version %d: %d bins, %d files, %.1f MiB to rewrite", ctx.storage.root,
-             snapshot.version, len(plan.bins), plan.input_files, plan.input_bytes / 2**20)
+    per_unit, eager = rewrite_units(params, len(plan.bins))
+    units = _commit_groups(plan.bins, batch_bytes, per_unit)
+    if plan.layout in ("zorder", "hilbert") and per_unit == 0:
+        units = [list(range(len(plan.bins)))]  # one shuffle for the whole plan
+    log.info("OPTIMIZE %s at version %d: %d bins, %d files, %.1f MiB to rewrite in %d units", ctx.storage.root,
+             snapshot.version, len(plan.bins), plan.input_files, plan.input_bytes / 2**20, len(units))
+    rewrite, concurrency = _group_rewriter(ctx, params, spec, plan, per_unit)
+    committer = BinCommitter(snapshot, plan, parameters)
+    results: list[tuple[list[int], GroupResult]] = []
+    committed_keys: set[str] = set()
+    held: list[tuple[list[int], list[BinOutputs]]] = []
+    done = [0]
+
+    def flush() -> None:
+        if not held:
+            return
+        group = [i for g, _ in held for i in g]
+        outputs = [o for _, outs in held for o in outs]
+        held.clear()
+        result = committer.commit([plan.bins[i] for i in group], outputs)
+        results.append((group, result))
+        for adds in result.adds.values():
+            committed_keys.update(k for k in (ctx.storage.key_for_path(a["path"]) for a in adds) if k)
+        log.info("OPTIMIZE %s: %d bins %s; %d/%d units rewritten", ctx.storage.root, len(group),
+                 f"committed as version {result.version}" if result.version is not None else "dropped",
+                 done[0], len(units))
+
+    def rewritten(n: int, outputs: list[BinOutputs]) -> None:
+        done[0] += 1
+        held.append((units[n], outputs))
+        held_bytes = sum(plan.bins[i].input_bytes for g, _ in held for i in g)
+        # held units go in one commit, early when someone else committed meanwhile (a busy table:
+        # the sooner a bin lands, the fewer writer commits it must be rebased over)
+        if eager or held_bytes >= batch_bytes or committer.log_moved():
+            flush()
+
+    try:
+        _rewrite_and_commit(plan.bins, units, rewrite, rewritten, concurrency)
+        flush()
+    except BaseException:
+        _delete_run_outputs(spec, plan.bins, committed_keys)
+        raise
+    return {**out, **_totals(plan, results, clustered, snapshot), "numBatches": len(results)}
+
+
+def _group_rewriter(ctx: JobContext, params: dict[str, Any], spec: RewriteSpec, plan: OptimizePlan,
+                    per_commit: int) -> tuple[Callable[[int, list[Bin]], list[BinOutputs]], int]:
+    """The function that rewrites one group of bins, and how many groups may be rewritten at once."""
+    max_bins = params.get("max_concurrent_bins")
+    if plan.layout in ("zorder", "hilbert"):
+        from ..zorder import execute_zorder
+
+        rows = sum(_num_records(f) for b in plan.bins for f in b.files)
+        want_maps = not spec.row_tracking.materializes and rows <= MAX_ROW_MAP_ROWS
+
+        def zorder(n: int, bins: list[Bin]) -> list[BinOutputs]:
+            maps: list[list[bytes]] | None = [] if want_maps else None
+            try:
+                adds = execute_zorder(ctx.spark(), spec, dataclasses.replace(plan, bins=bins), maps)
+            except Exception as exc:
+                raise_worker_error(exc)
+                raise
+            if plan.layout == "hilbert":  # each bin became one new ZCube
+                adds = [tag_clustered_files(o, plan.zorder_columns) for o in adds]
+            return [BinOutputs(a, maps[i] if maps is not None else None) for i, a in enumerate(adds)]
+
+        return zorder, 1  # a shuffle keeps every core busy: one at a time, committed while the next runs
+    tasks = ctx.tasks(f"OPTIMIZE {ctx.storage.root}", threads=int(max_bins) if max_bins else None)
+    if plan.layout == "even":
+        from ..even_split import execute_even
+
+        def even(n: int, bins: list[Bin]) -> list[BinOutputs]:
+            adds = execute_even(tasks, spec, dataclasses.replace(plan, bins=bins), f"commit {n + 1}")
+            return [BinOutputs(a) for a in adds]
+
+        return even, 1
+    if per_commit == 0:
+        concurrency = 1
+    else:
+        concurrency = max(1, math.ceil(tasks.parallelism / per_commit))
+        if max_bins:
+            concurrency = max(1, min(concurrency, int(max_bins) // per_commit or 1))
+
+    def binpack(n: int, bins: list[Bin]) -> list[BinOutputs]:
+        return [BinOutputs(a) for a in _execute_bins(tasks, spec, bins, max_bins, f"commit {n + 1}")]
+
+    return binpack, concurrency
+
+
+def _num_records(add: dict) -> int:
+    try:
+        return int(json.loads(add.get("stats") or "{}").get("numRecords") or 0)
+    except ValueError:
+        return 0
+
+
+def _rewrite_and_commit(bins: list[Bin], groups: list[list[int]],
+                        rewrite: Callable[[int, list[Bin]], list[BinOutputs]],
+                        commit: Callable[[int, list[BinOutputs]], None], concurrency: int) -> None:
+    """Rewrite the groups (``concurrency`` at a time, on threads that each run a Spark job or a
+    slice of local work) and commit each on this thread as soon as it is rewritten. A failure
+    stops the groups not yet started and waits for the running ones before it goes on."""
+    def run(n: int) -> list[BinOutputs]:
+        return rewrite(n, [bins[i] for i in groups[n]])
+
+    if len(groups) == 1:
+        commit(0, run(0))
+        return
+    pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="delta-maint-optimize")
+    futures: dict[Future, int] = {}
+    try:
+        queue = iter(range(len(groups)))
+        for n in queue:
+            futures[pool.submit(run, n)] = n
+            if len(futures) >= concurrency:
+                break
+        while futures:
+            done, _ = wait(list(futures), return_when=FIRST_COMPLETED)
+            for f in sorted(done, key=lambda f: futures[f]):
+                n = futures.pop(f)
+                commit(n, f.result())
+                nxt = next(queue, None)
+                if nxt is not None:
+                    futures[pool.submit(run, nxt)] = nxt
+    finally:
+        for f in futures:
+            f.cancel()
+        pool.shutdown(wait=True)
+
+
+def _totals(plan: OptimizePlan, results: list[tuple[list[int], GroupResult]], clustered: bool,
+            snapshot: Snapshot) -> dict[str, Any]:
+    """The run's metrics from what each commit did."""
     totals = {"numAddedFiles": 0, "numRemovedFiles": 0, "numAddedBytes": 0, "numRemovedBytes": 0,
               "numDeletionVectorsRemoved": 0}
     added_sizes: list[int] = []
     versions: list[int] = []
-    dropped_bins = 0
+    dropped: list[dict[str, Any]] = []
+    rebased = carried = 0
     committed_removed: set[str] = set()
     committed_added: list[dict] = []
-    if plan.layout in ("zorder", "hilbert"):
-        from ..zorder import execute_zorder
-
-        batches = [plan.bins]
-    else:
-        batches = _batches(plan.bins, batch_bytes)
-        max_bins = params.get("max_concurrent_bins")
-        tasks = ctx.tasks(f"OPTIMIZE {ctx.storage.root}", threads=int(max_bins) if max_bins else None)
-    done_bins = 0
-    for n, batch in enumerate(batches, 1):
-        label = f"batch {n}/{len(batches)}"
-        try:
-            if plan.layout == "even":
-                from ..even_split import execute_even
-
-                outputs = execute_even(tasks, spec, dataclasses.replace(plan, bins=batch), label)
-            elif plan.layout != "binpack":
-                try:
-                    outputs = execute_zorder(ctx.spark(), spec, plan)
-                except Exception as exc:
-                    raise_worker_error(exc)
-                    raise
-                if clustered:  # each bin became one new ZCube
-                    outputs = [tag_clustered_files(o, plan.zorder_columns) for o in outputs]
-            else:
-                outputs = _execute_bins(tasks, spec, batch, params.get("max_concurrent_bins"), label)
-        except BaseException:
-            _delete_run_outputs(spec, batch)
-            raise
-        version, dropped = _commit_batch(snapshot, plan, batch, outputs, parameters,
-                                         after_version=versions[-1] if versions else None)
-        dropped_bins += len(dropped)
-        kept = [i for i in range(len(batch)) if i not in set(dropped)]
-        if version is not None:
-            versions.append(version)
-            for i in kept:
-                totals["numRemovedFiles"] += len(batch[i].files)
-                totals["numRemovedBytes"] += batch[i].input_bytes
-                totals["numDeletionVectorsRemoved"] += batch[i].num_dvs
-                committed_removed.update(f["path"] for f in batch[i].files)
-                committed_added.extend(outputs[i])
-                for a in outputs[i]:
-                    totals["numAddedFiles"] += 1
-                    totals["numAddedBytes"] += a["size"]
-                    added_sizes.append(a["size"])
-        done_bins += len(batch)
-        log.info("OPTIMIZE %s: %s committed as version %s; %d/%d bins done", ctx.storage.root, label, version,
-                 done_bins, len(plan.bins))
+    for group, result in results:
+        if result.version is not None:
+            versions.append(result.version)
+        for i, reason in result.dropped.items():
+            b = plan.bins[group[i]]
+            dropped.append({"partition": partition_label(partition_key(b.partition_values)), "files": len(b.files),
+                            "bytes": b.input_bytes, "reason": reason})
+        rebased += len(result.rebased)
+        carried += result.carried
+        for i in result.committed:
+            for r in result.removed.get(i, []):
+                rm = r["remove"]
+                totals["numRemovedFiles"] += 1
+                totals["numRemovedBytes"] += rm["size"]
+                totals["numDeletionVectorsRemoved"] += 1 if rm.get("deletionVector") else 0
+                committed_removed.add(rm["path"])
+            for a in result.adds.get(i, []):
+                totals["numAddedFiles"] += 1
+                totals["numAddedBytes"] += a["size"]
+                added_sizes.append(a["size"])
+                committed_added.append(a)
+    out: dict[str, Any] = {}
     if clustered:
         after = [a for a in snapshot.add_actions() if a["path"] not in committed_removed] + committed_added
         out["clusteringQualityAfter"] = clustering_quality(after, plan.zorder_columns)
+    versions.sort()
     return {**out, **totals, **size_percentiles(added_sizes),
             "status": "committed" if versions else "skipped",
+            **({} if versions else {"reason": "every bin was dropped: concurrent commits removed or rewrote "
+                                              "its input files"}),
             "version_committed": versions[-1] if versions else None, "versions_committed": versions,
-            "numBatches": len(batches), "numBins": len(plan.bins), "numBinsDroppedByConflicts": dropped_bins,
+            "numBins": len(plan.bins), "numBinsDroppedByConflicts": len(dropped), "droppedBins": dropped,
+            "numBinsRebased": rebased, "numDeletionVectorsCarried": carried,
+            **({"leftOut": plan.left_out} if plan.left_out else {}),
             "totalConsideredFiles": plan.num_table_files,
             "totalFilesSkipped": plan.num_table_files - totals["numRemovedFiles"]}
 
@@ -445,7 +537,8 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
                                              "max_concurrent_bins", "batch_bytes", "dv_ratio", "compression",
                                              "full", "min_cube_size", "target_cube_size", "rewrite_type_widened",
                                              "target_files", "auto", "all_partitions", "min_num_files",
-                                             "max_deleted_rows_ratio",
+                                             "max_deleted_rows_ratio", "bins_per_commit", "min_file_age",
+                                             "skip_recent_partitions",
                                              "max_partitions", "lease_seconds", "dry_run")}
     return run_optimize(ctx, params)
 

@@ -63,6 +63,50 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "auto",
                         "default": "spark",
                     },
+                    "python_env": {
+                        "description": "How Spark's executors get the application's Python: auto (ship for "
+                                       "cluster masters, this worker's interpreter for local masters, nothing "
+                                       "when conf or executor_python names an interpreter), ship (the packed "
+                                       "environment goes with each submission: --archives ENV#environment), "
+                                       "worker (this worker's interpreter path) or off (the cluster's own).",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "off",
+                        "default": "auto",
+                    },
+                    "python_env_uri": {
+                        "description": "A prebuilt environment archive on storage the cluster reads (built with "
+                                       "python -m airflow_delta_maint.hooks.python_env build); shipped as it is "
+                                       "instead of the one built on the worker.",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "hdfs:///apps/delta-maint/delta-maint-python-3.11.tar.gz",
+                        "default": "",
+                    },
+                    "python_env_python_version": {
+                        "description": "The Python version of the cluster's machines, when it differs from the "
+                                       "worker's: the environment is then built from wheels for that version.",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "3.12",
+                        "default": "",
+                    },
+                    "python_env_platform": {
+                        "description": "Wheel platform tags of the cluster's machines (comma-separated), when they "
+                                       "differ from the worker's.",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "manylinux_2_28_aarch64",
+                        "default": "",
+                    },
+                    "executor_python": {
+                        "description": "The interpreter the executors run, installed on the cluster's machines "
+                                       "(an image or bootstrap script): nothing is shipped.",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "/opt/venv/bin/python",
+                        "default": "",
+                    },
                 },
             },
         },

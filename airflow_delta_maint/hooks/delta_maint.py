@@ -26,13 +26,17 @@ from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 
 import airflow_delta_maint
 from airflow_delta_maint.app.metrics import read_metrics, write_metrics
+from airflow_delta_maint.hooks import python_env
+from airflow_delta_maint.hooks.provider_config import get_option
 from airflow_delta_maint.hooks.storage_credentials import StorageCredentials
 
 PACKAGE_DIR = Path(airflow_delta_maint.__file__).resolve().parent
 APPLICATION = PACKAGE_DIR / "app" / "main.py"
 _EXCLUDED_DIRS = {"__pycache__", "tests", ".pytest_cache"}
 _EXCLUDED_SUFFIXES = (".pyc", ".pyo")
-_PYTHON_CONF_KEYS = ("spark.pyspark.python", "spark.pyspark.driver.python")
+#: the [delta_maint] options about the executors' Python (see python_env.plan_python)
+PYTHON_ENV_OPTIONS = ("python_env", "python_env_uri", "python_env_python_version", "python_env_platform",
+                      "executor_python")
 
 
 def default_cache_dir() -> Path:
@@ -145,8 +149,8 @@ class DeltaMaintHook(SparkSubmitHook):
     (``s3://bucket/delta-maint/metrics``, a shared mount, ...).
 
     :param conn_id: the :ref:`spark connection id <howto/connection:spark-submit>`.
-    :param conf: extra Spark configuration, passed as ``--conf`` (``spark.pyspark.python`` defaults
-        to this worker's interpreter when neither it nor ``PYSPARK_PYTHON`` is given).
+    :param conf: extra Spark configuration, passed as ``--conf`` (``spark.pyspark.python`` there, or
+        ``PYSPARK_PYTHON`` in ``env_vars``, names the executors' interpreter: nothing is shipped).
     :param spark_binary: the command to run (default ``spark-submit``; found on ``PATH``, next to
         this interpreter, or in ``$SPARK_HOME/bin``).
     :param metrics_uri: folder URI for the metrics file in cluster deploy mode.
@@ -165,6 +169,14 @@ class DeltaMaintHook(SparkSubmitHook):
         classes, dumped by the first run into ``cache_dir`` and mapped by the next ones. The JVM
         ignores an archive that does not match it. Off by default: tier-1 code runs slower in a
         long driver (in local mode the executors share that JVM).
+
+    :param python_env: how the executors get the application's Python (default
+        ``[delta_maint] python_env``, else ``auto``): ``ship`` sends the packed environment of
+        :mod:`~airflow_delta_maint.hooks.python_env` with the submission (``--archives
+        ENV#environment``, built once per dependency set into ``cache_dir``); ``worker`` runs this
+        worker's interpreter path; ``off`` ships nothing (``[delta_maint] executor_python`` or the
+        cluster's own configuration names the interpreter). ``auto``: ``off`` when conf or env_vars
+        name an interpreter, ``worker`` for local masters, ``ship`` for any other master.
 
     Any other keyword argument goes to :class:`SparkSubmitHook` as it is (``executor_memory="4g"``,
     ``driver_memory="2g"``, ``num_executors=4``, ``verbose=True``, ...). The operators collect
@@ -188,6 +200,7 @@ class DeltaMaintHook(SparkSubmitHook):
         cache_dir: str | os.PathLike | None = None,
         storage_credentials: StorageCredentials | None = None,
         fast_jvm_start: bool = False,
+        python_env: str | None = None,
         **spark_submit_kwargs: Any,
     ) -> None:
         self._check_connection(conn_id)
@@ -197,7 +210,7 @@ class DeltaMaintHook(SparkSubmitHook):
         self.metrics_uri = metrics_uri
         self.cache_dir = cache_dir
         super().__init__(
-            conf=self._default_conf(conf, self.user_env_vars),
+            conf=self._default_conf(conf),
             conn_id=conn_id,
             spark_binary=spark_binary,
             deploy_mode=deploy_mode,
@@ -217,6 +230,10 @@ class DeltaMaintHook(SparkSubmitHook):
                 "and executors their own credentials (IAM role, workload identity, Kubernetes secrets with "
                 "spark.kubernetes.driver.secretKeyRef.*) and drop storage_conn_id"
             )
+        self._python_plan = self._plan_python(python_env)
+        for key, value in self._python_plan.conf.items():
+            self._conf[key] = value
+        self._extra_archives = self._archives
         if self._is_yarn or self._is_kubernetes:
             self._add_driver_env_conf()
         self._cds_dump: tuple[Path, Path] | None = None
@@ -236,12 +253,24 @@ class DeltaMaintHook(SparkSubmitHook):
             ) from None
 
     @staticmethod
-    def _default_conf(conf: Mapping[str, Any] | None, env_vars: Mapping[str, str]) -> dict[str, Any]:
+    def _default_conf(conf: Mapping[str, Any] | None) -> dict[str, Any]:
         merged = dict(conf or {})
-        if not any(k in merged for k in _PYTHON_CONF_KEYS) and "PYSPARK_PYTHON" not in env_vars:
-            merged["spark.pyspark.python"] = sys.executable
         merged.setdefault("spark.ui.showConsoleProgress", "false")
         return merged
+
+    def _plan_python(self, mode: str | None) -> python_env.PythonPlan:
+        """How the executors get the application's Python (:func:`python_env.plan_python`)."""
+        try:
+            return python_env.plan_python(
+                mode, local_master=self.is_local_master, cluster_mode=self.is_cluster_mode, conf=self._conf,
+                env_vars=self.user_env_vars, settings={k: get_option(k) for k in PYTHON_ENV_OPTIONS})
+        except python_env.PythonEnvError as exc:
+            raise AirflowException(str(exc)) from None
+
+    @property
+    def python_plan(self) -> python_env.PythonPlan:
+        """What this hook does about the executors' Python."""
+        return self._python_plan
 
     def _add_driver_env_conf(self) -> None:
         template = "spark.yarn.appMasterEnv.{}" if self._is_yarn else "spark.kubernetes.driverEnv.{}"
@@ -375,6 +404,12 @@ class DeltaMaintHook(SparkSubmitHook):
         :param storage_options: object-store options for the table.
         """
         self._py_files = ",".join(filter(None, [build_package_zip(self.cache_dir), self._extra_py_files]))
+        try:
+            shipped = self._python_plan.spark_archive(self.cache_dir if self.cache_dir is not None
+                                                      else default_cache_dir(), self.log.info)
+        except python_env.PythonEnvError as exc:
+            raise AirflowException(str(exc)) from None
+        self._archives = ",".join(filter(None, [shipped, self._extra_archives]))
         if self.fast_jvm_start and not self.is_cluster_mode:
             self._add_fast_start_options()
         self._application_args = self.application_args(job, table_uri, job_args, metrics_out, storage_options)

@@ -106,6 +106,7 @@ def test_optimize_on_a_standalone_cluster(standalone_master, monkeypatch, tmp_pa
                           conf={"spark.executor.memory": "1g"})
     metrics = op.execute(context={})
     assert op._hook.master == standalone_master
+    assert op._hook.python_plan.mode == "ship"  # a cluster master gets the application's Python with the submission
     assert metrics["status"] == "committed" and metrics["version_committed"] == 5
     assert metrics["numRemovedFiles"] == 10 and metrics["numAddedFiles"] == 2
     ids = []

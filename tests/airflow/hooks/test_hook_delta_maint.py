@@ -50,7 +50,7 @@ def test_standalone_master_command(monkeypatch, tmp_path):
     _conn(monkeypatch, "spark_cluster", host="spark://10.1.2.3", port=7077,
           extra={"deploy-mode": "client"})
     hook = DeltaMaintHook(conn_id="spark_cluster", cache_dir=tmp_path, conf={"spark.executor.memory": "2g"},
-                          executor_cores=2)
+                          executor_cores=2, python_env="off")  # shipping the Python: tests/airflow/hooks/test_python_env.py
     cmd = hook.build_command("vacuum", "s3://b/t", ["--retention-hours", "24"], "/tmp/m.json")
     assert _value(cmd, "--master") == "spark://10.1.2.3:7077"
     assert _value(cmd, "--deploy-mode") == "client"
@@ -120,7 +120,7 @@ def test_cluster_mode_needs_metrics_uri(monkeypatch, tmp_path):
     with pytest.raises(AirflowException, match="metrics_uri"):
         hook.new_metrics_location("optimize")
     hook = DeltaMaintHook(conn_id="spark_yarn", cache_dir=tmp_path, metrics_uri="s3://bucket/metrics/",
-                          env_vars={"TZ": "UTC"})
+                          env_vars={"TZ": "UTC"}, python_env="off")
     uri = hook.new_metrics_location("optimize")
     assert uri.startswith("s3://bucket/metrics/delta-maint-optimize-") and uri.endswith(".json")
     cmd = hook.build_command("optimize", "s3://b/t", [], uri)

@@ -12,7 +12,8 @@ rebasing again, a bounded number of times.
 
 Whatever the failure, files written for bins that are not committed (outputs and the deletion
 vectors written for them) are deleted before the error goes on, unless the commit may have
-landed. :data:`BEFORE_COMMIT` is a seam for tests: callables run before every commit attempt.
+landed. :data:`BEFORE_COMMIT` and :data:`AFTER_REWRITE` are seams for tests: callables run before
+every commit attempt and after each unit of bins is rewritten.
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ class CommitAttempt:
 
 #: called before every commit attempt (a test's writer commits here, between our rewrite and commit)
 BEFORE_COMMIT: list[Callable[[CommitAttempt], None]] = []
+#: called with the bins of each unit as soon as it is rewritten, before the run decides to commit it
+AFTER_REWRITE: list[Callable[[list[Bin]], None]] = []
 
 
 @dataclass

@@ -26,7 +26,7 @@ from airflow_delta_maint.delta.snapshot import Snapshot
 from airflow_delta_maint.delta.storage import Storage
 
 from ..context import JobContext
-from ..optimize_commit import BinCommitter, GroupResult, delete_outputs, remove_action
+from ..optimize_commit import AFTER_REWRITE, BinCommitter, GroupResult, delete_outputs, remove_action
 from ..optimize_rebase import BinOutputs
 from ..rewrite import RewriteSpec, delete_run_outputs, output_dir, rewrite_bin
 from ..tasks import Tasks, raise_worker_error
@@ -365,6 +365,7 @@ def _execute_plan(ctx: JobContext, params: dict[str, Any], snapshot: Snapshot, p
     committed_keys: set[str] = set()
     held: list[tuple[list[int], list[BinOutputs]]] = []
     done = [0]
+    busy = [False]
 
     def flush() -> None:
         if not held:
@@ -382,11 +383,15 @@ def _execute_plan(ctx: JobContext, params: dict[str, Any], snapshot: Snapshot, p
 
     def rewritten(n: int, outputs: list[BinOutputs]) -> None:
         done[0] += 1
+        for hook in list(AFTER_REWRITE):
+            hook([plan.bins[i] for i in units[n]])
         held.append((units[n], outputs))
         held_bytes = sum(plan.bins[i].input_bytes for g, _ in held for i in g)
-        # held units go in one commit, early when someone else committed meanwhile (a busy table:
-        # the sooner a bin lands, the fewer writer commits it must be rebased over)
-        if eager or held_bytes >= batch_bytes or committer.log_moved():
+        # held units go in one commit; once someone else has committed during this run (a busy
+        # table: the sooner a bin lands, the fewer writer commits it is rebased over), each unit
+        # goes in as soon as it is rewritten
+        busy[0] = busy[0] or committer.log_moved()
+        if eager or busy[0] or held_bytes >= batch_bytes:
             flush()
 
     try:

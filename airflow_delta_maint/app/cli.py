@@ -8,11 +8,13 @@ import json
 import logging
 import os
 import sys
+import traceback
 from typing import Any, Sequence
 
 from airflow_delta_maint.delta.errors import DeltaError
 
 from .context import JobContext
+from .environment_errors import ERROR_TYPE, describe
 from .execution import needs_spark
 from .fleet_cli import FLEET, add_fleet_parser, run_fleet_command
 from .jobs import JOB_MODULES
@@ -91,8 +93,13 @@ def execute_job(job: str, module: Any, args: argparse.Namespace, ctx: JobContext
         log.debug("%s failed: %s", job, exc)  # reported once, by the caller
         code = 2
     except Exception as exc:  # unexpected: still report it, then fail loudly
-        metrics.update(status="failed", error=f"{type(exc).__name__}: {exc}", error_type=type(exc).__name__)
-        log.exception("%s failed", job)
+        problem = environment_problem(exc)
+        if problem:  # one line that says what to configure; the whole trace goes to the log
+            metrics.update(status="failed", error=problem, error_type=ERROR_TYPE)
+            log.exception("%s failed: %s", job, problem)
+        else:
+            metrics.update(status="failed", error=f"{type(exc).__name__}: {exc}", error_type=type(exc).__name__)
+            log.exception("%s failed", job)
         code = 1
     if metrics.get("version_read") is None:
         metrics["version_read"] = ctx.version_read
@@ -102,6 +109,13 @@ def execute_job(job: str, module: Any, args: argparse.Namespace, ctx: JobContext
         metrics["history"] = record_run(args.history_uri, metrics,
                                         spark_app_id=spark.sparkContext.applicationId if spark is not None else None)
     return code, metrics
+
+
+def environment_problem(exc: BaseException) -> str | None:
+    """One line when ``exc`` failed for a reason of the environment (see :mod:`.environment_errors`)."""
+    pyspark = sys.modules.get("pyspark")
+    text = "".join(traceback.format_exception(exc))
+    return describe(text, getattr(pyspark, "__version__", None))
 
 
 def _format_human(metrics: dict[str, Any]) -> str:

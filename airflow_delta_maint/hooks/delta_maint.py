@@ -25,6 +25,7 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 
 import airflow_delta_maint
+from airflow_delta_maint.app.environment_errors import describe as describe_environment
 from airflow_delta_maint.app.metrics import read_metrics, write_metrics
 from airflow_delta_maint.hooks import python_env
 from airflow_delta_maint.hooks.provider_config import get_option
@@ -475,6 +476,7 @@ class DeltaMaintHook(SparkSubmitHook):
                 metrics = self._try_read_metrics(metrics_out, options)
                 if metrics and metrics.get("status") == "failed" and metrics.get("error"):
                     raise AirflowException(f"delta-maint {job} failed: {metrics['error']}") from exc
+                self._raise_environment_problem(f"delta-maint {job}", exc)
                 raise
             metrics = self._try_read_metrics(metrics_out, options)
             if metrics is None:
@@ -520,6 +522,8 @@ class DeltaMaintHook(SparkSubmitHook):
                 error = exc
             results = self._try_read_metrics(metrics_out, options)
             if results is None or not isinstance(results.get("tables"), list):
+                if error is not None:
+                    self._raise_environment_problem("delta-maint fleet", error)
                 raise AirflowException(f"delta-maint fleet: the application wrote no results to {metrics_out}"
                                        f"{self._submit_log_tail}") from error
             return results
@@ -530,6 +534,13 @@ class DeltaMaintHook(SparkSubmitHook):
                 for path in (metrics_out, spec_uri):
                     with contextlib.suppress(OSError):
                         os.unlink(path)
+
+    def _raise_environment_problem(self, what: str, cause: BaseException) -> None:
+        """When spark-submit failed before the driver wrote metrics for a reason of the environment
+        (the driver's Python, a missing module, Java), raise one line that says so; the output is in the log."""
+        problem = describe_environment("\n".join(getattr(self, "_last_submit_log_lines", ())))
+        if problem:
+            raise AirflowException(f"{what} failed: {problem}") from cause
 
     def _process_spark_submit_log(self, itr: Iterator[Any]) -> None:
         super()._process_spark_submit_log(self._watch_tree(itr))

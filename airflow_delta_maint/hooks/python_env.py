@@ -161,7 +161,7 @@ def runtime_packages(target: EnvTarget | None = None,
 
 def cache_key(packages: dict[str, str], target: EnvTarget) -> str:
     text = json.dumps({"format": FORMAT, "python": target.python, "platform": target.platform_label,
-                       "packages": packages}, sort_keys=True)
+                       "packages": packages, "launcher": launcher(target.python)}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -265,9 +265,9 @@ for py in "${{DELTA_MAINT_BASE_PYTHON:-}}" python{python} python3 python; do
     fi
 done
 host=$(uname -n 2>/dev/null) || host="this machine"
-echo "delta-maint environment error: no Python {python} on $host (tried \\$DELTA_MAINT_BASE_PYTHON,\
- python{python}, python3, python on PATH=$PATH): install Python {python} there, or build the environment\
- for the cluster's Python version ([delta_maint] python_env_python_version)" >&2
+echo "delta-maint environment error: no Python {python} on $host (neither \\$DELTA_MAINT_BASE_PYTHON nor\
+ python{python}, python3 or python on PATH): install Python {python} there, or build the environment for the\
+ cluster's Python version ([delta_maint] python_env_python_version)" >&2
 exit 127
 """
 

@@ -3,6 +3,7 @@
 #   make demo   - a demo table of 200 small files, maintained end to end by the example DAG
 #   make test   - the test suite
 #   make test-delta-spark - delta-spark (jars from Maven Central, cached in .cache/) judges the tables our jobs touch
+#   make test-cluster - a Spark cluster sharing nothing with the Airflow side (network and mount namespaces; root)
 #   make bench  - the benchmarks; their output goes to benchmarks/out/
 PYTHON ?= python3
 VENV   ?= .venv
@@ -11,7 +12,7 @@ STAMP  := $(VENV)/.installed
 # the Azure Storage emulator the object-store tests start (npm package, installed beside the virtualenv)
 AZURITE := $(VENV)/azurite/node_modules/.bin/azurite-blob
 
-.PHONY: demo test test-delta-spark lint test-airflow-min bench check-java chromium clean
+.PHONY: demo test test-delta-spark test-cluster lint test-airflow-min bench check-java chromium clean
 
 # --compile-bytecode: every Python process (Airflow, spark-submit's driver, Spark's Python workers)
 # then loads bytecode instead of compiling its imports again, as after a pip install
@@ -62,6 +63,11 @@ test: $(STAMP) $(AZURITE) check-java chromium
 # must run without (our engine needs none). Ivy resolves the jars into .cache/delta-spark on the first run.
 test-delta-spark: $(STAMP) check-java
 	$(PY) -m pytest -q tests/delta_spark $(PYTEST_ARGS)
+
+# a pytest process of its own: a standalone master and two workers, each worker in its own network and mount
+# namespace with a bare system Python (pyspark only), run the example DAG on a moto S3 server (needs root)
+test-cluster: $(STAMP) check-java
+	$(PY) -m pytest -q tests/airflow/cluster $(PYTEST_ARGS)
 
 bench: $(STAMP) check-java
 	$(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(PY) --constraint constraints.txt -e '.[test,bench]'

@@ -83,10 +83,11 @@ def spark():
 
 
 def pytest_ignore_collect(collection_path, config):
-    """tests/delta_spark runs only when named (``make test-delta-spark``): its SparkSession has Delta jars."""
-    judge = REPO / "tests" / "delta_spark"
-    if collection_path == judge or judge in collection_path.parents:
-        named = [Path(a.split("::")[0]).resolve() for a in config.args]
-        if not any(p == judge or judge in p.parents for p in named):
-            return True
+    """tests/delta_spark runs only when named (``make test-delta-spark``): its SparkSession has Delta jars.
+    tests/airflow/cluster too (``make test-cluster``): it starts a namespaced cluster, as root."""
+    for folder in (REPO / "tests" / "delta_spark", REPO / "tests" / "airflow" / "cluster"):
+        if collection_path == folder or folder in collection_path.parents:
+            named = [Path(a.split("::")[0]).resolve() for a in config.args]
+            if not any(p == folder or folder in p.parents for p in named):
+                return True
     return None

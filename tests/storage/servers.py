@@ -27,13 +27,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 60) -> None:
+def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 60, host: str = "127.0.0.1") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"server exited with {proc.returncode} before listening on {port}")
         with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
+            if s.connect_ex((host, port)) == 0:
                 return
         time.sleep(0.1)
     raise RuntimeError(f"server did not listen on {port} within {timeout}s")
@@ -45,10 +45,11 @@ class Server:
     port: int
     proc: subprocess.Popen
     env: dict[str, str] = field(default_factory=dict)  # the environment that points a shell at it
+    host: str = "127.0.0.1"
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -61,12 +62,12 @@ class Server:
 
 
 def _start(name: str, argv: list[str], port: int, env: dict[str, str] | None = None, cwd: str | None = None,
-           log: Path | None = None) -> subprocess.Popen:
+           log: Path | None = None, host: str = "127.0.0.1") -> subprocess.Popen:
     out = open(log, "wb") if log else subprocess.DEVNULL
     proc = subprocess.Popen(argv, env={**os.environ, **(env or {})}, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
                             start_new_session=True)
     try:
-        wait_for_port(port, proc)
+        wait_for_port(port, proc, host=host)
     except Exception:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -74,13 +75,13 @@ def _start(name: str, argv: list[str], port: int, env: dict[str, str] | None = N
     return proc
 
 
-def start_moto(workdir: Path, auth_actions: int | None = None) -> Server:
-    """A moto S3 server. With ``auth_actions``, requests after the first N need valid IAM credentials."""
+def start_moto(workdir: Path, auth_actions: int | None = None, host: str = "127.0.0.1") -> Server:
+    """A moto S3 server on ``host``. With ``auth_actions``, requests after the first N need valid IAM credentials."""
     port = free_port()
     env = {"INITIAL_NO_AUTH_ACTION_COUNT": str(auth_actions)} if auth_actions is not None else {}
-    proc = _start("moto", [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], port, env,
-                  log=workdir / f"moto-{port}.log")
-    server = Server("moto", port, proc)
+    proc = _start("moto", [sys.executable, "-m", "moto.server", "-H", host, "-p", str(port)], port, env,
+                  log=workdir / f"moto-{port}.log", host=host)
+    server = Server("moto", port, proc, host=host)
     server.env = {"AWS_ENDPOINT_URL": server.endpoint, "AWS_ALLOW_HTTP": "true", "AWS_REGION": "us-east-1",
                   "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
     return server

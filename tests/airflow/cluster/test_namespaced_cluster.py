@@ -1,0 +1,299 @@
+"""The provider on a Spark cluster that shares nothing with the Airflow side (``make test-cluster``).
+
+A standalone master and two workers (``namespaced.py``): each worker in a network namespace of its own
+and a mount namespace in which the Airflow virtualenv, the checkout and their interpreter do not exist,
+with a bare system Python that has pyspark only. Tables live on a moto S3 server with IAM checks on the
+bridge's address. The application's Python reaches the executors as the packed environment the hook
+ships (``--archives ...#environment``); the storage credentials reach them inside the tasks, never in
+the Spark configuration. Client deploy mode: a standalone master runs no Python driver in cluster mode.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import boto3
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from delta_maint_testing import REPO, dags_test, task_results
+from deltalake import DeltaTable, write_deltalake
+
+from airflow_delta_maint.delta.storage import Storage
+from airflow_delta_maint.operators.maintenance import OptimizeOperator, VacuumOperator
+from tests.airflow.cluster.namespaced import NamespacedCluster, start_cluster
+from tests.storage.servers import start_moto
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    started = time.monotonic()
+    c = start_cluster(tmp_path_factory.mktemp("cluster"))
+    print(f"namespaced cluster {c.url} up in {time.monotonic() - started:.1f} s")
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture(scope="module")
+def s3(cluster, tmp_path_factory):
+    """moto with IAM checks on the bridge's address: bucket ``lake`` and a user who may use it.
+    Yields (server, key id, secret); requests without that user's keys are refused."""
+    server = start_moto(tmp_path_factory.mktemp("moto"), auth_actions=4, host=cluster.host)
+    try:
+        kw = dict(endpoint_url=server.endpoint, region_name="us-east-1", aws_access_key_id="setup",
+                  aws_secret_access_key="setup")
+        boto3.client("s3", **kw).create_bucket(Bucket="lake")
+        iam = boto3.client("iam", **kw)
+        iam.create_user(UserName="maint")
+        key = iam.create_access_key(UserName="maint")["AccessKey"]
+        iam.put_user_policy(UserName="maint", PolicyName="lake", PolicyDocument=json.dumps({
+            "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Resource": "*", "Action": [
+                "s3:GetObject", "s3:ListBucket", "s3:PutObject", "s3:DeleteObject"]}]}))
+        yield server, key["AccessKeyId"], key["SecretAccessKey"]
+    finally:
+        server.stop()
+
+
+def s3_options(server, key_id: str, secret: str) -> dict[str, str]:
+    return {"AWS_ENDPOINT_URL": server.endpoint, "AWS_ALLOW_HTTP": "true", "AWS_REGION": "us-east-1",
+            "AWS_ACCESS_KEY_ID": key_id, "AWS_SECRET_ACCESS_KEY": secret}
+
+
+def s3_connection(server, key_id: str, secret: str) -> str:
+    return json.dumps({"conn_type": "aws", "login": key_id, "password": secret,
+                       "extra": {"region_name": "us-east-1", "endpoint_url": server.endpoint}})
+
+
+def spark_connection(cluster: NamespacedCluster) -> str:
+    return json.dumps({"conn_type": "spark", "host": f"spark://{cluster.host}", "port": cluster.port})
+
+
+def write_table(uri: str, options: dict[str, str], commits: int, rows: int = 20, seed: int = 0) -> None:
+    """``commits`` appends of ``rows`` rows in 2 partitions (one file per partition each), written by delta-rs."""
+    rng = np.random.default_rng(seed)
+    for i in range(commits):
+        ids = np.arange(i * rows, (i + 1) * rows, dtype=np.int64)
+        write_deltalake(uri, pa.table({"id": ids, "part": pa.array([f"p{j % 2}" for j in range(rows)]),
+                                       "value": rng.random(rows)}),
+                        mode="append", partition_by=["part"], storage_options=options)
+
+
+def table_rows(uri: str, options: dict[str, str]) -> pa.Table:
+    """The table's rows at its latest version (delta-rs' file list, files read with pyarrow), sorted by id."""
+    storage = Storage(uri, options)
+    parts = []
+    for file_uri in DeltaTable(uri, storage_options=options).file_uris():
+        key = storage.key_for_path(file_uri)
+        parts.append(pq.read_table(pa.BufferReader(storage.read(key)), columns=["id", "value"]))
+    return pa.concat_tables(parts).sort_by("id")
+
+
+def data_keys(uri: str, options: dict[str, str]) -> set[str]:
+    """Every data file under the table (keys relative to its root)."""
+    storage = Storage(uri, options)
+    return {f.key for f in storage.list_from("") if f.key.endswith(".parquet") and not f.key.startswith("_")}
+
+
+def referenced(uri: str, options: dict[str, str]) -> set[str]:
+    storage = Storage(uri, options)
+    return {storage.key_for_path(u) for u in DeltaTable(uri, storage_options=options).file_uris()}
+
+
+def log_keys(uri: str, options: dict[str, str]) -> list[str]:
+    return sorted(f.key for f in Storage(uri, options).list_from("_delta_log/"))
+
+
+def cluster_env(cluster: NamespacedCluster, **extra: str) -> dict[str, str]:
+    """What the Airflow side needs for this cluster: the spark connection, and the driver's address on the bridge."""
+    return {"AIRFLOW_CONN_SPARK_DEFAULT": spark_connection(cluster), "SPARK_LOCAL_IP": cluster.host, **extra}
+
+
+# -- nothing shared ---------------------------------------------------------------------------------
+def test_the_cluster_shares_nothing_with_the_airflow_side(cluster):
+    """Each worker sees neither the checkout, nor this virtualenv, nor its interpreter, nor this test's
+    files; its Python has pyspark and nothing the application needs; its network is its own."""
+    ours = os.readlink("/proc/self/ns/net")
+    seen_net = set()
+    for worker in cluster.workers:
+        pid = worker.proc.pid  # the worker JVM (ip netns exec, unshare, sh and env each exec the next)
+        assert "org.apache.spark.deploy.worker.Worker" in " ".join(worker.tree()[0].cmdline())
+        root = f"/proc/{pid}/root"
+        for hidden in (sys.executable, os.path.realpath(sys.executable), str(REPO), str(worker.folder)):
+            assert not os.path.exists(root + hidden), hidden
+        assert os.path.exists(f"{root}/srv/python/bin/python3")
+        site = Path(f"{root}/srv/python/lib/python{sys.version_info[0]}.{sys.version_info[1]}/site-packages")
+        packages = {p.name for p in site.iterdir() if not p.name.endswith(".dist-info") and p.name != "__pycache__"}
+        assert packages == {"pyspark", "py4j"}, packages
+        net = os.readlink(f"/proc/{pid}/ns/net")
+        assert net != ours and net not in seen_net
+        seen_net.add(net)
+        # the worker's Python itself: pyspark imports, the application's packages do not
+        probe = cluster.run_like(worker, ["python3", "-c", "import sys, pyspark; print(sys.executable, "
+                                          "pyspark.__version__); import pyarrow"])
+        assert probe.stdout.split() == ["/srv/python/bin/python3", "4.2.0"], probe
+        assert "No module named 'pyarrow'" in probe.stderr and probe.returncode != 0
+        # and it reaches the master through the bridge, not this machine's loopback
+        reach = cluster.run_like(worker, ["python3", "-c", "import socket; socket.create_connection("
+                                          f"({cluster.host!r}, {cluster.port}), 5); print('ok')"])
+        assert reach.stdout.strip() == "ok", reach
+    assert cluster.state()["aliveworkers"] == 2
+
+
+# -- the example nightly DAG -------------------------------------------------------------------------
+def _delta_spark_rows(local_copy: Path) -> list[tuple[int, float]]:
+    """delta-spark (the judge, local mode) reads a copy of the table: (id, value) sorted."""
+    script = textwrap.dedent(f"""
+        import json, sys
+        sys.path.insert(0, {str(REPO)!r})
+        from tests.delta_spark_session import start_delta_spark
+        spark = start_delta_spark(app_name="judge")
+        rows = spark.read.format("delta").load({str(local_copy)!r}).select("id", "value").orderBy("id").collect()
+        ops = [r.operation for r in spark.sql("DESCRIBE HISTORY delta.`{local_copy}`").collect()]
+        print(json.dumps({{"rows": [[r.id, r.value] for r in rows], "operations": ops}}))
+        spark.stop()
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    return out
+
+
+def _download(uri: str, options: dict[str, str], dest: Path) -> Path:
+    storage = Storage(uri, options)
+    for f in storage.list_from(""):
+        target = dest / f.key
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(storage.read(f.key))
+    return dest
+
+
+def test_nightly_dag_on_the_namespaced_cluster(cluster, s3, airflow_home, tmp_path):
+    server, key_id, secret = s3
+    options = s3_options(server, key_id, secret)
+    uri = "s3://lake/nightly"
+    write_table(uri, options, commits=10)  # versions 0..9, 20 small files in 2 partitions
+    before = table_rows(uri, options)
+    started = time.monotonic()
+    result = dags_test(airflow_home, "delta_maintenance_nightly",
+                       {"vacuum_retention_hours": 0, "vacuum_ignore_retention_check": True}, timeout=1200,
+                       AIRFLOW_VAR_DELTA_MAINT_TABLES=json.dumps([uri]), AIRFLOW_VAR_DELTA_MAINT_SMALL_TABLES="[]",
+                       **cluster_env(cluster, **options))
+    elapsed = time.monotonic() - started
+    state, tasks = task_results(airflow_home, "delta_maintenance_nightly")
+    out = result.stdout + result.stderr
+    assert state == "success", out[-8000:]
+
+    optimize = tasks[("maintain.optimize", 0)]["value"]
+    assert optimize["status"] == "committed" and optimize["version_read"] == 9 and optimize["version_committed"] == 10
+    assert optimize["numRemovedFiles"] == 20 and optimize["numAddedFiles"] == 2
+    compact = tasks[("maintain.compact_log", 0)]["value"]
+    assert compact["status"] in ("committed", "skipped") and compact["version_read"] == 10
+    vacuum = tasks[("maintain.vacuum", 0)]["value"]
+    assert vacuum["status"] == "committed" and vacuum["numFilesDeleted"] == 20
+
+    # the rows, read by delta-rs, and by delta-spark from a copy of the table
+    after = table_rows(uri, options)
+    assert after.equals(before)
+    assert data_keys(uri, options) == referenced(uri, options) and len(referenced(uri, options)) == 2
+    judged = _delta_spark_rows(_download(uri, options, tmp_path / "copy"))
+    assert judged["rows"] == [[i, v] for i, v in zip(before.column("id").to_pylist(),
+                                                     before.column("value").to_pylist())]
+    assert "OPTIMIZE" in judged["operations"]
+
+    # the work ran on both workers' executors, each with the shipped environment unpacked in its folder
+    assert "Shipping the application's Python environment" in out or "Built the application's Python" in out
+    for worker in cluster.workers:
+        runs = [d for d in (worker.folder / "work").glob("app-*/*") if (d / "stderr").exists()]
+        assert runs, f"{worker.name} ran no executor"
+        assert any((d / "environment" / "bin" / "python").exists() for d in runs)
+        assert any("Running task" in (d / "stderr").read_text() for d in runs)
+    print(f"nightly DAG on the namespaced cluster: {elapsed:.1f} s; optimize {optimize['duration_s']} s, "
+          f"vacuum {vacuum['duration_s']} s")
+
+
+# -- an executor killed mid-job -----------------------------------------------------------------------
+def _python_worker_running(executor) -> bool:
+    try:
+        return any("pyspark.daemon" in " ".join(c.cmdline()) or "pyspark.worker" in " ".join(c.cmdline())
+                   for c in executor.children(recursive=True))
+    except Exception:  # noqa: BLE001 - the process may be gone
+        return False
+
+
+def test_executor_killed_mid_job(cluster, s3, monkeypatch, tmp_path, capfd):
+    """SIGKILL of a worker's executor while its task runs: Spark retries the task, the run commits once
+    (or fails leaving no referenced new file), and a rerun converges."""
+    server, key_id, secret = s3
+    options = s3_options(server, key_id, secret)
+    uri = "s3://lake/killed"
+    write_table(uri, options, commits=6, rows=200_000, seed=1)  # 12 files of ~2.5 MB in 2 partitions
+    before_rows = table_rows(uri, options)
+    before_log, before_files = log_keys(uri, options), referenced(uri, options)
+    for key, value in cluster_env(cluster, AIRFLOW_CONN_LAKE_S3=s3_connection(server, key_id, secret)).items():
+        monkeypatch.setenv(key, value)
+    op = OptimizeOperator(task_id="optimize", table_uri=uri, storage_conn_id="lake_s3",
+                          conf={"spark.task.maxFailures": "4"})
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["metrics"] = op.execute(context={})
+        except BaseException as exc:  # noqa: BLE001 - the test inspects it
+            outcome["error"] = exc
+
+    runner = threading.Thread(target=run, daemon=True)
+    runner.start()
+    killed = None
+    deadline = time.monotonic() + 600
+    while killed is None and runner.is_alive() and time.monotonic() < deadline:
+        for worker in cluster.workers:
+            for executor in worker.executors():
+                if _python_worker_running(executor):
+                    killed = (worker.name, executor.pid, executor.cmdline())
+                    executor.kill()
+                    break
+            if killed:
+                break
+        time.sleep(0.02)
+    runner.join(timeout=900)
+    assert killed is not None, "no executor ran a Python task while the job ran"
+    assert not runner.is_alive()
+    out = capfd.readouterr()
+    executor_id = killed[2][killed[2].index("--executor-id") + 1]
+    log = out.out + out.err
+    assert f"executor {executor_id}" in log and ("ExecutorLostFailure" in log or "Lost executor" in log), log[-5000:]
+
+    after_log = log_keys(uri, options)
+    if "metrics" in outcome:  # the retried task finished the job: one commit
+        metrics = outcome["metrics"]
+        assert metrics["status"] == "committed" and metrics["version_committed"] == 6
+        assert metrics["numRemovedFiles"] == 12 and metrics["numAddedFiles"] == 2
+        assert [k for k in after_log if k not in before_log] == ["_delta_log/00000000000000000006.json"]
+    else:  # the run failed: nothing new is referenced
+        assert after_log == before_log and referenced(uri, options) == before_files, outcome["error"]
+    assert table_rows(uri, options).equals(before_rows)
+
+    # a rerun converges: OPTIMIZE has nothing left to do (or does it now), VACUUM removes what the killed
+    # task may have left, and every data file is referenced
+    again = OptimizeOperator(task_id="optimize_again", table_uri=uri, storage_conn_id="lake_s3").execute({})
+    assert again["status"] == ("skipped" if "metrics" in outcome else "committed")
+    vacuum = VacuumOperator(task_id="vacuum", table_uri=uri, storage_conn_id="lake_s3", retention_hours=0,
+                            ignore_retention_check=True, execution="local").execute({})
+    assert vacuum["status"] == "committed"
+    assert data_keys(uri, options) == referenced(uri, options) and len(referenced(uri, options)) == 2
+    assert table_rows(uri, options).equals(before_rows)
+    print(f"killed {killed[0]}'s executor {executor_id} (pid {killed[1]}) mid-job: "
+          f"{'committed once' if 'metrics' in outcome else 'failed cleanly'}")

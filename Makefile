@@ -5,6 +5,7 @@
 #   make test-delta-spark - delta-spark (jars from Maven Central, cached in .cache/) judges the tables our jobs touch
 #   make test-cluster - a Spark cluster sharing nothing with the Airflow side (network and mount namespaces; root)
 #   make bench  - the benchmarks; their output goes to benchmarks/out/
+#   make bench-busy-table - OPTIMIZE racing a delta-spark writer, ours against delta-spark's own (about 30 min)
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -12,7 +13,7 @@ STAMP  := $(VENV)/.installed
 # the Azure Storage emulator the object-store tests start (npm package, installed beside the virtualenv)
 AZURITE := $(VENV)/azurite/node_modules/.bin/azurite-blob
 
-.PHONY: demo test test-delta-spark test-cluster lint test-airflow-min bench check-java chromium clean
+.PHONY: demo test test-delta-spark test-cluster lint test-airflow-min bench bench-busy-table check-java chromium clean
 
 # --compile-bytecode: every Python process (Airflow, spark-submit's driver, Spark's Python workers)
 # then loads bytecode instead of compiling its imports again, as after a pip install
@@ -72,6 +73,11 @@ test-cluster: $(STAMP) check-java
 bench: $(STAMP) check-java
 	$(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(PY) --constraint constraints.txt -e '.[test,bench]'
 	$(PY) -m benchmarks.run $(BENCH_ARGS)
+
+# a delta-spark writer (one statement every 7 s) against our OPTIMIZE and delta-spark's own, run over and
+# over; BENCH_ARGS e.g. "--duration 120 --scenarios ours,delta-spark". Figures in docs/benchmarks.md.
+bench-busy-table: $(STAMP) check-java
+	$(PY) -m benchmarks.bench_busy_table $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) $(VENV_MIN) build dist .pytest_cache

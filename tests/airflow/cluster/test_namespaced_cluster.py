@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -22,9 +23,11 @@ from pathlib import Path
 import boto3
 import numpy as np
 import pyarrow as pa
+import psutil
 import pyarrow.parquet as pq
 import pytest
-from delta_maint_testing import REPO, dags_test, task_results
+from airflow.sdk.exceptions import AirflowException
+from delta_maint_testing import BIN, REPO, airflow_env, dags_test, task_results
 from deltalake import DeltaTable, write_deltalake
 
 from airflow_delta_maint.delta.storage import Storage
@@ -297,3 +300,130 @@ def test_executor_killed_mid_job(cluster, s3, monkeypatch, tmp_path, capfd):
     assert table_rows(uri, options).equals(before_rows)
     print(f"killed {killed[0]}'s executor {executor_id} (pid {killed[1]}) mid-job: "
           f"{'committed once' if 'metrics' in outcome else 'failed cleanly'}")
+
+
+# -- storage credentials on the executors ---------------------------------------------------------------
+def _sample(roots: list[int], seen: dict[int, tuple[list[str], dict[str, str]]], stop: threading.Event) -> None:
+    """Note the arguments and environment of every descendant of ``roots`` until ``stop``."""
+    while not stop.is_set():
+        for root in roots:
+            try:
+                children = psutil.Process(root).children(recursive=True)
+            except psutil.NoSuchProcess:
+                continue
+            for p in children:
+                if p.pid in seen:
+                    continue
+                try:
+                    seen[p.pid] = (p.cmdline(), p.environ())
+                except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                    pass
+        time.sleep(0.05)
+
+
+def test_credentials_reach_the_executors_unseen(cluster, s3, airflow_home, tmp_path):
+    """The connection's secret lets the executors (whose environment holds no credential, on a store that
+    checks every request) read and write the table, and appears nowhere: no process's arguments or
+    environment on the cluster, no Spark configuration (the Spark UI's environment page, from the event
+    log), no log of the driver, the executors, the workers or the master, no task log, XCom or field."""
+    server, key_id, secret = s3
+    options = s3_options(server, key_id, secret)
+    uri = "s3://lake/unseen"
+    write_table(uri, options, commits=6)
+    before = table_rows(uri, options)
+    events = tmp_path / "spark-events"
+    events.mkdir()
+    env = airflow_env(airflow_home, DELTA_MAINT_TEST_TABLE=uri, DELTA_MAINT_TEST_CONN="lake_s3",
+                      AIRFLOW_CONN_LAKE_S3=s3_connection(server, key_id, secret),
+                      DELTA_MAINT_TEST_SPARK_CONF=json.dumps({"spark.eventLog.enabled": "true",
+                                                              "spark.eventLog.compress": "false",
+                                                              "spark.eventLog.dir": events.as_uri()}),
+                      **cluster_env(cluster))
+    for key in [k for k in env if k.startswith(("AWS_", "AZURE_", "GOOGLE_"))]:
+        del env[key]  # only the connection holds the credentials
+    proc = subprocess.Popen([str(BIN / "airflow"), "dags", "test", "delta_maint_storage_conn"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen: dict[int, tuple[list[str], dict[str, str]]] = {}
+    stop = threading.Event()
+    sampler = threading.Thread(target=_sample, args=([proc.pid] + [w.proc.pid for w in cluster.workers], seen, stop),
+                               daemon=True)
+    sampler.start()
+    try:
+        out, err = proc.communicate(timeout=900)
+    finally:
+        stop.set()
+        sampler.join(10)
+        if proc.poll() is None:
+            proc.kill()
+    state, tasks = task_results(airflow_home, "delta_maint_storage_conn")
+    assert state == "success", out[-6000:] + err[-3000:]
+    optimize = tasks[("optimize", -1)]["value"]
+    assert optimize["status"] == "committed" and optimize["numRemovedFiles"] == 12 and optimize["numAddedFiles"] == 2
+    assert table_rows(uri, options).equals(before)
+
+    # the executors did the work: both workers ran tasks of the applications, with nothing in their environment
+    executors = {pid: (cmd, environ) for pid, (cmd, environ) in seen.items()
+                 if any("CoarseGrainedExecutorBackend" in part for part in cmd)}
+    assert len(executors) >= 2, "no executor was seen"
+    assert all(not any(k.startswith("AWS_") for k in environ) for _, environ in executors.values())
+    submits = [environ for cmd, environ in seen.values() if any("SparkSubmit" in part for part in cmd)]
+    assert submits and all(environ.get("AWS_SECRET_ACCESS_KEY") == secret for environ in submits)  # the driver's
+    ran = [d for w in cluster.workers for d in (w.folder / "work").glob("app-*/*")
+           if "Running task" in (d / "stderr").read_text(errors="replace")]
+    assert {d.parts[-3] for d in ran} and len({str(d).split("/work/")[0] for d in ran}) == 2
+
+    # the secret: in no argument, no cluster process's environment, no file the runs wrote
+    leaks = [pid for pid, (cmd, _) in seen.items() if any(secret in part for part in cmd)]
+    leaks += [pid for pid, (cmd, environ) in seen.items() if pid in executors or "/srv/" in " ".join(cmd)
+              if secret in json.dumps(environ)]
+    assert leaks == []
+    texts = {"dags test output": out + err}
+    for folder in (airflow_home / "logs", events, *[n.folder for n in [cluster.master, *cluster.workers]]):
+        for f in folder.rglob("*"):
+            if f.is_file() and f.suffix not in (".jar", ".gz", ".zip", ".so", ".pyc"):
+                texts[str(f)] = f.read_text(errors="replace")
+    event_log = "".join(t for name, t in texts.items() if name.startswith(str(events)))
+    assert "SparkListenerEnvironmentUpdate" in event_log and "Running task" in "".join(texts.values())
+    with sqlite3.connect(airflow_home / "airflow.db") as conn:
+        texts["metadata database"] = "\n".join(conn.iterdump())
+    assert [where for where, text in texts.items() if secret in text] == []
+    # nor a Spark setting that would carry it: executor environment, Hadoop S3A keys
+    for line in event_log.splitlines():
+        if '"SparkListenerEnvironmentUpdate"' in line:
+            props = dict(json.loads(line)["Spark Properties"])
+            assert not [k for k in props if k.startswith("spark.executorEnv.")
+                        or any(w in k.lower() for w in ("secret", "access.key", "session.token", "credential"))]
+
+
+# -- what a user sees when the cluster lacks what a run needs ----------------------------------------------
+@pytest.mark.parametrize("how", ["worker-python", "other-python-version"])
+def test_environment_errors_on_the_cluster(cluster, s3, monkeypatch, how):
+    """As on today's main without shipping: the executors are told to run this worker's interpreter, which the
+    cluster's machines do not have; or the shipped environment is built for a Python the machines lack. One
+    line says so and what to configure; the table is unchanged."""
+    server, key_id, secret = s3
+    options = s3_options(server, key_id, secret)
+    uri = f"s3://lake/env-{how}"
+    write_table(uri, options, commits=3)
+    before = log_keys(uri, options)
+    for key, value in cluster_env(cluster, AIRFLOW_CONN_LAKE_S3=s3_connection(server, key_id, secret)).items():
+        monkeypatch.setenv(key, value)
+    kwargs: dict = {}
+    if how == "worker-python":
+        kwargs["python_env"] = "worker"
+    else:
+        other = "3.12" if sys.version_info[:2] != (3, 12) else "3.11"
+        monkeypatch.setenv("AIRFLOW__DELTA_MAINT__PYTHON_ENV_PYTHON_VERSION", other)
+        monkeypatch.setenv("AIRFLOW__DELTA_MAINT__PYTHON_ENV_PLATFORM", "manylinux_2_28_x86_64")
+    op = OptimizeOperator(task_id="optimize", table_uri=uri, storage_conn_id="lake_s3", spark_submit_kwargs=kwargs,
+                          conf={"spark.task.maxFailures": "1"})
+    with pytest.raises(AirflowException) as info:
+        op.execute(context={})
+    message = str(info.value)
+    assert len(message.splitlines()) == 1 and message.startswith("delta-maint optimize failed: environment error: ")
+    if how == "worker-python":
+        assert f"the executors cannot start Python {sys.executable} (No such file or directory)" in message
+        assert "python_env = ship" in message
+    else:
+        assert f"no Python {other} on " in message and "python_env_python_version" in message
+    assert log_keys(uri, options) == before

@@ -22,7 +22,8 @@ with work, bins rebased and deletion vectors carried (ours), the writer's statem
 that failed with a concurrent-modification error, the failures per landed run, and the rows lost.
 
 Usage: python -m benchmarks.bench_busy_table [--duration 240] [--interval 7] [--scenarios A,B,...]
-Scenarios: ours, ours-one-commit, ours-bin-by-bin, ours-min-file-age, ours-skip-recent, delta-spark, none.
+Scenarios: ours, ours-one-commit, ours-bin-by-bin, ours-min-file-age, ours-skip-recent, ours-wait-for-writer,
+delta-spark, none.
 The results go to benchmarks/out/busy_table/results.json and are printed as a Markdown table.
 """
 
@@ -57,6 +58,7 @@ SCENARIOS: dict[str, list[str] | None] = {
     "ours-bin-by-bin": ["--bins-per-commit", "1"],
     "ours-min-file-age": ["--min-file-age", "60"],
     "ours-skip-recent": ["--skip-recent-partitions", "4"],
+    "ours-wait-for-writer": ["--wait-for-writer", "20"],
     "delta-spark": None,
     "none": None,
 }
@@ -279,7 +281,7 @@ def main() -> None:
     ap.add_argument("--hot", type=float, default=0.8, help="share of statements in the hot partitions")
     ap.add_argument("--seed", type=int, default=30)
     ap.add_argument("--scenarios", default="ours,delta-spark,ours-one-commit,ours-bin-by-bin,ours-min-file-age,"
-                    "ours-skip-recent")
+                    "ours-skip-recent,ours-wait-for-writer")
     args = ap.parse_args()
     names = [s.strip() for s in args.scenarios.split(",") if s.strip()]
     unknown = [s for s in names if s not in SCENARIOS]

@@ -183,14 +183,37 @@ class BinCommitter:
         return max(listed, default=above)
 
     # -- one group ---------------------------------------------------------------------------------
-    def commit(self, bins: list[Bin], outputs: list[BinOutputs]) -> GroupResult:
-        """Commit the group's bins (rebased or dropped as the log requires); see the module docstring."""
+    def wait_for_writer(self, seconds: float, poll_s: float = 0.05) -> int | None:
+        """Wait up to ``seconds`` for a commit by another writer; return its version, or None when
+        none came. Right after a writer's commit its next statement has usually not started yet, so
+        a commit then fails none of its statements."""
+        known = max(self.base.version, self.after if self.after is not None else -1)
+        deadline = time.monotonic() + seconds
+        while True:
+            latest = self._latest(known)
+            if latest > known:
+                return latest
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(poll_s)
+
+    def commit(self, bins: list[Bin], outputs: list[BinOutputs], wait_for_writer_s: float = 0) -> GroupResult:
+        """Commit the group's bins (rebased or dropped as the log requires); see the module docstring.
+
+        With ``wait_for_writer_s``, the commit waits up to that long for another writer's commit
+        and goes in right after it (:meth:`wait_for_writer`)."""
         states = {i: _BinState(b, o, list(b.files)) for i, (b, o) in enumerate(zip(bins, outputs))}
         result = GroupResult(None)
         txn_ids: list[str] = []
         synced = self.plan_snapshot.version
         base_at_start = self.after if self.after is not None else self.base.version
         superseded: list[str] = []  # deletion vector files replaced by a later computation
+        if wait_for_writer_s > 0:
+            seen = self.wait_for_writer(wait_for_writer_s)
+            paths = [f["path"] for b in bins for f in b.files]
+            if seen is not None and self._changes(seen, paths):  # rebase now, not after a lost attempt
+                self.base = Snapshot.load(self.storage, seen)
+                self.after = None
         try:
             for attempt in range(1, MAX_ATTEMPTS + 1):
                 if self.base.version > synced:

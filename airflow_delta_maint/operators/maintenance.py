@@ -391,6 +391,15 @@ class OptimizeOperator(DeltaMaintenanceOperator):
         counts, splitting files that are too large. (templated)
     :param lease_seconds: how long a run reserves its partitions against other OPTIMIZE runs of the
         table, renewed while it works (default 600; 0 turns reservations off). (templated)
+    :param bins_per_commit: commit rewritten bins this many at a time as they are rewritten; ``0``: one
+        commit per batch once all its bins are rewritten; unset: rewritten bins wait for each other
+        until another writer commits during the run, then each goes in at once. (templated)
+    :param min_file_age: leave out files younger than this many seconds, which writers may still be
+        working on. (templated)
+    :param skip_recent_partitions: leave out partitions that any of the newest N commits changed data
+        in. (templated)
+    :param wait_for_writer: hold the rewritten bins and commit them right after another writer's
+        commit, waiting for one at most this many seconds. (templated)
     :param dry_run: plan only; commit nothing. (templated, as the attribute ``dry_run_only``: an
         attribute named ``dry_run`` would hide ``BaseOperator.dry_run()``)
 
@@ -406,6 +415,7 @@ class OptimizeOperator(DeltaMaintenanceOperator):
         "where", "zorder_by", "min_file_size", "max_file_size", "max_concurrent_bins", "batch_bytes", "dv_ratio",
         "compression", "full", "min_cube_size", "target_cube_size", "rewrite_type_widened", "policy",
         "target_files", "all_partitions", "min_num_files", "max_deleted_rows_ratio", "max_partitions", "lease_seconds", "dry_run_only",
+        "bins_per_commit", "min_file_age", "skip_recent_partitions", "wait_for_writer",
     )
 
     def __init__(
@@ -430,10 +440,18 @@ class OptimizeOperator(DeltaMaintenanceOperator):
         max_partitions: int | str | None = None,
         lease_seconds: int | str | None = None,
         target_files: int | str | None = None,
+        bins_per_commit: int | str | None = None,
+        min_file_age: float | str | None = None,
+        skip_recent_partitions: int | str | None = None,
+        wait_for_writer: float | str | None = None,
         dry_run: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.bins_per_commit = bins_per_commit
+        self.min_file_age = min_file_age
+        self.skip_recent_partitions = skip_recent_partitions
+        self.wait_for_writer = wait_for_writer
         self.full = full
         self.min_cube_size = min_cube_size
         self.target_cube_size = target_cube_size
@@ -478,6 +496,10 @@ class OptimizeOperator(DeltaMaintenanceOperator):
         _flag(args, "--max-partitions", self.max_partitions)
         _flag(args, "--lease-seconds", self.lease_seconds)
         _flag(args, "--target-files", self.target_files)
+        _flag(args, "--bins-per-commit", self.bins_per_commit)
+        _flag(args, "--min-file-age", self.min_file_age)
+        _flag(args, "--skip-recent-partitions", self.skip_recent_partitions)
+        _flag(args, "--wait-for-writer", self.wait_for_writer)
         _flag(args, "--dry-run", _as_bool(self.dry_run_only))
         return args
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 from pathlib import Path
 from urllib.parse import unquote
 from typing import Callable, Iterator
@@ -226,6 +227,29 @@ def test_bins_commit_as_they_are_rewritten_on_a_busy_table(tmp_path: Path) -> No
 
 
 # -- sparing the writers ----------------------------------------------------------------------------
+def test_wait_for_writer_commits_right_after_the_writers_commit(tmp_path: Path) -> None:
+    table = DVTable(tmp_path / "t").create(["a", "b"], 3, 10)
+    victims = ids_in(table.path, "a")[:3]
+    timers: list[threading.Timer] = []
+
+    def start_writer(bins: list) -> None:
+        if not timers:  # the writer commits a second after our first unit is rewritten
+            timers.append(threading.Timer(1.0, table.delete, args=(victims,)))
+            timers[0].start()
+
+    with before_commit(start_writer, optimize_commit.AFTER_REWRITE):
+        m = optimize_local(table.path, "--wait-for-writer", "60")
+    timers[0].join()
+    assert m["versions_committed"] == [2] and m["numBinsRebased"] == 1  # one commit, after the writer's
+    assert commit_info(table.path, 2)["readVersion"] == 1  # rebased before the attempt, not after losing it
+    check(table)
+
+    quiet = DVTable(tmp_path / "quiet").create(["a", "b"], 3, 10)
+    m = optimize_local(quiet.path, "--wait-for-writer", "0.5")
+    assert m["versions_committed"] == [1]  # no writer came: committed when the wait ran out
+    check(quiet)
+
+
 def test_young_files_and_recent_partitions_are_left_out(tmp_path: Path) -> None:
     table = DVTable(tmp_path / "t").create(["a", "b", "c"], 3, 10)
     m = optimize_local(table.path, "--min-file-age", "3600", "--dry-run")

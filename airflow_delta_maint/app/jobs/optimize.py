@@ -57,9 +57,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-bytes", type=int, default=DEFAULT_BATCH_BYTES,
                         help="commit after each this many input bytes (default 50 GiB)")
     parser.add_argument("--bins-per-commit", type=int, default=None,
-                        help="commit bins as they are rewritten, this many together (default: one bin, or as "
-                        f"many as keep a run within {MAX_COMMITS_PER_RUN} commits); 0: one commit per batch, "
-                        "after all its bins are rewritten")
+                        help="commit bins this many together as soon as they are rewritten; 0: one commit per "
+                        "batch once all its bins are rewritten (default: rewritten bins wait for each other until "
+                        "another writer commits during the run, then each goes in at once)")
     parser.add_argument("--min-file-age", type=float, default=None, metavar="SECONDS",
                         help="leave out files younger than this (their modificationTime): spares writers that "
                         "are still working on fresh data")
@@ -67,6 +67,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="leave out partitions that any of the newest N commits changed data in (appends and "
                         "the deletion vectors of DELETE, UPDATE, MERGE); a clustered or unpartitioned table is one "
                         "partition")
+    parser.add_argument("--wait-for-writer", type=float, default=None, metavar="SECONDS",
+                        help="busy tables: hold the rewritten bins and commit them right after another writer's "
+                        "commit, waiting for one at most this long, when a writer's next statement has usually not "
+                        "started yet")
     parser.add_argument("--dv-ratio", type=float, default=DEFAULT_DV_RATIO,
                         help="also rewrite files whose deletion vector deletes more than this share of rows")
     parser.add_argument("--compression", default=None, choices=list(COMPRESSIONS),
@@ -366,6 +370,9 @@ def _execute_plan(ctx: JobContext, params: dict[str, Any], snapshot: Snapshot, p
     held: list[tuple[list[int], list[BinOutputs]]] = []
     done = [0]
     busy = [False]
+    wait = float(params.get("wait_for_writer") or 0)
+    if wait < 0:
+        raise InvalidArgumentError(f"wait for writer must not be negative, got {wait}")
 
     def flush() -> None:
         if not held:
@@ -373,7 +380,7 @@ def _execute_plan(ctx: JobContext, params: dict[str, Any], snapshot: Snapshot, p
         group = [i for g, _ in held for i in g]
         outputs = [o for _, outs in held for o in outs]
         held.clear()
-        result = committer.commit([plan.bins[i] for i in group], outputs)
+        result = committer.commit([plan.bins[i] for i in group], outputs, wait_for_writer_s=wait)
         results.append((group, result))
         for adds in result.adds.values():
             committed_keys.update(k for k in (ctx.storage.key_for_path(a["path"]) for a in adds) if k)
@@ -390,7 +397,7 @@ def _execute_plan(ctx: JobContext, params: dict[str, Any], snapshot: Snapshot, p
         # held units go in one commit; once someone else has committed during this run (a busy
         # table: the sooner a bin lands, the fewer writer commits it is rebased over), each unit
         # goes in as soon as it is rewritten
-        busy[0] = busy[0] or committer.log_moved()
+        busy[0] = busy[0] or (not wait and committer.log_moved())
         if eager or busy[0] or held_bytes >= batch_bytes:
             flush()
 
@@ -543,7 +550,7 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
                                              "full", "min_cube_size", "target_cube_size", "rewrite_type_widened",
                                              "target_files", "auto", "all_partitions", "min_num_files",
                                              "max_deleted_rows_ratio", "bins_per_commit", "min_file_age",
-                                             "skip_recent_partitions",
+                                             "skip_recent_partitions", "wait_for_writer",
                                              "max_partitions", "lease_seconds", "dry_run")}
     return run_optimize(ctx, params)
 

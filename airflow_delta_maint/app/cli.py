@@ -13,6 +13,7 @@ from typing import Any, Sequence
 
 from airflow_delta_maint.delta.errors import DeltaError
 
+from .connect_tasks import remote_url
 from .context import JobContext
 from .environment_errors import ERROR_TYPE, describe
 from .execution import needs_spark
@@ -61,8 +62,9 @@ def run(argv: Sequence[str] | None = None) -> tuple[int, dict[str, Any]]:
     if args.job == FLEET:
         return run_fleet_command(args)
     module = importlib.import_module(JOB_MODULES[args.job])
-    if os.environ.get("PYSPARK_GATEWAY_PORT") and needs_spark(args.job, vars(args)):
-        # under spark-submit the worker already found work: start Spark while the driver plans
+    if (os.environ.get("PYSPARK_GATEWAY_PORT") or remote_url(args.master)) and needs_spark(args.job, vars(args)):
+        # under spark-submit (or against Spark Connect) the worker already found work: start Spark
+        # (open the session, add the artifacts) while the driver plans
         start_in_background(args.master)
     ctx = JobContext(table=args.table, storage_options=dict(args.storage_option), master=args.master)
     code, metrics = execute_job(args.job, module, args, ctx)
@@ -93,7 +95,7 @@ def execute_job(job: str, module: Any, args: argparse.Namespace, ctx: JobContext
         log.debug("%s failed: %s", job, exc)  # reported once, by the caller
         code = 2
     except Exception as exc:  # unexpected: still report it, then fail loudly
-        problem = environment_problem(exc)
+        problem = environment_problem(exc) or connect_problem(exc, ctx)
         if problem:  # one line that says what to configure; the whole trace goes to the log
             metrics.update(status="failed", error=problem, error_type=ERROR_TYPE)
             log.exception("%s failed: %s", job, problem)
@@ -106,8 +108,7 @@ def execute_job(job: str, module: Any, args: argparse.Namespace, ctx: JobContext
     finish(metrics)
     if getattr(args, "history_uri", None):  # never fails the run: a failure is logged and reported under "history"
         spark = ctx._spark
-        metrics["history"] = record_run(args.history_uri, metrics,
-                                        spark_app_id=spark.sparkContext.applicationId if spark is not None else None)
+        metrics["history"] = record_run(args.history_uri, metrics, spark_app_id=application_id(spark))
     return code, metrics
 
 
@@ -116,6 +117,27 @@ def environment_problem(exc: BaseException) -> str | None:
     pyspark = sys.modules.get("pyspark")
     text = "".join(traceback.format_exception(exc))
     return describe(text, getattr(pyspark, "__version__", None))
+
+
+def connect_problem(exc: BaseException, ctx: JobContext) -> str | None:
+    """One line when a job needed what Spark Connect does not offer (RDDs: Z-order and liquid clustering)."""
+    text = f"{type(exc).__name__}: {exc}"
+    if ctx.connect and "sparkContext" in text and ("NOT_IMPLEMENTED" in text or "NOT_SUPPORTED" in text):
+        return ("Spark Connect offers no RDDs, which this run's Z-order or liquid clustering shuffles rows with: "
+                "run it with a spark connection (spark-submit)")
+    return None
+
+
+def application_id(spark: Any) -> str | None:
+    """The Spark application's id (classic: the SparkContext's; Spark Connect: the server's ``spark.app.id``)."""
+    if spark is None:
+        return None
+    try:
+        from .connect_tasks import is_connect
+
+        return spark.conf.get("spark.app.id", None) if is_connect(spark) else spark.sparkContext.applicationId
+    except Exception:  # noqa: BLE001 - the id is a detail of the history record
+        return None
 
 
 def _format_human(metrics: dict[str, Any]) -> str:

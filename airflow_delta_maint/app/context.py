@@ -53,8 +53,19 @@ class JobContext:
     def tasks(self, description: str, threads: int | None = None) -> Tasks:
         """Where the job's parallel work runs: Spark tasks, or (local execution) ``threads``
         threads of this process (default: the CPUs, at most four)."""
+        from .connect_tasks import DataFrameTasks, classic_tasks_kind, is_connect
         from .tasks import LocalTasks, SparkTasks
 
         if not self.spark_allowed:
             return LocalTasks(threads)
-        return SparkTasks(self.spark(), description)
+        spark = self.spark()
+        if is_connect(spark) or classic_tasks_kind() == "dataframe":  # Spark Connect has no RDDs
+            return DataFrameTasks(spark, description)
+        return SparkTasks(spark, description)
+
+    @property
+    def connect(self) -> bool:
+        """True when the job's Spark is a Spark Connect server (no SparkContext, no RDDs)."""
+        from .connect_tasks import remote_url
+
+        return self.spark_allowed and remote_url(self.master) is not None

@@ -34,6 +34,7 @@ _LINKAGE = re.compile(r"java\.lang\.(NoSuchMethodError|NoSuchFieldError|Abstract
 _NO_CLASS = re.compile(r"java\.lang\.ClassNotFoundException: ([^\s]+)")
 _SERIAL = re.compile(r"java\.io\.InvalidClassException: ([^;\n]+); local class incompatible")
 _PY4J_MISSING = re.compile(r"Py4JError: (\S+) does not exist in the JVM")
+_GRPC = re.compile(r"StatusCode\.(UNAUTHENTICATED|PERMISSION_DENIED|UNAVAILABLE)\s+details = \"([^\"]*)\"")
 _NO_JAVA = re.compile(r"JAVA_HOME is not set|java: (?:command )?not found|Java gateway process exited before")
 
 
@@ -121,6 +122,15 @@ def describe(text: str, spark_version: str | None = None) -> str | None:
     if found:
         return (f"{PREFIX}: the JVM has no {found.group(1)}: PySpark's Python files and Spark's jars are of "
                 "different releases (pyspark and pyspark-client must be one version, SPARK_HOME that release)")
+    found = _GRPC.search(text)
+    if found:
+        status, details = found.groups()
+        if status == "UNAVAILABLE":
+            return (f"{PREFIX}: the Spark Connect server is unreachable ({_short(details)}): check the spark_connect "
+                    "connection's host and port, and that the server runs")
+        return (f"{PREFIX}: the Spark Connect server refused the session ({status}: {_short(details)}): the "
+                "connection's token (its password) must be the one the server expects "
+                "(spark.connect.authenticate.token), its user id one the server allows")
     found = _NO_JAVA.search(text)
     if found:
         return f"{PREFIX}: Spark cannot start its JVM ({found.group(0)}): install Java 17 or later and set JAVA_HOME"

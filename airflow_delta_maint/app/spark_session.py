@@ -8,8 +8,25 @@ import sys
 import threading
 
 
+#: Spark Connect sessions of this process, by URL (their artifacts are added once)
+_CONNECT: dict[str, object] = {}
+_CONNECT_LOCK = threading.Lock()
+
+
 def get_spark(master: str | None = None, app_name: str = "delta-maint"):
-    """Get or create the SparkSession. Under spark-submit the submitted master and conf win."""
+    """Get or create the SparkSession. Under spark-submit the submitted master and conf win.
+
+    A Spark Connect URL (``master`` ``sc://...`` or ``$SPARK_REMOTE``) gives a Spark Connect session
+    with the application's modules and environment added (:func:`.connect_tasks.connect_session`).
+    """
+    from .connect_tasks import connect_session, remote_url
+
+    url = remote_url(master)
+    if url:
+        with _CONNECT_LOCK:
+            if url not in _CONNECT:
+                _CONNECT[url] = connect_session(url)
+            return _CONNECT[url]
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 

@@ -29,6 +29,7 @@ from airflow_delta_maint.app.environment_errors import describe as describe_envi
 from airflow_delta_maint.app.metrics import read_metrics, write_metrics
 from airflow_delta_maint.hooks import python_env
 from airflow_delta_maint.hooks.provider_config import get_option
+from airflow_delta_maint.hooks.spark_connect import CONN_TYPE as SPARK_CONNECT, ConnectRunner
 from airflow_delta_maint.hooks.storage_credentials import StorageCredentials
 
 PACKAGE_DIR = Path(airflow_delta_maint.__file__).resolve().parent
@@ -140,7 +141,9 @@ class DeltaMaintHook(SparkSubmitHook):
 
     Builds on the Spark provider's :class:`~airflow.providers.apache.spark.hooks.spark_submit.SparkSubmitHook`
     and its ``spark`` connection (master ``local[*]``, ``spark://host:port``, ``yarn``,
-    ``k8s://...``; extras ``deploy-mode``, ``queue``, ``namespace``, ``spark-binary``). The
+    ``k8s://...``; extras ``deploy-mode``, ``queue``, ``namespace``, ``spark-binary``). With a
+    ``spark_connect`` connection (the provider's ``SparkConnectHook`` one) there is no spark-submit:
+    the runs go to :class:`~airflow_delta_maint.hooks.spark_connect.ConnectRunner`. The
     application file and a zip of this package (``--py-files``) are submitted; the driver writes
     the run's metrics JSON, which :meth:`run_job` reads back and returns.
 
@@ -204,7 +207,7 @@ class DeltaMaintHook(SparkSubmitHook):
         python_env: str | None = None,
         **spark_submit_kwargs: Any,
     ) -> None:
-        self._check_connection(conn_id)
+        connection = self._check_connection(conn_id)
         self.fast_jvm_start = fast_jvm_start
         self.storage_credentials = storage_credentials
         self.user_env_vars = {k: str(v) for k, v in (env_vars or {}).items()}
@@ -240,12 +243,14 @@ class DeltaMaintHook(SparkSubmitHook):
         self._cds_dump: tuple[Path, Path] | None = None
         self._extra_py_files = self._py_files
         self._process_tree: list[psutil.Process] = []
+        #: set when the connection is a Spark Connect server: the runs go there instead of spark-submit
+        self._connect = ConnectRunner(self, conn_id) if connection.conn_type == SPARK_CONNECT else None
 
     # -- configuration ------------------------------------------------------------------------
     @staticmethod
-    def _check_connection(conn_id: str) -> None:
+    def _check_connection(conn_id: str) -> Any:
         try:
-            SparkSubmitHook.get_connection(conn_id)
+            return SparkSubmitHook.get_connection(conn_id)
         except AirflowNotFoundException:
             raise AirflowNotFoundException(
                 f"The Spark connection {conn_id!r} is not defined. Create it (connection type 'spark', "
@@ -465,6 +470,8 @@ class DeltaMaintHook(SparkSubmitHook):
             used to read a metrics file from object storage).
         :raises AirflowException: when the job fails; the message is the application's own error.
         """
+        if self._connect is not None:
+            return self._connect.run_job(job, table_uri, job_args, storage_options)
         self.check_master_reachable()
         metrics_out = self.new_metrics_location(job)
         self.build_command(job, table_uri, job_args, metrics_out, storage_options)
@@ -508,6 +515,8 @@ class DeltaMaintHook(SparkSubmitHook):
         :param storage_options: object-store options for writing the spec and reading the results.
         :raises AirflowException: when the application produced no results.
         """
+        if self._connect is not None:
+            return self._connect.run_fleet(spec, storage_options)
         self.check_master_reachable()
         options = {k: str(v) for k, v in (storage_options or {}).items()}
         spec_uri = self.new_metrics_location("fleet-spec")
@@ -608,8 +617,12 @@ class DeltaMaintHook(SparkSubmitHook):
 
         In local and client deploy mode the driver runs on this machine: spark-submit, the driver
         JVM, the Python driver and every Python worker are stopped (SIGTERM, then SIGKILL). In
-        cluster mode the Spark provider's own kill runs (YARN application, Kubernetes pod).
+        cluster mode the Spark provider's own kill runs (YARN application, Kubernetes pod). With
+        Spark Connect, the client process stops and its session's queries with it.
         """
+        if self._connect is not None:
+            self._connect.on_kill()
+            return
         tree = self._snapshot_tree()
         if self.is_cluster_mode:
             super().on_kill()

@@ -52,6 +52,9 @@ from typing import Any, Callable, Iterable, Mapping
 
 #: what the application's Spark tasks import besides the standard library and PySpark
 RUNTIME_DISTRIBUTIONS = ("pyarrow", "numpy", "obstore", "pyroaring")
+#: what a Spark Connect session adds: a Spark Connect server's Python has pyarrow already (its
+#: ``mapInArrow`` workers import it before any task code runs), so the environment brings the rest
+CONNECT_DISTRIBUTIONS = ("numpy", "obstore", "pyroaring")
 #: the folder name Spark unpacks the archive to (``--archives ENV#environment``)
 ALIAS = "environment"
 #: the executors' interpreter inside the unpacked archive
@@ -370,13 +373,15 @@ class PythonPlan:
     target: EnvTarget | None = None
     why: str = ""
 
-    def spark_archive(self, cache_dir: str | os.PathLike, log: Callable[..., Any] | None = None) -> str | None:
-        """The ``--archives`` entry (``ARCHIVE#environment``), built into ``cache_dir`` on first use."""
+    def spark_archive(self, cache_dir: str | os.PathLike, log: Callable[..., Any] | None = None,
+                      roots: Iterable[str] = RUNTIME_DISTRIBUTIONS) -> str | None:
+        """The ``--archives`` entry (``ARCHIVE#environment``), built into ``cache_dir`` on first use
+        (holding ``roots`` and their requirements)."""
         if self.mode != "ship":
             return None
         if self.archive_uri:
             return self.archive_uri if "#" in self.archive_uri else f"{self.archive_uri}#{ALIAS}"
-        env = build_python_env(cache_dir, self.target)
+        env = build_python_env(cache_dir, self.target, roots)
         if log is not None:
             size = env.path.stat().st_size / 2**20
             if env.build_s:

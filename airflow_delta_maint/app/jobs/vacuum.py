@@ -214,7 +214,7 @@ def delete_parallel(ctx: JobContext, storage: Storage, keys: list[str]) -> int:
     if not keys:
         return 0
     total = len(keys)
-    if total < SPARK_DELETE_MIN or not ctx.spark_allowed:
+    if total < SPARK_DELETE_MIN or not ctx.spark_allowed or ctx.connect:  # Spark Connect: no RDDs
         done = [0]
         last = [time.monotonic()]
 

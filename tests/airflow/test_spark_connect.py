@@ -1,0 +1,163 @@
+"""The maintenance jobs against a Spark Connect server (connection type ``spark_connect``).
+
+The server is started from the pyspark install on 127.0.0.1 (``SparkConnectServer``, local[2]) with an
+authentication token, and its executors run a bare Python that has pyarrow only (as every Spark Connect
+server's must, for ``mapInArrow``): obstore, pyroaring and numpy reach the tasks in the environment the
+session adds with ``addArtifacts``, the application's modules as a zip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from airflow.sdk.exceptions import AirflowException
+from delta_maint_testing import log_files, write_appends
+from deltalake import DeltaTable
+
+from airflow_delta_maint.hooks.delta_maint import pyspark_home
+from airflow_delta_maint.operators.maintenance import OptimizeOperator, VacuumOperator
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+
+CONN_ID = "spark_connect_test"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def bare_python(folder: Path) -> Path:
+    """A virtualenv of this one's base interpreter holding pyarrow only (linked from this install)."""
+    import pyarrow
+
+    venv = folder / "server-python"
+    subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", str(venv)], check=True)  # type: ignore[attr-defined]
+    site = next((venv / "lib").glob("python*/site-packages"))
+    source = Path(pyarrow.__file__).parent
+    (site / "pyarrow").symlink_to(source)
+    for dist in source.parent.glob("pyarrow-*.dist-info"):
+        (site / dist.name).symlink_to(dist)
+    return venv / "bin" / "python"
+
+
+@pytest.fixture(scope="module")
+def connect_server(tmp_path_factory):
+    """(port, token, log file) of a Spark Connect server on 127.0.0.1; stopped by its process id."""
+    work = tmp_path_factory.mktemp("spark_connect")
+    python = bare_python(work)
+    probe = subprocess.run([str(python), "-c", "import pyarrow; import obstore"], capture_output=True, text=True)
+    assert "No module named 'obstore'" in probe.stderr  # the server's Python lacks the application's packages
+    port, token = _free_port(), secrets.token_hex(16)
+    log = work / "server.log"
+    env = dict(os.environ, SPARK_HOME=pyspark_home(), PYSPARK_PYTHON=str(python), SPARK_LOCAL_IP="127.0.0.1",
+               SPARK_CONNECT_AUTHENTICATE_TOKEN=token)
+    for key in ("PYSPARK_DRIVER_PYTHON", "SPARK_REMOTE"):
+        env.pop(key, None)
+    with open(log, "w") as out:
+        proc = subprocess.Popen([str(Path(pyspark_home()) / "bin" / "spark-submit"), "--class",
+                                 "org.apache.spark.sql.connect.service.SparkConnectServer", "--master", "local[2]",
+                                 "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+                                 "--conf", f"spark.connect.grpc.binding.port={port}",
+                                 "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=4"],
+                                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while "Spark Connect server started" not in log.read_text(errors="replace"):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.5)
+        yield port, token, log
+    finally:
+        os.killpg(proc.pid, 15)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait(10)
+
+
+@pytest.fixture
+def connect_conn(connect_server, monkeypatch):
+    port, token, _ = connect_server
+    # localhost: pyspark sends a token without TLS to a local server only
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps(
+        {"conn_type": "spark_connect", "host": "localhost", "port": port, "password": token}))
+    return token
+
+
+def rows(path: Path) -> list[tuple[int, float]]:
+    out = []
+    for uri in DeltaTable(str(path)).file_uris():
+        t = pq.read_table(uri.removeprefix("file://"), columns=["id", "value"])
+        out += list(zip(t.column("id").to_pylist(), t.column("value").to_pylist()))
+    return sorted(out)
+
+
+def test_jobs_through_spark_connect(connect_server, connect_conn, tmp_path, capfd):
+    _, token, server_log = connect_server
+    table = tmp_path / "events"
+    write_appends(table, 6)  # 12 small files in 2 partitions
+    before = rows(table)
+    op = OptimizeOperator(task_id="optimize", table_uri=str(table), conn_id=CONN_ID)
+    metrics = op.execute(context={})
+    assert metrics["status"] == "committed" and metrics["version_read"] == 5 and metrics["version_committed"] == 6
+    assert metrics["numRemovedFiles"] == 12 and metrics["numAddedFiles"] == 2 and metrics["operation"] == "optimize"
+    assert rows(table) == before
+    assert DeltaTable(str(table)).history(1)[0]["operation"] == "OPTIMIZE"
+
+    # no spark-submit: a client process with the URL (and its token) in its environment only
+    runner = op._hook._connect
+    assert runner is not None and op._hook._submit_sp is None
+    command = runner.command("optimize", str(table), [], "/tmp/m.json", {})
+    assert command[0] == sys.executable and not any(token in part for part in command)
+    out = capfd.readouterr()
+    log = out.out + out.err
+    assert "Spark Connect session at sc://localhost:" in log and "environment delta-maint-python-" in log
+    assert token not in log and token not in server_log.read_text(errors="replace")
+    # the server ran the tasks: DataFrame jobs of the session
+    assert "Spark Connect - session_id" in server_log.read_text(errors="replace")
+
+    vacuum = VacuumOperator(task_id="vacuum", table_uri=str(table), conn_id=CONN_ID, retention_hours=0,
+                            ignore_retention_check=True).execute(context={})
+    assert vacuum["status"] == "committed" and vacuum["numFilesDeleted"] == 12
+    assert rows(table) == before
+
+
+def test_spark_connect_failures_are_one_line(connect_server, connect_conn, monkeypatch, tmp_path):
+    port, _, _ = connect_server
+    table = tmp_path / "events"
+    write_appends(table, 3)
+    before = log_files(table)
+
+    # Z-order shuffles rows with RDDs, which Spark Connect does not offer
+    with pytest.raises(AirflowException) as info:
+        OptimizeOperator(task_id="z", table_uri=str(table), conn_id=CONN_ID, zorder_by=["id"]).execute({})
+    assert str(info.value) == ("delta-maint optimize failed: Spark Connect offers no RDDs, which this run's Z-order "
+                               "or liquid clustering shuffles rows with: run it with a spark connection (spark-submit)")
+
+    # a wrong token: the server refuses the session
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps(
+        {"conn_type": "spark_connect", "host": "localhost", "port": port, "password": "not-the-token"}))
+    with pytest.raises(AirflowException) as info:
+        OptimizeOperator(task_id="o", table_uri=str(table), conn_id=CONN_ID).execute({})
+    message = str(info.value)
+    assert len(message.splitlines()) == 1 and "the Spark Connect server refused the session (UNAUTHENTICATED" in message
+
+    # no server: at once
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps(
+        {"conn_type": "spark_connect", "host": "localhost", "port": _free_port()}))
+    started = time.monotonic()
+    with pytest.raises(AirflowException, match="the Spark Connect server localhost:[0-9]+ is unreachable"):
+        OptimizeOperator(task_id="o", table_uri=str(table), conn_id=CONN_ID).execute({})
+    assert time.monotonic() - started < 10
+    assert log_files(table) == before

@@ -24,8 +24,11 @@ shows the mechanism on a file written but not yet committed.
 delta-spark counts the files a compaction adds as new data for a DML statement that read their
 partition: a DELETE, UPDATE or MERGE that overlaps an OPTIMIZE commit (ours or its own) fails with
 ``ConcurrentAppendException`` ("a concurrent OPTIMIZE added data"), and an OPTIMIZE that overlaps
-a DML commit with ``ConcurrentDeleteReadException``. Our OPTIMIZE that loses to a DML commit drops
-the bins whose files it changed (``numBinsDroppedByConflicts``) and commits the rest.
+a DML commit with ``ConcurrentDeleteReadException``. Our OPTIMIZE that finds a DML commit between
+its read and its commit carries the rows that commit deleted from its input files onto the files it
+wrote as deletion vectors (``numBinsRebased``, ``numDeletionVectorsCarried``), drops the bins it
+cannot rebase (``numBinsDroppedByConflicts``) and commits the rest; the rows read afterwards prove
+the carried deletion vectors right.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+import pytest
 
 from airflow_delta_maint.app import cli
 from airflow_delta_maint.app.rewrite import RewriteSpec, read_data_file
@@ -63,6 +67,11 @@ DML_STATEMENTS = 80
 #: 2 cores for 3 JVMs)
 OUR_PAUSE_S = 2.0
 DELTA_SPARK_OPTIMIZE_PAUSE_S = 3.0
+
+#: a writer still running this long after the start is stuck (a busy machine takes some 10 minutes)
+WRITER_LIMIT_S = 1200.0
+#: how long a writer may take to finish its statement and stop once told to
+WRITER_STOP_S = 180.0
 
 _RETENTION = ["--retention-hours", str(RETENTION_S / 3600), "--ignore-retention-check"]
 #: our jobs in turn; every other OPTIMIZE Z-orders, one partition at a time (Z-order rewrites a
@@ -138,11 +147,12 @@ def ours(job: str, path: Path, *args: str) -> tuple[int, dict]:
         return cli.run([job, str(path), "--json", *args])
 
 
-def run_ours_until(path: Path, done) -> list[dict]:
+def run_ours_until(path: Path, done, limit_s: float) -> list[dict]:
     """Our jobs in turn, in this process, until ``done()``; each run's metrics with start and end."""
     runs = []
     i = 0
-    while not done():
+    stop_at = time.time() + limit_s
+    while not done() and time.time() < stop_at:
         argv = OUR_JOBS[i % len(OUR_JOBS)]
         started = time.time()
         code, m = ours(argv[0], path, *argv[1:])
@@ -224,9 +234,11 @@ def figures(name: str, dml: list[dict], opt: list[dict], runs: list[dict], final
     checks = [r for r in dml if r["kind"] == "check"]
     ours_status = Counter(f"{r['job']}: {r['metrics']['status']}" for r in runs)
     ours_conflicts = Counter(conflict_kind(r["metrics"]) for r in runs if r["metrics"]["status"] == "failed")
-    dropped = sum(r["metrics"].get("numBinsDroppedByConflicts", 0) for r in runs)
-    if dropped:
-        ours_conflicts["OPTIMIZE bins dropped (ConcurrentDeleteDelete)"] = dropped
+    for key, label in (("numBinsDroppedByConflicts", "OPTIMIZE bins dropped (ConcurrentDeleteDelete)"),
+                       ("numBinsRebased", "OPTIMIZE bins rebased onto concurrent deletion vectors")):
+        n = sum(int(r["metrics"].get(key) or 0) for r in runs)
+        if n:
+            ours_conflicts[label] = n
     out = {
         "scenario": name,
         "statements": len(logical), "attempts": len(stmts), "skipped after retry": len(skipped),
@@ -237,6 +249,8 @@ def figures(name: str, dml: list[dict], opt: list[dict], runs: list[dict], final
                                              for r in opt if r["kind"] == "stmt"),
         "our runs": dict(sorted(ours_status.items())),
         "our conflicts": dict(ours_conflicts),
+        "deletion vectors carried onto rewritten files by our OPTIMIZE": sum(
+            int(r["metrics"].get("numDeletionVectorsCarried") or 0) for r in runs),
         "deletion vectors purged by our OPTIMIZE": sum(int(r["metrics"].get("numDeletionVectorsRemoved") or 0)
                                                        for r in runs if r["job"].startswith("optimize")),
         "files deleted by our VACUUM": sum(int(r["metrics"].get("numDeletedFiles") or 0)
@@ -259,21 +273,27 @@ def race(spark, tmp_path: Path, name: str, row_tracking: bool, delta_spark_optim
     dml, dml_out, dml_log = start_writer(
         "dml", path, tmp_path, *common, "--statements", str(DML_STATEMENTS), "--deadline-s", str(deadline_s),
         "--min-statements", str(min_statements), *(["--row-tracking"] if row_tracking else []))
-    procs = [dml]
+    procs, logs = [dml], [dml_log]
     if delta_spark_optimize:
         opt, opt_out, opt_log = start_writer("optimize", path, tmp_path, *common, "--stop-file", str(stop),
-                                             "--deadline-s", "600", "--pause-s", str(DELTA_SPARK_OPTIMIZE_PAUSE_S))
+                                             "--deadline-s", str(WRITER_LIMIT_S),
+                                             "--pause-s", str(DELTA_SPARK_OPTIMIZE_PAUSE_S))
         procs.append(opt)
+        logs.append(opt_log)
     try:
         make_table(spark, path, row_tracking)
         ready.touch()
         # our jobs start once the writer has run its first statement
-        while not any(r["kind"] == "stmt" for r in read_outcomes(dml_out)) and dml.poll() is None:
+        while not any(r["kind"] == "stmt" for r in read_outcomes(dml_out)) and dml.poll() is None \
+                and time.time() < t0 + WRITER_LIMIT_S:
             time.sleep(0.2)
-        runs = run_ours_until(path, lambda: dml.poll() is not None)
+        runs = run_ours_until(path, lambda: dml.poll() is not None, WRITER_LIMIT_S)
         stop.touch()
-        for p in procs:
-            p.wait(timeout=180)
+        for p, log_file in zip(procs, logs):
+            try:
+                p.wait(timeout=WRITER_STOP_S)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"a delta-spark writer did not finish in time:\n{tail(log_file)}")
     finally:
         stop.touch()
         for p in procs:

@@ -57,8 +57,6 @@ SESSION_CONF = {
     "spark.sql.shuffle.partitions": "2",
     # the MERGE source is a local, deterministic DataFrame: no need to materialise it first
     "spark.databricks.delta.merge.materializeSource": "none",
-    # a short-lived JVM: the C1 compiler alone warms up faster
-    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
 }
 _COMMIT = re.compile(r"^(\d{20})\.json$")
 

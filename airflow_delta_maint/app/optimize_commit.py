@@ -208,13 +208,13 @@ class BinCommitter:
         synced = self.plan_snapshot.version
         base_at_start = self.after if self.after is not None else self.base.version
         superseded: list[str] = []  # deletion vector files replaced by a later computation
-        if wait_for_writer_s > 0:
-            seen = self.wait_for_writer(wait_for_writer_s)
-            paths = [f["path"] for b in bins for f in b.files]
-            if seen is not None and self._changes(seen, paths):  # rebase now, not after a lost attempt
-                self.base = Snapshot.load(self.storage, seen)
-                self.after = None
         try:
+            if wait_for_writer_s > 0:
+                seen = self.wait_for_writer(wait_for_writer_s)
+                paths = [f["path"] for b in bins for f in b.files]
+                if seen is not None and self._changes(seen, paths):  # rebase now, not after a lost attempt
+                    self.base = Snapshot.load(self.storage, seen)
+                    self.after = None
             for attempt in range(1, MAX_ATTEMPTS + 1):
                 if self.base.version > synced:
                     self._bring_up(states, result, superseded)

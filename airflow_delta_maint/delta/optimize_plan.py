@@ -346,11 +346,14 @@ def plan_optimize(snapshot: Snapshot, *, predicate: str | None = None, zorder_by
         if min_file_size is not None:
             raise InvalidArgumentError("--min-file-size does not apply to a liquid-clustered table: files are "
                                        "chosen by their ZCube; use --min-cube-size")
-        plan = plan_clustering(snapshot, full=full, max_file_size=max_file_size, min_cube_size=min_cube_size,
-                               target_cube_size=target_cube_size)
-        if partitions is not None and () not in partitions:
-            plan.bins = []
-        return plan
+        if clustering_columns(snapshot.metadata.schema_string, snapshot.domains):
+            plan = plan_clustering(snapshot, full=full, max_file_size=max_file_size, min_cube_size=min_cube_size,
+                                   target_cube_size=target_cube_size)
+            if partitions is not None and () not in partitions:
+                plan.bins = []
+            return plan
+        # clustered by no column (ALTER TABLE ... CLUSTER BY NONE): compaction only, as delta-spark does
+        full, min_cube_size, target_cube_size = False, None, None
     if full or min_cube_size is not None or target_cube_size is not None:
         raise InvalidArgumentError("--full, --min-cube-size and --target-cube-size apply to liquid-clustered "
                                    "tables only (the table has no 'clustering' feature)")

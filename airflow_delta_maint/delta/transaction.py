@@ -360,7 +360,8 @@ class Transaction:
         info["operationParameters"] = {str(k): _param(v) for k, v in self.parameters.items()}
         info["readVersion"] = self.read_version
         info["isolationLevel"] = self.isolation_level
-        info["isBlindAppend"] = self.is_blind_append
+        # a commit without file actions (VACUUM START/END) read no file: delta-spark calls it a blind append
+        info["isBlindAppend"] = self.is_blind_append or not any(True for _ in self._file_actions())
         info["operationMetrics"] = {str(k): _metric(v) for k, v in (metrics or {}).items() if v is not None}
         if self.tags:
             info["tags"] = dict(self.tags)
@@ -481,8 +482,12 @@ def _normalise_maps(body: dict) -> dict:
     return out
 
 
-def _param(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+def _param(value: Any) -> Any:
+    """An operation parameter as delta-spark writes it: booleans and numbers as JSON values, strings as
+    they are, lists and objects as their JSON text (``"zOrderBy": "[\"a\"]"``)."""
+    if isinstance(value, (str, bool, int, float)) or value is None:
+        return value
+    return json.dumps(value, separators=(",", ":"))
 
 
 def _metric(value: Any) -> str:

@@ -89,7 +89,7 @@ def test_auto_chooses_exactly_the_hot_partitions(hot_and_cold: Partitioned, spar
     assert m["numRemovedFiles"] == 112
     assert rows_deltars(t.path) == rows
     info = json.loads((t.path / "_delta_log" / f"{m['version_committed']:020d}.json").read_text().splitlines()[0])
-    assert info["commitInfo"]["operationParameters"]["auto"] == "true"
+    assert info["commitInfo"]["operationParameters"]["auto"] is True
 
     # right after: the worker's check says why, so no Spark application starts
     skip = nothing_to_do(str(t.path), None, params)

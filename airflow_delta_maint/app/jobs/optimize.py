@@ -346,10 +346,13 @@ def _execute_plan(ctx: JobContext, params: dict[str, Any], snapshot: Snapshot, p
                        target_file_bytes=plan.max_file_size, tight_bounds=tight_bounds,
                        run_token=uuid.uuid4().hex[:8], row_tracking=rows,
                        required_stats_columns=tuple(c.logical_path for c in plan.zorder_columns) if clustered else ())
+    # delta-spark's names and order: predicate, zOrderBy, clusterBy (always; [] unless clustered), auto, and
+    # isFull on a clustered table
     parameters: dict[str, Any] = {"predicate": [plan.predicate] if plan.predicate else [], "zOrderBy": plan.zorder_by,
+                                  "clusterBy": plan.clustering_by if clustered else [],
                                   "auto": bool(params.get("auto"))}
     if clustered:
-        parameters.update(clusterBy=plan.clustering_by, isFull=bool(params.get("full")))
+        parameters["isFull"] = bool(params.get("full"))
     if plan.layout == "even":
         parameters["targetFiles"] = plan.target_files
     # partitions left for a later run (reserved by another run, past --max-partitions): the

@@ -32,8 +32,9 @@ LEGACY_WRITER_FEATURES = {"appendOnly": 2, "invariants": 2, "checkConstraints": 
 
 
 @pytest.fixture(scope="module")
-def built(spark, tmp_path_factory) -> dict[str, Path]:
-    return build_all(spark, tmp_path_factory.mktemp("tables_first"))
+def built(delta_tables) -> dict[str, Path]:
+    """The test run's tables (the matrix copies them before touching them)."""
+    return delta_tables
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,10 @@
 (read and keep writing) the tables our jobs touch.
 
 The jars are resolved from Maven Central by Spark itself (``spark.jars.packages``), with Ivy's cache
-under ``.cache/delta-spark/ivy`` in the clone so that reruns need no network. When Ivy cannot resolve
+under ``.cache/delta-spark/ivy`` in the clone so that reruns need no network. Ivy gets settings of its own
+that name Maven Central only: Spark's default chain asks the local Maven repository (``~/.m2``) first,
+and an entry there that holds a pom without its jar (Maven leaves those for parents and plugins' needs)
+fails the whole resolution. When Ivy cannot resolve
 them (its launcher exits before the session starts), Maven copies the same artifact and its
 dependencies to ``.cache/delta-spark/maven`` and the session takes them as ``spark.jars``.
 ``DELTA_MAINT_DELTA_JARS=maven`` skips Ivy.
@@ -32,9 +35,24 @@ DELTA_SESSION_CONF = {
 log = logging.getLogger(__name__)
 
 
+IVY_SETTINGS = """\
+<ivysettings>
+  <settings defaultResolver="central"/>
+  <resolvers>
+    <ibiblio name="central" m2compatible="true" root="https://repo1.maven.org/maven2/"/>
+  </resolvers>
+</ivysettings>
+"""
+
+
 def ivy_conf() -> dict[str, str]:
-    """The conf that has Spark resolve delta-spark with Ivy into the clone's cache."""
-    return {"spark.jars.packages": DELTA_SPARK_PACKAGE, "spark.jars.ivy": str(CACHE / "ivy")}
+    """The conf that has Spark resolve delta-spark with Ivy, from Maven Central only, into the clone's cache."""
+    settings = CACHE / "ivysettings.xml"
+    if not settings.exists() or settings.read_text() != IVY_SETTINGS:
+        settings.parent.mkdir(parents=True, exist_ok=True)
+        settings.write_text(IVY_SETTINGS)
+    return {"spark.jars.packages": DELTA_SPARK_PACKAGE, "spark.jars.ivy": str(CACHE / "ivy"),
+            "spark.jars.ivySettings": str(settings)}
 
 
 def maven_jars(dest: Path = CACHE / "maven") -> list[Path]:

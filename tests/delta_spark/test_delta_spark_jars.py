@@ -20,7 +20,8 @@ pytestmark = pytest.mark.delta_spark
 PROBE = textwrap.dedent("""\
     import sys
     from tests.delta_spark_session import start_delta_spark
-    spark = start_delta_spark()
+    conf = dict(arg.split("=", 1) for arg in sys.argv[2:])
+    spark = start_delta_spark(**conf)
     jars = spark.sparkContext.getConf().get("spark.jars", "")
     path = sys.argv[1]
     spark.range(10).write.format("delta").option("delta.enableDeletionVectors", "true").save(path)
@@ -30,8 +31,8 @@ PROBE = textwrap.dedent("""\
     """)
 
 
-def _probe(tmp_path: Path, command_prefix: list[str], **env: str) -> str:
-    done = subprocess.run([*command_prefix, sys.executable, "-c", PROBE, str(tmp_path / "t")],
+def _probe(tmp_path: Path, command_prefix: list[str], *args: str, **env: str) -> str:
+    done = subprocess.run([*command_prefix, sys.executable, "-c", PROBE, str(tmp_path / "t"), *args],
                           cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO), **env),
                           capture_output=True, text=True, timeout=500)
     lines = [line for line in done.stdout.splitlines() if line.startswith("ROWS ")]
@@ -51,3 +52,17 @@ def test_maven_resolves_the_same_jars_when_ivy_cannot(tmp_path):
     assert _probe(tmp_path, [], DELTA_MAINT_DELTA_JARS="maven") == "ROWS 7 MAVEN"
     names = {p.name for p in (CACHE / "maven" / "jars").glob("*.jar")}
     assert {f"delta-spark_2.13-{DELTA_SPARK_VERSION}.jar", f"delta-storage-{DELTA_SPARK_VERSION}.jar"} <= names
+
+
+def test_ivy_ignores_a_local_maven_repository_that_holds_poms_without_jars(tmp_path):
+    """Maven leaves poms without their jars in ~/.m2 (a dependency's parents, its plugins' needs); Spark's
+    default Ivy chain asks ~/.m2 first and fails on such an entry. Ours asks Maven Central only."""
+    home = tmp_path / "home"
+    pom_only = home / ".m2" / "repository" / "org" / "slf4j" / "slf4j-api" / "2.0.13"
+    pom_only.mkdir(parents=True)
+    (pom_only / "slf4j-api-2.0.13.pom").write_text(
+        '<project><modelVersion>4.0.0</modelVersion><groupId>org.slf4j</groupId>'
+        '<artifactId>slf4j-api</artifactId><version>2.0.13</version></project>')
+    assert _probe(tmp_path, [], f"spark.jars.ivy={tmp_path / 'ivy'}",
+                  f"spark.driver.extraJavaOptions=-Duser.home={home}") == "ROWS 7 IVY"
+    assert (tmp_path / "ivy" / "jars" / "org.slf4j_slf4j-api-2.0.13.jar").exists()

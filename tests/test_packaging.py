@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import pkgutil
 import subprocess
@@ -22,6 +23,59 @@ def modules_of(subpackage: str) -> list[str]:
     for info in pkgutil.walk_packages([str(PACKAGE_DIR / subpackage)], prefix=base + "."):
         names.append(info.name)
     return names
+
+
+def import_graph(subpackage: str) -> dict[str, set[str]]:
+    """Which modules of ``airflow_delta_maint.<subpackage>`` each of its modules imports, read from the
+    source with ``ast`` (nothing is imported): every import counts, inside functions and
+    ``TYPE_CHECKING`` blocks too, and ``from package import name`` counts ``package.name`` when
+    that is a module."""
+    files: dict[str, tuple[Path, bool]] = {}
+    for path in sorted((PACKAGE_DIR / subpackage).rglob("*.py")):
+        parts = path.relative_to(PACKAGE_DIR.parent).with_suffix("").parts
+        is_package = parts[-1] == "__init__"
+        files[".".join(parts[:-1] if is_package else parts)] = (path, is_package)
+    graph: dict[str, set[str]] = {}
+    for name, (path, is_package) in files.items():
+        package = name if is_package else name.rpartition(".")[0]
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                target = (f"{base}.{node.module}" if node.module else base) if node.level else str(node.module)
+                found.add(target)
+                found.update(f"{target}.{alias.name}" for alias in node.names)
+        graph[name] = {m for m in found if m in files and m != name}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of ``graph`` (its modules in order, the first repeated at the end), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for dep in sorted(graph.get(node, ())):
+            if state.get(dep) == 1:
+                return path[path.index(dep):] + [dep]
+            if dep not in state:
+                cycle = visit(dep)
+                if cycle:
+                    return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state:
+            cycle = visit(start)
+            if cycle:
+                return cycle
+    return None
 
 
 def imported_after(modules: list[str]) -> set[str]:
@@ -87,3 +141,19 @@ def test_vacuum_spark_tasks_import_no_pyarrow():
     loaded = imported_after(["airflow_delta_maint.app.vacuum_tasks"])
     assert "airflow_delta_maint" in loaded and "obstore" in loaded
     assert "pyarrow" not in loaded and "pyspark" not in loaded
+
+
+def test_find_cycle_finds_a_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_application_has_no_import_cycle():
+    """No module of ``app/`` imports, even inside a function, a module that imports it back;
+    the command line sits on top, imported only by the spark-submit entry ``main.py``."""
+    graph = import_graph("app")
+    assert "airflow_delta_maint.app.jobs" in graph["airflow_delta_maint.app.cli"]
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle in app/: " + " -> ".join(cycle or [])
+    assert sorted(m for m, deps in graph.items() if "airflow_delta_maint.app.cli" in deps) == [
+        "airflow_delta_maint.app.main"]

@@ -18,7 +18,7 @@ from typing import Any
 from airflow_delta_maint.delta.errors import InvalidArgumentError
 
 from .context import JobContext
-from .jobs import JOB_MODULES
+from .jobs import JOB_MODULES, execute_job
 
 #: jobs whose work never starts Spark
 DRIVER_ONLY_JOBS = frozenset({"compact-log", "checkpoint", "cleanup-log", "inspect"})
@@ -81,8 +81,6 @@ def run_in_process(job: str, table: str, argv: Sequence[str], storage_options: M
     ``storage_options`` may hold credentials: they go to the job's storage only, never into the
     metrics. With ``spark_allowed`` false a job that would start Spark fails with a clear error.
     """
-    from .cli import execute_job  # the command line's own run, so metrics and failures are the same
-
     module = importlib.import_module(JOB_MODULES[job]) if job in JOB_MODULES else None
     args = parse_job_args(job, argv, module)
     ctx = JobContext(table=table, storage_options=dict(storage_options or {}), master=master,

@@ -26,7 +26,7 @@ from typing import Any
 from airflow_delta_maint.delta.errors import DeltaError, InvalidArgumentError
 
 from .execution import needs_spark, parse_job_args
-from .jobs import JOB_MODULES
+from .jobs import JOB_MODULES, execute_job
 from .metrics import base_metrics, finish
 
 log = logging.getLogger("delta_maint")
@@ -188,7 +188,6 @@ def run_fleet(spec: FleetSpec, master: str | None = None, *, spark_allowed: bool
     With ``spark_allowed`` false (the fleet runs on the Airflow worker) no SparkSession starts: the
     jobs' parallel work runs on threads.
     """
-    from .cli import execute_job
     from .context import JobContext
 
     if spark_allowed and any(needs_spark(j.job, vars(parse_job_args(j.job, j.args))) for t in spec.tables for j in t.jobs):

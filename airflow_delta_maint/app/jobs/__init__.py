@@ -1,10 +1,31 @@
-"""The jobs of the application. Each module defines:
+"""The jobs of the application: their registry, and running one parsed job.
+
+Each job module defines:
 
 - ``NAME``: the sub-command (and the metrics ``operation``),
 - ``add_arguments(parser)``: its options,
 - ``run(args, ctx) -> dict``: does the work and returns the job's metrics (merged into the
   common metrics object); raises ``DeltaError`` for bad input, before anything is written.
+
+:func:`execute_job` runs one of them the same way for every caller: the command line
+(:mod:`~airflow_delta_maint.app.cli`), a run in the Airflow worker's process
+(:mod:`~airflow_delta_maint.app.execution`) and a fleet (:mod:`~airflow_delta_maint.app.fleet`).
 """
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import traceback
+from typing import Any
+
+from airflow_delta_maint.delta.errors import DeltaError
+
+from ..context import JobContext
+from ..environment_errors import ERROR_TYPE, describe
+from ..metrics import base_metrics, finish
+from ..run_history import record_run
 
 JOB_MODULES = {
     "inspect": "airflow_delta_maint.app.jobs.inspect",
@@ -14,3 +35,66 @@ JOB_MODULES = {
     "compact-log": "airflow_delta_maint.app.jobs.compact_log",
     "cleanup-log": "airflow_delta_maint.app.jobs.cleanup_log",
 }
+
+log = logging.getLogger("delta_maint")
+
+
+def execute_job(job: str, module: Any, args: argparse.Namespace, ctx: JobContext) -> tuple[int, dict[str, Any]]:
+    """Run one parsed job on ``ctx.table``; never raises for the job's own failure.
+
+    Returns (exit code, metrics): 0, 2 for bad input or a refused table (``DeltaError``), 1 for an
+    unexpected error; a failed run's metrics carry ``status: failed`` and ``error``. The run is
+    appended to the maintenance history when ``args.history_uri`` is set.
+    """
+    metrics = base_metrics(job, ctx.table)
+    code = 0
+    try:
+        metrics.update(module.run(args, ctx))
+    except DeltaError as exc:
+        metrics.update(status="failed", error=str(exc), error_type=type(exc).__name__)
+        log.debug("%s failed: %s", job, exc)  # reported once, by the caller
+        code = 2
+    except Exception as exc:  # unexpected: still report it, then fail loudly
+        problem = environment_problem(exc) or connect_problem(exc, ctx)
+        if problem:  # one line that says what to configure; the whole trace goes to the log
+            metrics.update(status="failed", error=problem, error_type=ERROR_TYPE)
+            log.exception("%s failed: %s", job, problem)
+        else:
+            metrics.update(status="failed", error=f"{type(exc).__name__}: {exc}", error_type=type(exc).__name__)
+            log.exception("%s failed", job)
+        code = 1
+    if metrics.get("version_read") is None:
+        metrics["version_read"] = ctx.version_read
+    finish(metrics)
+    if getattr(args, "history_uri", None):  # never fails the run: a failure is logged and reported under "history"
+        spark = ctx._spark
+        metrics["history"] = record_run(args.history_uri, metrics, spark_app_id=application_id(spark))
+    return code, metrics
+
+
+def environment_problem(exc: BaseException) -> str | None:
+    """One line when ``exc`` failed for a reason of the environment (see :mod:`..environment_errors`)."""
+    pyspark = sys.modules.get("pyspark")
+    text = "".join(traceback.format_exception(exc))
+    return describe(text, getattr(pyspark, "__version__", None))
+
+
+def connect_problem(exc: BaseException, ctx: JobContext) -> str | None:
+    """One line when a job needed what Spark Connect does not offer (RDDs: Z-order and liquid clustering)."""
+    text = f"{type(exc).__name__}: {exc}"
+    if ctx.connect and "sparkContext" in text and ("NOT_IMPLEMENTED" in text or "NOT_SUPPORTED" in text):
+        return ("Spark Connect offers no RDDs, which this run's Z-order or liquid clustering shuffles rows with: "
+                "run it with a spark connection (spark-submit)")
+    return None
+
+
+def application_id(spark: Any) -> str | None:
+    """The Spark application's id (classic: the SparkContext's; Spark Connect: the server's ``spark.app.id``)."""
+    if spark is None:
+        return None
+    try:
+        from ..connect_tasks import is_connect
+
+        return spark.conf.get("spark.app.id", None) if is_connect(spark) else spark.sparkContext.applicationId
+    except Exception:  # noqa: BLE001 - the id is a detail of the history record
+        return None

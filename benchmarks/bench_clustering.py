@@ -68,7 +68,7 @@ def point_reads(path: Path, column: str, points: int = 200) -> float:
     """Files a point query on ``column`` reads, averaged over ``points`` evenly spaced values."""
     import numpy as np
 
-    from airflow_delta_maint.delta.snapshot import Snapshot
+    from airflow_delta_maint.delta.log.snapshot import Snapshot
 
     bounds = []
     for a in Snapshot.load(str(path)).add_actions():
@@ -99,9 +99,9 @@ def main() -> None:
 
     from airflow_delta_maint.app import cli
     from airflow_delta_maint.app.spark_session import get_spark
-    from airflow_delta_maint.delta.clustering import clustering_quality
-    from airflow_delta_maint.delta.schema import resolve_column
-    from airflow_delta_maint.delta.snapshot import Snapshot
+    from airflow_delta_maint.delta.plans.clustering import clustering_quality
+    from airflow_delta_maint.delta.protocol.schema import resolve_column
+    from airflow_delta_maint.delta.log.snapshot import Snapshot
 
     spark = get_spark("local[2]")
     spark.range(1).count()

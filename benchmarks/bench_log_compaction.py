@@ -32,9 +32,9 @@ from typing import Callable, Iterator
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
-from airflow_delta_maint.delta.log_compaction import compact_log
-from airflow_delta_maint.delta.snapshot import Snapshot
-from airflow_delta_maint.delta.storage import Storage
+from airflow_delta_maint.delta.log.compaction import compact_log
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.storage.store import Storage
 
 LABELS = (("no compaction files", None), ("interval 10", 10), ("interval 100", 100))
 

@@ -47,9 +47,9 @@ def generate(src: Path) -> None:
     import pyarrow.parquet as pq
     from deltalake import write_deltalake
 
-    from airflow_delta_maint.delta.snapshot import Snapshot
-    from airflow_delta_maint.delta.stats import parquet_file_stats
-    from airflow_delta_maint.delta.transaction import commit_actions
+    from airflow_delta_maint.delta.log.snapshot import Snapshot
+    from airflow_delta_maint.delta.protocol.stats import parquet_file_stats
+    from airflow_delta_maint.delta.log.transaction import commit_actions
 
     tmp = src.with_name(src.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)

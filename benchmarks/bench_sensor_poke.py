@@ -62,9 +62,9 @@ def _commit(version: int, ts_ms: int) -> bytes:
 
 def make_table(path: Path, commits: int) -> float:
     """Write a table of ``commits`` commits with a checkpoint every 100; return the seconds it took."""
-    from airflow_delta_maint.delta.checkpoint import write_checkpoint
-    from airflow_delta_maint.delta.snapshot import Snapshot
-    from airflow_delta_maint.delta.storage import Storage
+    from airflow_delta_maint.delta.log.checkpoint import write_checkpoint
+    from airflow_delta_maint.delta.log.snapshot import Snapshot
+    from airflow_delta_maint.delta.storage.store import Storage
 
     started = time.perf_counter()
     if path.exists():

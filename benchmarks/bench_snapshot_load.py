@@ -175,7 +175,7 @@ def child(reader: str, path: str) -> dict:
     """One measurement in this (fresh) interpreter: import, load, list files."""
     started = time.perf_counter()
     if reader == "ours":
-        from airflow_delta_maint.delta.snapshot import Snapshot
+        from airflow_delta_maint.delta.log.snapshot import Snapshot
 
         imported = time.perf_counter()
         snap = Snapshot.load(path)
@@ -218,7 +218,7 @@ def measure(reader: str, path: Path) -> dict:
 
 def baseline_rss(reader: str) -> int:
     """Peak RSS of an interpreter that only imports the reader (to separate import cost)."""
-    module = "airflow_delta_maint.delta.snapshot" if reader == "ours" else "deltalake"
+    module = "airflow_delta_maint.delta.log.snapshot" if reader == "ours" else "deltalake"
     code = f"import {module}; from benchmarks.bench_snapshot_load import _peak_rss_bytes; print(_peak_rss_bytes())"
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
                          cwd=Path(__file__).resolve().parents[1], env=_env())

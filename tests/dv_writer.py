@@ -21,10 +21,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from airflow_delta_maint.delta.deletion_vectors import read_deletion_vector, write_deletion_vector
-from airflow_delta_maint.delta.snapshot import Snapshot
-from airflow_delta_maint.delta.storage import Storage
-from airflow_delta_maint.delta.transaction import Transaction
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.log.transaction import Transaction
+from airflow_delta_maint.delta.protocol.deletion_vectors import read_deletion_vector, write_deletion_vector
+from airflow_delta_maint.delta.storage.store import Storage
 
 ROW_ID = "_row-id-col-3f0c6c1e"
 ROW_VERSION = "_row-commit-version-col-8d2b7a90"

@@ -13,9 +13,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from airflow_delta_maint.delta.deletion_vectors import read_deletion_vector, write_deletion_vector
-from airflow_delta_maint.delta.snapshot import Snapshot
-from airflow_delta_maint.delta.storage import Storage
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.protocol.deletion_vectors import read_deletion_vector, write_deletion_vector
+from airflow_delta_maint.delta.storage.store import Storage
 
 ROW_ID_COL = "_row-id-col-5a1e0c2e-9f4b-4c8e-8d1e-0a3f4b5c6d7e"
 COMMIT_VERSION_COL = "_row-commit-version-col-6b2f1d3f-0a5c-4d9f-9e2f-1b4a5c6d7e8f"

@@ -275,7 +275,7 @@ def _repo_python_files() -> set[str]:
 
 @pytest.mark.parametrize("doc", DOCS, ids=[str(d.relative_to(REPO)) for d in DOCS])
 def test_named_files_exist(doc):
-    """Repository files the prose names in backticks (``app/zorder.py``, ``snapshot.py``) exist."""
+    """Repository files the prose names in backticks (``app/rewrite/zorder.py``, ``snapshot.py``) exist."""
     python_files = _repo_python_files()
     for name in re.findall(r"`([\w./-]+\.py)`", doc.read_text()):
         if "/" in name:

@@ -116,7 +116,7 @@ def test_provider_entry_point_is_registered():
 
 def test_delta_core_imports_neither_spark_nor_airflow():
     modules = modules_of("delta")
-    assert "airflow_delta_maint.delta.snapshot" in modules and "airflow_delta_maint.delta.log" in modules
+    assert "airflow_delta_maint.delta.log.snapshot" in modules and "airflow_delta_maint.delta.log.listing" in modules
     loaded = imported_after(modules)
     assert "pyspark" not in loaded
     assert "airflow" not in loaded
@@ -138,7 +138,7 @@ def test_application_cli_imports_without_spark_until_a_job_needs_it():
 
 def test_vacuum_spark_tasks_import_no_pyarrow():
     """The code VACUUM runs in Spark tasks stays light, so fresh Python workers start quickly."""
-    loaded = imported_after(["airflow_delta_maint.app.vacuum_tasks"])
+    loaded = imported_after(["airflow_delta_maint.app.runners.vacuum_tasks"])
     assert "airflow_delta_maint" in loaded and "obstore" in loaded
     assert "pyarrow" not in loaded and "pyspark" not in loaded
 

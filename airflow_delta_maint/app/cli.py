@@ -10,13 +10,13 @@ import os
 import sys
 from typing import Any, Sequence
 
-from .connect_tasks import remote_url
+from airflow_delta_maint.app.runners.connect_tasks import remote_url
 from .context import JobContext
 from .execution import needs_spark
 from .fleet_cli import FLEET, add_fleet_parser, run_fleet_command
 from .jobs import JOB_MODULES, execute_job
 from .metrics import write_metrics
-from .report_cli import REPORT, add_report_parser, run_report
+from airflow_delta_maint.app.report.command import REPORT, add_report_parser, run_report
 from .spark_session import start_in_background
 
 log = logging.getLogger("delta_maint")

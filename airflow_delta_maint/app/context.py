@@ -6,10 +6,10 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from airflow_delta_maint.delta.storage import Storage
+from airflow_delta_maint.delta.storage.store import Storage
 
 if TYPE_CHECKING:
-    from .tasks import Tasks
+    from airflow_delta_maint.app.runners.tasks import Tasks
 
 
 @dataclass
@@ -53,8 +53,8 @@ class JobContext:
     def tasks(self, description: str, threads: int | None = None) -> Tasks:
         """Where the job's parallel work runs: Spark tasks, or (local execution) ``threads``
         threads of this process (default: the CPUs, at most four)."""
-        from .connect_tasks import DataFrameTasks, classic_tasks_kind, is_connect
-        from .tasks import LocalTasks, SparkTasks
+        from airflow_delta_maint.app.runners.connect_tasks import DataFrameTasks, classic_tasks_kind, is_connect
+        from airflow_delta_maint.app.runners.tasks import LocalTasks, SparkTasks
 
         if not self.spark_allowed:
             return LocalTasks(threads)
@@ -66,6 +66,6 @@ class JobContext:
     @property
     def connect(self) -> bool:
         """True when the job's Spark is a Spark Connect server (no SparkContext, no RDDs)."""
-        from .connect_tasks import remote_url
+        from airflow_delta_maint.app.runners.connect_tasks import remote_url
 
         return self.spark_allowed and remote_url(self.master) is not None

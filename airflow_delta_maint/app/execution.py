@@ -4,7 +4,7 @@ Log compaction, checkpoints, expired-log cleanup, ``inspect`` and lite VACUUM do
 the driver with the Delta core alone (lite VACUUM turns to Spark tasks only from
 ``SPARK_DELETE_MIN``, a million, files to delete). OPTIMIZE by bin-packing or ``--target-files``
 and full VACUUM fan their work out to Spark tasks, or under local execution to threads of this
-process (:mod:`airflow_delta_maint.app.tasks`); Z-order and liquid clustering shuffle rows, which
+process (:mod:`airflow_delta_maint.app.runners.tasks`); Z-order and liquid clustering shuffle rows, which
 only Spark does. This module imports no pyspark: the Airflow worker uses it to run jobs itself.
 """
 
@@ -112,8 +112,8 @@ def log_bytes(table: str, storage_options: Mapping[str, str] | None = None, *, a
     One listing of ``_delta_log``, no file read. With ``all_commits`` the commits before the
     checkpoint count too (lite VACUUM may read them); without, only those after it (a snapshot).
     """
-    from airflow_delta_maint.delta.log import list_log
-    from airflow_delta_maint.delta.storage import Storage
+    from airflow_delta_maint.delta.log.listing import list_log
+    from airflow_delta_maint.delta.storage.store import Storage
 
     listing = list_log(Storage(table, dict(storage_options or {})))
     checkpoint = listing.checkpoints[-1] if listing.checkpoints else None
@@ -169,8 +169,8 @@ def choose_execution(requested: str, job: str, params: Mapping[str, Any], table:
 def rewrite_bytes(table: str, storage_options: Mapping[str, str] | None, params: Mapping[str, Any]) -> int | None:
     """Bytes of data files an OPTIMIZE with these options would rewrite, planned on this machine
     from the log alone; None when the plan needs Spark (Z-order, liquid clustering)."""
-    from airflow_delta_maint.delta.snapshot import Snapshot
-    from airflow_delta_maint.delta.storage import Storage
+    from airflow_delta_maint.delta.log.snapshot import Snapshot
+    from airflow_delta_maint.delta.storage.store import Storage
 
     from .jobs.optimize import auto_decision, plan_from_params
 

@@ -6,7 +6,7 @@ import logging
 import os
 from typing import Any, Mapping
 
-from airflow_delta_maint.delta.run_log import append_runs, run_record
+from airflow_delta_maint.delta.health.run_log import append_runs, run_record
 
 log = logging.getLogger("delta_maint")
 

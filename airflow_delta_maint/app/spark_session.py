@@ -19,7 +19,7 @@ def get_spark(master: str | None = None, app_name: str = "delta-maint"):
     A Spark Connect URL (``master`` ``sc://...`` or ``$SPARK_REMOTE``) gives a Spark Connect session
     with the application's modules and environment added (:func:`.connect_tasks.connect_session`).
     """
-    from .connect_tasks import connect_session, remote_url
+    from airflow_delta_maint.app.runners.connect_tasks import connect_session, remote_url
 
     url = remote_url(master)
     if url:

@@ -4,7 +4,7 @@ With a Spark Connect connection (the Spark provider's :class:`SparkConnectHook` 
 user id, token, ``use_ssl``) there is no spark-submit: the application's driver runs here, in a
 process of its own (this worker's interpreter, where pyspark's Connect client is installed), and talks
 to the server. Its Spark work goes through DataFrame operations Spark Connect supports
-(:mod:`airflow_delta_maint.app.connect_tasks`); the application's modules and, unless turned off, the
+(:mod:`airflow_delta_maint.app.runners.connect_tasks`); the application's modules and, unless turned off, the
 packed Python environment reach the server with ``addArtifacts``. The URL (which may hold the token)
 and the storage credentials reach the process through its environment only. Metrics come back as
 with spark-submit, through a local metrics file.
@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_delta_maint.app.connect_tasks import ENV_ARCHIVE, ENV_CONF, ENV_PY_FILES, ENV_REMOTE
 from airflow_delta_maint.app.environment_errors import describe as describe_environment
+from airflow_delta_maint.app.runners.connect_tasks import ENV_ARCHIVE, ENV_CONF, ENV_PY_FILES, ENV_REMOTE
 from airflow_delta_maint.hooks.python_env import CONNECT_DISTRIBUTIONS
 
 if TYPE_CHECKING:

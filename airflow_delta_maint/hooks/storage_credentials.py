@@ -27,7 +27,7 @@ from urllib.parse import urlparse
 
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_delta_maint.delta.storage_env import store_family
+from airflow_delta_maint.delta.storage.options import store_family
 
 if TYPE_CHECKING:
     from airflow.sdk import Connection
@@ -300,7 +300,7 @@ def credentials_from_connection(conn: Connection, table_uri: str | None = None,
             "wasb or adls (Azure), or google_cloud_platform (GCS)"
         )
     if table_uri is not None:
-        from airflow_delta_maint.delta.storage import normalize_table_uri
+        from airflow_delta_maint.delta.storage.store import normalize_table_uri
 
         table_family = store_family(normalize_table_uri(table_uri))
         if table_family != family:

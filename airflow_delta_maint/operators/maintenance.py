@@ -256,8 +256,8 @@ class DeltaMaintenanceOperator(BaseOperator):
             reason = self.nothing_to_do(params)
             if not reason:
                 return None
-            from airflow_delta_maint.delta.history import log_state
-            from airflow_delta_maint.delta.storage import Storage
+            from airflow_delta_maint.delta.log.history import log_state
+            from airflow_delta_maint.delta.storage.store import Storage
 
             version = log_state(Storage(self.table_uri, self.worker_storage_options)).latest_version
         except DeltaError as exc:
@@ -556,9 +556,9 @@ class VacuumOperator(DeltaMaintenanceOperator):
         table (a Spark job) can prove it has no orphan files. Bad input (an unsupported table, a
         bad mode or retention, lite mode on a log whose early commits were cleaned up) raises.
         """
-        from airflow_delta_maint.delta.features import check_supported
-        from airflow_delta_maint.delta.snapshot import Snapshot
-        from airflow_delta_maint.delta.vacuum import lite_candidates, plan_vacuum
+        from airflow_delta_maint.delta.protocol.features import check_supported
+        from airflow_delta_maint.delta.log.snapshot import Snapshot
+        from airflow_delta_maint.delta.plans.vacuum import lite_candidates, plan_vacuum
 
         mode = params.get("mode") or "full"
         snapshot = Snapshot.load(self.table_uri, storage_options=self.worker_storage_options, paths_only=True)
@@ -624,12 +624,12 @@ class LogCompactionOperator(DeltaMaintenanceOperator):
         and no checkpoint is due; reads only the log from the last checkpoint on. Cleaning up
         expired compaction files waits for the next run that has work.
         """
-        from airflow_delta_maint.delta.log_compaction import nothing_to_do
+        from airflow_delta_maint.delta.log.compaction import nothing_to_do
 
         reason = nothing_to_do(self.table_uri, self.worker_storage_options, params)
         if reason and params.get("cleanup_expired_log"):
-            from airflow_delta_maint.delta.log_cleanup import plan_log_cleanup
-            from airflow_delta_maint.delta.storage import Storage
+            from airflow_delta_maint.delta.log.cleanup import plan_log_cleanup
+            from airflow_delta_maint.delta.storage.store import Storage
 
             plan = plan_log_cleanup(Storage(self.table_uri, self.worker_storage_options))
             if plan.files or plan.checkpoint_to_write is not None:

@@ -10,8 +10,8 @@ from airflow.sdk.exceptions import AirflowException
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_delta_maint.delta.errors import DeltaError
-from airflow_delta_maint.delta.history import last_operation_version, latest_version_cheap, log_state
-from airflow_delta_maint.delta.storage import Storage
+from airflow_delta_maint.delta.log.history import last_operation_version, latest_version_cheap, log_state
+from airflow_delta_maint.delta.storage.store import Storage
 from airflow_delta_maint.hooks.storage_credentials import (
     aget_connection,
     credentials_from_connection,

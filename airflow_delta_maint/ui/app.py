@@ -17,8 +17,8 @@ from urllib.parse import quote
 from fastapi import Depends, FastAPI, Query
 from fastapi.responses import HTMLResponse
 
-from airflow_delta_maint.app.report import (_CSS, load_runs, summarize_tables, table_detail,
-                                            table_section_html, dag_run_link)
+from airflow_delta_maint.app.report.page import (_CSS, load_runs, summarize_tables, table_detail,
+                                                 table_section_html, dag_run_link)
 from airflow_delta_maint.delta.errors import DeltaError
 
 URL_PREFIX = "/delta-maint"

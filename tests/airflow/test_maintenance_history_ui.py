@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO / "tests" / "storage"))
 from servers import free_port  # noqa: E402
 
 from airflow_delta_maint.app.cli import run  # noqa: E402
-from airflow_delta_maint.delta.run_log import create_run_log, read_runs  # noqa: E402
+from airflow_delta_maint.delta.health.run_log import create_run_log, read_runs  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 DAG_ID = "delta_maintenance_nightly"
@@ -70,7 +70,7 @@ def test_dag_runs_are_recorded_with_their_airflow_ids(lake):
     assert by_task["maintain.vacuum"]["status"] == "committed"
     # the health score knows VACUUM (retention 0) deleted every removed file: no tombstone debt
     from airflow_delta_maint.app.jobs.inspect import inspect_table
-    from airflow_delta_maint.delta.snapshot import Snapshot
+    from airflow_delta_maint.delta.log.snapshot import Snapshot
 
     snapshot = Snapshot.load(str(lake.table))
     assert snapshot.tombstones.num_rows == 20
@@ -215,7 +215,7 @@ def test_the_page_in_a_browser(api_server, lake, tmp_path):
             lambda d: d.find_elements(By.CSS_SELECTOR, f'tr[data-table="{lake.table}"]'))[0]
         score = int(row.find_element(By.CSS_SELECTOR, "td.score").text)
         from airflow_delta_maint.app.jobs.inspect import inspect_table
-        from airflow_delta_maint.delta.snapshot import Snapshot
+        from airflow_delta_maint.delta.log.snapshot import Snapshot
 
         assert score == inspect_table(Snapshot.load(str(lake.table)))["health"]["score"]
         driver.switch_to.default_content()

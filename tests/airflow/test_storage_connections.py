@@ -27,8 +27,8 @@ from airflow.sdk.exceptions import AirflowException
 from delta_maint_testing import BIN, airflow_env, task_results
 from deltalake import DeltaTable, write_deltalake
 
-from airflow_delta_maint.delta.storage import Storage
-from airflow_delta_maint.delta.storage_errors import StorageError
+from airflow_delta_maint.delta.storage.failures import StorageError
+from airflow_delta_maint.delta.storage.store import Storage
 from airflow_delta_maint.hooks.delta_maint import DeltaMaintHook
 from airflow_delta_maint.hooks.storage_credentials import (
     resolve_storage_credentials,

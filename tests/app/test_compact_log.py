@@ -12,10 +12,10 @@ import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
 from airflow_delta_maint.app.cli import run
-from airflow_delta_maint.delta.log import commit_key, parse_json_lines
-from airflow_delta_maint.delta.log_compaction import reconcile_window, render_window
-from airflow_delta_maint.delta.snapshot import Snapshot
-from airflow_delta_maint.delta.storage import Storage
+from airflow_delta_maint.delta.log.compaction import reconcile_window, render_window
+from airflow_delta_maint.delta.log.listing import commit_key, parse_json_lines
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.storage.store import Storage
 
 REPO = Path(__file__).resolve().parents[2]
 CONTRACT = {"operation", "table", "status", "version_read", "version_committed", "started_at", "duration_s"}

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from airflow_delta_maint.app import cli
-from airflow_delta_maint.app.connect_tasks import DataFrameTasks
 from airflow_delta_maint.app.context import JobContext
-from airflow_delta_maint.app.tasks import SparkTasks
+from airflow_delta_maint.app.runners.connect_tasks import DataFrameTasks
+from airflow_delta_maint.app.runners.tasks import SparkTasks
 from airflow_delta_maint.delta.errors import CorruptLogError
 from tests.app.test_optimize import rows_deltars
 from tests.app.test_optimize_auto import Partitioned

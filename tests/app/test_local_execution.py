@@ -15,9 +15,9 @@ from deltalake import DeltaTable
 import airflow_delta_maint.app.jobs.optimize as optimize_job
 from airflow_delta_maint.app import cli
 from airflow_delta_maint.app.execution import run_in_process
-from airflow_delta_maint.app.tasks import LocalTasks, split_slices
-from airflow_delta_maint.delta.snapshot import Snapshot
-from airflow_delta_maint.delta.storage import Storage
+from airflow_delta_maint.app.runners.tasks import LocalTasks, split_slices
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.storage.store import Storage
 from tests.app.test_optimize import copy_corpus, listing, make_table, rows_deltars, rows_ours
 from tests.app.test_vacuum import aged_table, make_old, make_young, rows, tree
 from tests.conftest import CORPUS_DV_TABLES
@@ -69,7 +69,7 @@ def test_a_failing_slice_raises_itself_after_the_running_ones_stopped():
 
 
 def test_progress_is_logged_while_slices_run(caplog, monkeypatch):
-    import airflow_delta_maint.app.tasks as tasks_module
+    import airflow_delta_maint.app.runners.tasks as tasks_module
 
     monkeypatch.setattr(tasks_module, "PROGRESS_EVERY_S", 0.05)
     with caplog.at_level(logging.INFO, logger="delta_maint.tasks"):

@@ -34,14 +34,14 @@ from deltalake import DeltaTable, write_deltalake
 
 from airflow_delta_maint.app import cli
 from airflow_delta_maint.app.jobs.optimize import _batches, _commit_batch, _execute_bins, plan_from_params
-from airflow_delta_maint.app.tasks import SparkTasks
-from airflow_delta_maint.app.rewrite import RewriteSpec, read_data_file
+from airflow_delta_maint.app.rewrite.data_files import RewriteSpec, read_data_file
+from airflow_delta_maint.app.runners.tasks import SparkTasks
 from airflow_delta_maint.delta.errors import DeltaError
-from airflow_delta_maint.delta.features import check_supported
-from airflow_delta_maint.delta.log import read_commit
-from airflow_delta_maint.delta.optimize_plan import plan_optimize
-from airflow_delta_maint.delta.snapshot import Snapshot
-from airflow_delta_maint.delta.storage import Storage
+from airflow_delta_maint.delta.log.listing import read_commit
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.plans.optimize import plan_optimize
+from airflow_delta_maint.delta.protocol.features import check_supported
+from airflow_delta_maint.delta.storage.store import Storage
 from tests.conftest import CORPUS_DV_TABLES, corpus_path, load_manifest, restore_dv_file_names
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,10 +13,10 @@ import pytest
 
 from airflow_delta_maint.app import cli
 from airflow_delta_maint.app.jobs.optimize import nothing_to_do
-from airflow_delta_maint.delta.deletion_vectors import write_deletion_vector
-from airflow_delta_maint.delta.partition_reservation import reserve_partitions
-from airflow_delta_maint.delta.snapshot import Snapshot
-from airflow_delta_maint.delta.storage import Storage
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.plans.partition_reservation import reserve_partitions
+from airflow_delta_maint.delta.protocol.deletion_vectors import write_deletion_vector
+from airflow_delta_maint.delta.storage.store import Storage
 from tests.app.test_optimize import rows_deltars
 
 SCHEMA = json.dumps({"type": "struct", "fields": [

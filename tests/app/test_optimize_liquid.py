@@ -19,8 +19,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_delta_maint.app import cli
-from airflow_delta_maint.delta.clustering import clustering_columns, clustering_quality
-from airflow_delta_maint.delta.snapshot import Snapshot
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.plans.clustering import clustering_columns, clustering_quality
 from tests.app.test_optimize import listing, rows_deltars
 from tests.conftest import corpus_path
 from tests.row_tracking_tables import build_enabled_table, stable_rows

@@ -24,13 +24,14 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from airflow_delta_maint.app import cli, optimize_commit
+from airflow_delta_maint.app import cli
 from airflow_delta_maint.app.execution import run_in_process
-from airflow_delta_maint.delta.deletion_vectors import dv_file_key, read_deletion_vector
-from airflow_delta_maint.delta.log import read_commit
-from airflow_delta_maint.delta.run_log import read_runs
-from airflow_delta_maint.delta.snapshot import Snapshot
-from airflow_delta_maint.delta.storage import Storage
+from airflow_delta_maint.app.rewrite import commit as optimize_commit
+from airflow_delta_maint.delta.health.run_log import read_runs
+from airflow_delta_maint.delta.log.listing import read_commit
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.protocol.deletion_vectors import dv_file_key, read_deletion_vector
+from airflow_delta_maint.delta.storage.store import Storage
 from tests.dv_writer import DVTable, read_rows
 
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from airflow_delta_maint.app import cli
-from airflow_delta_maint.delta.log import read_commit
-from airflow_delta_maint.delta.row_tracking import high_water_mark
-from airflow_delta_maint.delta.snapshot import Snapshot
-from airflow_delta_maint.delta.storage import Storage
+from airflow_delta_maint.delta.log.listing import read_commit
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.protocol.row_tracking import high_water_mark
+from airflow_delta_maint.delta.storage.store import Storage
 from tests.app.test_optimize import listing, rows_deltars
 from tests.row_tracking_tables import (COMMIT_VERSION_COL, ROW_ID_COL, HandLog, build_enabled_table, high_water,
                                        live_values, metadata, protocol, remove_of, stable_rows, tracked)

@@ -11,9 +11,9 @@ import pyarrow.parquet as pq
 
 from airflow_delta_maint.app import cli
 from airflow_delta_maint.app.jobs.optimize import nothing_to_do
-from airflow_delta_maint.delta.deletion_vectors import read_deletion_vector, write_deletion_vector
-from airflow_delta_maint.delta.snapshot import Snapshot
-from airflow_delta_maint.delta.storage import Storage
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.protocol.deletion_vectors import read_deletion_vector, write_deletion_vector
+from airflow_delta_maint.delta.storage.store import Storage
 from tests.app.test_optimize import listing, rows_deltars
 from tests.app.test_optimize_auto import Partitioned
 

@@ -20,8 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_delta_maint.app import cli
-from airflow_delta_maint.delta.snapshot import Snapshot
-from airflow_delta_maint.delta.type_widening import files_with_old_types, widening_supported
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.protocol.type_widening import files_with_old_types, widening_supported
 from tests.app.test_optimize import listing, read_rows
 from tests.conftest import corpus_path
 

@@ -23,10 +23,10 @@ from deltalake import DeltaTable, write_deltalake
 
 from airflow_delta_maint.app import cli
 from airflow_delta_maint.app.jobs import optimize as optimize_job
-from airflow_delta_maint.delta.checkpoint import build_checkpoint_table, last_checkpoint_checksum
-from airflow_delta_maint.delta.log import commit_key, read_commit
-from airflow_delta_maint.delta.snapshot import Snapshot
-from airflow_delta_maint.delta.storage import Storage
+from airflow_delta_maint.delta.log.checkpoint import build_checkpoint_table, last_checkpoint_checksum
+from airflow_delta_maint.delta.log.listing import commit_key, read_commit
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.storage.store import Storage
 from tests.delta.test_reconciliation import (BAD_COMPACTION, EXPECTED_IDS, NOW, deltars_ids, dv_history,
                                              write_bad_compaction, write_log_file)
 
@@ -68,7 +68,7 @@ def test_checkpoint_writes_the_commits_state(bad_table: Path):
 
 
 def test_compact_log_removes_the_bad_file_and_writes_good_windows(bad_table: Path):
-    from airflow_delta_maint.delta.log_compaction import nothing_to_do
+    from airflow_delta_maint.delta.log.compaction import nothing_to_do
 
     assert nothing_to_do(str(bad_table), None, {"interval": 2}) is None  # the operator does not skip it
     code, m = run("compact-log", str(bad_table), "--interval", "2")
@@ -267,7 +267,7 @@ def test_batches_commit_on_top_of_each_other(tmp_path: Path, spark, caplog):
             write_deltalake(str(root), pa.table({"id": pa.array([i], pa.int64()), "p": [part]}), mode="append",
                             partition_by=["p"])
     v0 = DeltaTable(str(root)).version()
-    with caplog.at_level(logging.INFO, logger="airflow_delta_maint.delta.transaction"):
+    with caplog.at_level(logging.INFO, logger="airflow_delta_maint.delta.log.transaction"):
         code, m = run("optimize", str(root), "--batch-bytes", "1")
     assert code == 0 and m["versions_committed"] == [v0 + 1, v0 + 2, v0 + 3]
     assert "rebased" not in caplog.text

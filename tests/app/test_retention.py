@@ -15,8 +15,8 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from airflow_delta_maint.app.cli import run
-from airflow_delta_maint.delta.features import unsupported_features
-from airflow_delta_maint.delta.snapshot import Snapshot
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.protocol.features import unsupported_features
 from tests.app.test_vacuum import aged_table, make_old, make_young, rows, tree
 from tests.conftest import corpus_path
 from tests.delta.test_log_cleanup import age, history, log_files, ours, theirs, versions_of

@@ -16,12 +16,12 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from airflow_delta_maint.app.cli import run
-from airflow_delta_maint.delta.deletion_vectors import dv_file_key
-from airflow_delta_maint.delta.features import unsupported_features
-from airflow_delta_maint.delta.log import read_commit_info
-from airflow_delta_maint.delta.snapshot import Snapshot
-from airflow_delta_maint.delta.storage import Storage
-from airflow_delta_maint.delta.vacuum import LAST_VACUUM_INFO, read_last_vacuum_info
+from airflow_delta_maint.delta.log.listing import read_commit_info
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.plans.vacuum import LAST_VACUUM_INFO, read_last_vacuum_info
+from airflow_delta_maint.delta.protocol.deletion_vectors import dv_file_key
+from airflow_delta_maint.delta.protocol.features import unsupported_features
+from airflow_delta_maint.delta.storage.store import Storage
 from tests.conftest import corpus_path, load_manifest
 from tests.delta.test_vacuum_plan import age_commit, protocol_names
 

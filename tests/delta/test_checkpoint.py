@@ -17,15 +17,15 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_delta_maint.delta.actions import ADD_SCHEMA, REMOVE_SCHEMA
-from airflow_delta_maint.delta.checkpoint import (
+from airflow_delta_maint.delta.errors import InvalidArgumentError, UnsupportedFeatureError
+from airflow_delta_maint.delta.log.checkpoint import (
     CHECKPOINT_SCHEMA_V1, last_checkpoint_checksum, parse_interval_ms, tombstone_retention_ms,
     write_checkpoint)
-from airflow_delta_maint.delta.errors import InvalidArgumentError, UnsupportedFeatureError
-from airflow_delta_maint.delta.features import unsupported_features
-from airflow_delta_maint.delta.log import LAST_CHECKPOINT, build_segment
-from airflow_delta_maint.delta.snapshot import Snapshot, _clean
-from airflow_delta_maint.delta.storage import Storage
+from airflow_delta_maint.delta.log.listing import LAST_CHECKPOINT, build_segment
+from airflow_delta_maint.delta.log.snapshot import Snapshot, _clean
+from airflow_delta_maint.delta.protocol.actions import ADD_SCHEMA, REMOVE_SCHEMA
+from airflow_delta_maint.delta.protocol.features import unsupported_features
+from airflow_delta_maint.delta.storage.store import Storage
 
 from tests.conftest import corpus_path, load_manifest
 

@@ -24,11 +24,11 @@ from airflow_delta_maint.delta.errors import (
     CorruptLogError, DeltaError, MissingVersionError, NotADeltaTableError, TableNotFoundError,
     UnsupportedFeatureError,
 )
-from airflow_delta_maint.delta.features import check_supported
-from airflow_delta_maint.delta.history import log_state
-from airflow_delta_maint.delta.log import LOG_DIR, build_segment
-from airflow_delta_maint.delta.snapshot import Snapshot, canonical_path
-from airflow_delta_maint.delta.storage import Storage
+from airflow_delta_maint.delta.log.history import log_state
+from airflow_delta_maint.delta.log.listing import LOG_DIR, build_segment
+from airflow_delta_maint.delta.log.snapshot import Snapshot, canonical_path
+from airflow_delta_maint.delta.protocol.features import check_supported
+from airflow_delta_maint.delta.storage.store import Storage
 from tests.conftest import corpus_path, load_manifest
 
 MANIFEST: dict[str, dict] = {t["table"]: t["oracle"] for t in load_manifest()}
@@ -266,7 +266,7 @@ def test_canonical_path_on_object_store_root():
 
 
 def test_noncanonical_path_scan_flags_every_candidate():
-    from airflow_delta_maint.delta.snapshot import maybe_noncanonical
+    from airflow_delta_maint.delta.log.snapshot import maybe_noncanonical
 
     paths = ["ab", "/x", "c%20d", "", None, "file:/e", "plain", "p=1/q"] * 3 + ["y" * 3_000_000 + "%"]
     flags = maybe_noncanonical(pa.array(paths))
@@ -639,7 +639,7 @@ def test_corpus_copy_is_independent(copy_table):
 
 def write_checkpoint(root: Path, version: int, actions: list[dict]) -> None:
     """A classic checkpoint of ``actions`` (dicts keyed by action name), one row per action."""
-    from airflow_delta_maint.delta.actions import ADD, REMOVE
+    from airflow_delta_maint.delta.protocol.actions import ADD, REMOVE
 
     protocol_t = pa.struct([("minReaderVersion", pa.int32()), ("minWriterVersion", pa.int32())])
     str_map = pa.map_(pa.string(), pa.string())

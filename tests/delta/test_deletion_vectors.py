@@ -16,7 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyroaring import BitMap
 
-from airflow_delta_maint.delta.deletion_vectors import (
+from airflow_delta_maint.delta.errors import CorruptLogError, DeltaError, InvalidArgumentError
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.protocol.deletion_vectors import (
     DV_MAGIC,
     decode_bitmap_array,
     deleted_row_count,
@@ -29,9 +31,7 @@ from airflow_delta_maint.delta.deletion_vectors import (
     z85_decode,
     z85_encode,
 )
-from airflow_delta_maint.delta.errors import CorruptLogError, DeltaError, InvalidArgumentError
-from airflow_delta_maint.delta.snapshot import Snapshot
-from airflow_delta_maint.delta.storage import Storage
+from airflow_delta_maint.delta.storage.store import Storage
 
 from tests.conftest import CORPUS_DV_TABLES, SPARK_TEST_PREFIX, corpus_path, load_manifest, restore_dv_file_names
 

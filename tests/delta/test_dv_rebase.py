@@ -1,4 +1,4 @@
-"""The pure logic of rebasing a rewrite onto concurrent deletion vectors (delta/dv_rebase.py)."""
+"""The pure logic of rebasing a rewrite onto concurrent deletion vectors (delta/plans/dv_rebase.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_delta_maint.delta.dv_rebase import (ExplicitRowMap, InOrderRowMap, RowMapError, decode_row_map,
-                                                 encode_row_map, input_changes, locate_row_ids, merge_locations,
-                                                 new_deletions, pack_sources, with_deletion_vector)
+from airflow_delta_maint.delta.plans.dv_rebase import (ExplicitRowMap, InOrderRowMap, RowMapError, decode_row_map,
+                                                       encode_row_map, input_changes, locate_row_ids, merge_locations,
+                                                       new_deletions, pack_sources, with_deletion_vector)
 
 ROOT = "file:///tmp/t"
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_delta_maint.delta.actions import Metadata, Protocol
 from airflow_delta_maint.delta.errors import UnsupportedFeatureError
-from airflow_delta_maint.delta.features import (
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.protocol.actions import Metadata, Protocol
+from airflow_delta_maint.delta.protocol.features import (
     JOBS, KNOWN_WRITER_FEATURES, SUPPORTED_WRITER_FEATURES, check_supported, table_features,
     unsupported_features,
 )
-from airflow_delta_maint.delta.snapshot import Snapshot
 from tests.conftest import corpus_path
 
 WRITING_JOBS = ("checkpoint", "compact-log", "vacuum", "optimize")

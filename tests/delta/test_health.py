@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_delta_maint.delta.health import HealthInputs, health_inputs, health_score
-from airflow_delta_maint.delta.history import log_state
-from airflow_delta_maint.delta.snapshot import Snapshot
+from airflow_delta_maint.delta.health.score import HealthInputs, health_inputs, health_score
+from airflow_delta_maint.delta.log.history import log_state
+from airflow_delta_maint.delta.log.snapshot import Snapshot
 
 from tests.conftest import corpus_path
 

@@ -15,12 +15,12 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from airflow_delta_maint.delta.checkpoint import write_checkpoint
 from airflow_delta_maint.delta.errors import InvalidArgumentError, MissingVersionError, UnsupportedFeatureError
-from airflow_delta_maint.delta.features import check_checkpoint_allowed
-from airflow_delta_maint.delta.log_cleanup import cleanup_expired_log, plan_log_cleanup
-from airflow_delta_maint.delta.snapshot import Snapshot
-from airflow_delta_maint.delta.storage import Storage
+from airflow_delta_maint.delta.log.checkpoint import write_checkpoint
+from airflow_delta_maint.delta.log.cleanup import cleanup_expired_log, plan_log_cleanup
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.protocol.features import check_checkpoint_allowed
+from airflow_delta_maint.delta.storage.store import Storage
 from tests.conftest import corpus_path
 
 DAY_MS = 86_400_000

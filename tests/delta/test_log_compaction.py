@@ -18,12 +18,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_delta_maint.delta.errors import DeltaError, InvalidArgumentError, UnsupportedFeatureError
-from airflow_delta_maint.delta.log import compaction_key, list_log
-from airflow_delta_maint.delta.log_compaction import (
+from airflow_delta_maint.delta.log.compaction import (
     Window, compact_log, compaction_interval, nothing_to_do, plan_windows, reconcile_window, render_window,
     write_window)
-from airflow_delta_maint.delta.snapshot import Snapshot
-from airflow_delta_maint.delta.storage import Storage
+from airflow_delta_maint.delta.log.listing import compaction_key, list_log
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.storage.store import Storage
 
 from tests.conftest import corpus_path, load_manifest
 
@@ -212,7 +212,7 @@ def test_protocol_example(tmp_path: Path) -> None:
 
 def test_domain_tombstone_inside_window_cancels_earlier_domain(tmp_path: Path) -> None:
     """A domain set before the window (here: in the checkpoint) and removed inside it stays removed."""
-    from airflow_delta_maint.delta.checkpoint import write_checkpoint
+    from airflow_delta_maint.delta.log.checkpoint import write_checkpoint
 
     t = tmp_path / "t"
     protocol = {"protocol": {"minReaderVersion": 1, "minWriterVersion": 7, "writerFeatures": ["domainMetadata"]}}
@@ -500,7 +500,7 @@ def test_checkpoint_interval_writes_checkpoint_first(tmp_path: Path) -> None:
 
 
 def test_cleanup_removes_old_files_covered_by_a_checkpoint(tmp_path: Path) -> None:
-    from airflow_delta_maint.delta.checkpoint import write_checkpoint
+    from airflow_delta_maint.delta.log.checkpoint import write_checkpoint
 
     t = tmp_path / "t"
     _appends(t, 18)

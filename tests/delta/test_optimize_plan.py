@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from airflow_delta_maint.delta.errors import InvalidArgumentError
-from airflow_delta_maint.delta.optimize_plan import GIB, file_size_settings, plan_optimize, size_percentiles
-from airflow_delta_maint.delta.snapshot import Snapshot
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.plans.optimize import GIB, file_size_settings, plan_optimize, size_percentiles
 
 SCHEMA = {"type": "struct", "fields": [
     {"name": "id", "type": "long", "nullable": True, "metadata": {}},

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from airflow_delta_maint.delta.errors import InvalidArgumentError
-from airflow_delta_maint.delta.predicate import (
+from airflow_delta_maint.delta.plans.predicate import (
     BoolOp, Cmp, In, IsNull, Not, check_partition_columns, columns_of, evaluate, parse_predicate,
 )
 

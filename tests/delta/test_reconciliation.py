@@ -22,15 +22,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_delta_maint.delta.actions import dv_unique_id
-from airflow_delta_maint.delta.checkpoint import write_checkpoint
-from airflow_delta_maint.delta.deletion_vectors import write_deletion_vector
 from airflow_delta_maint.delta.errors import CorruptLogError, InconsistentStateError
-from airflow_delta_maint.delta.log_compaction import compact_log, reconcile_window, render_window
-from airflow_delta_maint.delta.reconciliation import commit_problem, state_problem
-from airflow_delta_maint.delta.snapshot import Snapshot
-from airflow_delta_maint.delta.storage import Storage
-from airflow_delta_maint.delta.transaction import Transaction
+from airflow_delta_maint.delta.log.checkpoint import write_checkpoint
+from airflow_delta_maint.delta.log.compaction import compact_log, reconcile_window, render_window
+from airflow_delta_maint.delta.log.reconciliation import commit_problem, state_problem
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.log.transaction import Transaction
+from airflow_delta_maint.delta.protocol.actions import dv_unique_id
+from airflow_delta_maint.delta.protocol.deletion_vectors import write_deletion_vector
+from airflow_delta_maint.delta.storage.store import Storage
 
 DV_PROTOCOL = {"protocol": {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["deletionVectors"],
                             "writerFeatures": ["deletionVectors"]}}
@@ -211,7 +211,7 @@ def test_a_checkpoint_with_a_file_live_twice_is_distrusted(tmp_path):
     # build the bad state by hand: every add of the bad compaction file as live
     bad = [json.loads(line)["add"] for line in (root / BAD_COMPACTION).read_text().splitlines()
            if '"add"' in line]
-    from airflow_delta_maint.delta.actions import ADD
+    from airflow_delta_maint.delta.protocol.actions import ADD
 
     trusted.files = pa.Table.from_struct_array(pa.array(bad, type=ADD))
     trusted.tombstones = trusted.tombstones.slice(0, 0)
@@ -219,7 +219,7 @@ def test_a_checkpoint_with_a_file_live_twice_is_distrusted(tmp_path):
         write_checkpoint(trusted)
     assert not list(log_dir(root).glob("*.checkpoint.parquet"))
     # the same rows written around the guard, as an older writer would have
-    from airflow_delta_maint.delta.checkpoint import build_checkpoint_table
+    from airflow_delta_maint.delta.log.checkpoint import build_checkpoint_table
 
     table, _ = build_checkpoint_table(trusted, now_ms=NOW, v2_spec=False)
     pq.write_table(table, log_dir(root) / "00000000000000000005.checkpoint.parquet")

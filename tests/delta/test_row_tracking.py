@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from airflow_delta_maint.delta.errors import CorruptLogError, UnsupportedFeatureError
-from airflow_delta_maint.delta.log import read_commit
-from airflow_delta_maint.delta.row_tracking import assign_fresh_ids, high_water_mark, row_tracking
-from airflow_delta_maint.delta.snapshot import Snapshot
-from airflow_delta_maint.delta.storage import Storage
-from airflow_delta_maint.delta.transaction import Transaction
+from airflow_delta_maint.delta.log.listing import read_commit
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.log.transaction import Transaction
+from airflow_delta_maint.delta.protocol.row_tracking import assign_fresh_ids, high_water_mark, row_tracking
+from airflow_delta_maint.delta.storage.store import Storage
 from tests.row_tracking_tables import (HandLog, build_enabled_table, enabled_configuration, high_water, metadata,
                                        protocol, tracked)
 

@@ -15,11 +15,11 @@ import pytest
 
 from airflow_delta_maint.app.cli import run
 from airflow_delta_maint.delta.errors import InvalidArgumentError
-from airflow_delta_maint.delta.log import list_log
-from airflow_delta_maint.delta.run_log import (RUN_LOG_SCHEMA, append_runs, create_run_log, maintain_run_log,
-                                               read_runs, run_record)
-from airflow_delta_maint.delta.snapshot import Snapshot
-from airflow_delta_maint.delta.storage import Storage
+from airflow_delta_maint.delta.health.run_log import (RUN_LOG_SCHEMA, append_runs, create_run_log, maintain_run_log,
+                                                      read_runs, run_record)
+from airflow_delta_maint.delta.log.listing import list_log
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.storage.store import Storage
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "airflow"))
 from delta_maint_testing import write_appends  # noqa: E402

@@ -11,13 +11,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_delta_maint.delta.actions import Metadata
 from airflow_delta_maint.delta.errors import (CorruptLogError, DeltaError, InvalidArgumentError,
                                               UnsupportedFeatureError)
-from airflow_delta_maint.delta.schema import (ArrayType, MapType, PrimitiveType, StructType, column_mapping_mode,
-                                              from_arrow_schema, leaf_columns, parse_partition_value, parse_schema,
-                                              resolve_column, split_column_name, to_arrow_schema)
-from airflow_delta_maint.delta.snapshot import Snapshot
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.protocol.actions import Metadata
+from airflow_delta_maint.delta.protocol.schema import (ArrayType, MapType, PrimitiveType, StructType, column_mapping_mode,
+                                                       from_arrow_schema, leaf_columns, parse_partition_value, parse_schema,
+                                                       resolve_column, split_column_name, to_arrow_schema)
 from tests.conftest import corpus_path, load_manifest
 
 

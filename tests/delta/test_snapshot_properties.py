@@ -14,7 +14,7 @@ from deltalake import DeltaTable, write_deltalake
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_delta_maint.delta.snapshot import Snapshot
+from airflow_delta_maint.delta.log.snapshot import Snapshot
 
 KEYS = ["x", "y", "z z", "a/b"]  # a space and a slash exercise partition path escaping
 
@@ -136,6 +136,6 @@ log_paths = st.tuples(st.sampled_from(["", "/", "file:/", "file:///", "file:///t
 @given(path=log_paths, root=st.sampled_from(["file:///tbl/root", "s3://b/t"]))
 def test_cheap_file_name_is_the_canonical_path_s_last_segment(path: str, root: str):
     """The pre-filter of checkpoint rows never rejects a row whose canonical path could match."""
-    from airflow_delta_maint.delta.snapshot import _file_name, canonical_path
+    from airflow_delta_maint.delta.log.snapshot import _file_name, canonical_path
 
     assert _file_name(path) == canonical_path(path, root).rpartition("/")[2]

@@ -18,12 +18,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_delta_maint.delta.actions import Metadata
-from airflow_delta_maint.delta.schema import PrimitiveType, leaf_columns
-from airflow_delta_maint.delta.snapshot import Snapshot
-from airflow_delta_maint.delta.stats import (StatsCollector, columns_needing_data, file_stats, parquet_file_stats, parse_stats_columns,
-                                             stats_columns, stats_json, table_stats, truncate_max_string,
-                                             truncate_min_string)
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.protocol.actions import Metadata
+from airflow_delta_maint.delta.protocol.schema import PrimitiveType, leaf_columns
+from airflow_delta_maint.delta.protocol.stats import (StatsCollector, columns_needing_data, file_stats, parquet_file_stats, parse_stats_columns,
+                                                      stats_columns, stats_json, table_stats, truncate_max_string,
+                                                      truncate_min_string)
 from tests.conftest import corpus_path, load_manifest
 
 # -- the corpus ---------------------------------------------------------------------------------
@@ -176,7 +176,7 @@ def test_footer_stats_equal_delta_spark_stats(name):
 # -- data == footer -------------------------------------------------------------------------------
 def _metadata(schema: pa.Schema | dict, partition_columns=(), configuration=None) -> Metadata:
     if isinstance(schema, pa.Schema):
-        from airflow_delta_maint.delta.schema import from_arrow_schema
+        from airflow_delta_maint.delta.protocol.schema import from_arrow_schema
         schema = from_arrow_schema(schema).to_json()
     return Metadata(id="t", schema_string=json.dumps(schema), partition_columns=tuple(partition_columns),
                     configuration=dict(configuration or {}))

@@ -23,9 +23,9 @@ import airflow_delta_maint
 from airflow_delta_maint.delta.errors import (
     CommitConflictError, CommitFailedError, InvalidArgumentError, UnsupportedFeatureError,
 )
-from airflow_delta_maint.delta.log import commit_key, read_commit
-from airflow_delta_maint.delta.snapshot import Snapshot
-from airflow_delta_maint.delta.transaction import (
+from airflow_delta_maint.delta.log.listing import commit_key, read_commit
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.log.transaction import (
     ConflictError, Transaction, commit_actions, conflicting_files, ict_enabled,
 )
 
@@ -131,8 +131,8 @@ def run_python(code: str, *args: str, timeout: float = 60) -> subprocess.Complet
 # A process that plans a rewrite of some files, waits for the start signal, then commits.
 RACER = r"""
 import json, os, sys, time
-from airflow_delta_maint.delta.snapshot import Snapshot
-from airflow_delta_maint.delta.transaction import ConflictError, Transaction
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.log.transaction import ConflictError, Transaction
 from tests.delta.test_transaction import rewrite_actions
 args = json.loads(sys.argv[1])
 snap = Snapshot.load(args["table"])

@@ -16,18 +16,18 @@ from hypothesis import strategies as st
 
 from tests.conftest import corpus_path, restore_dv_file_names
 
-from airflow_delta_maint.delta.actions import Metadata
 from airflow_delta_maint.delta.errors import DeltaError, InvalidArgumentError
-from airflow_delta_maint.delta.log import list_log
-from airflow_delta_maint.delta.snapshot import Snapshot
-from airflow_delta_maint.delta.storage import FileInfo, Storage
-from airflow_delta_maint.delta.vacuum import (
+from airflow_delta_maint.delta.log.listing import list_log
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.plans.vacuum import (
     DEFAULT_RETENTION_MS, LAST_VACUUM_INFO, VacuumLiteUnavailableError, check_retention, delete_files, is_hidden,
     key_for_log_path, latest_commit_at_or_before, lite_candidates, nothing_to_do, plan_vacuum,
     read_last_vacuum_info, remove_empty_dirs, select_candidates, table_retention_ms, valid_among, valid_keys,
     write_last_vacuum_info,
 )
-from airflow_delta_maint.delta.vacuum_files import delete_files_parallel, list_folder, list_subtree
+from airflow_delta_maint.delta.plans.vacuum_files import delete_files_parallel, list_folder, list_subtree
+from airflow_delta_maint.delta.protocol.actions import Metadata
+from airflow_delta_maint.delta.storage.store import FileInfo, Storage
 
 DAY_MS = 86_400_000
 HOUR_MS = 3_600_000
@@ -475,7 +475,7 @@ def test_remove_empty_dirs_from_a_listing_keeps_young_and_hidden_folders(tmp_pat
 
 
 def test_lite_mode_parses_only_the_actions_it_needs():
-    from airflow_delta_maint.delta.log import parse_json_lines
+    from airflow_delta_maint.delta.log.listing import parse_json_lines
 
     data = (b'{"commitInfo":{"operation":"DELETE"}}\n{"add":{"path":"a.parquet"}}\n'
             b'{"remove":{"path":"b.parquet"}}\n  {"cdc":{"path":"c.parquet"}}\n{ "add":{"path":"d.parquet"}}\n')

@@ -308,7 +308,7 @@ def assert_same_table(before: TableState, after: TableState) -> None:
 def assert_detail_matches_our_snapshot(spark, path: str) -> None:
     """DESCRIBE DETAIL (numFiles, sizeInBytes, properties, partition columns, protocol versions) and delta-spark's
     latest version equal our engine's snapshot of the latest version."""
-    from airflow_delta_maint.delta.snapshot import Snapshot
+    from airflow_delta_maint.delta.log.snapshot import Snapshot
 
     version = int(_snapshot(spark, path, fresh=True).version())
     detail = _detail(spark, path)

@@ -47,9 +47,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_delta_maint.app import cli
-from airflow_delta_maint.app.rewrite import RewriteSpec, read_data_file
-from airflow_delta_maint.delta.snapshot import Snapshot
-from airflow_delta_maint.delta.transaction import commit_actions
+from airflow_delta_maint.app.rewrite.data_files import RewriteSpec, read_data_file
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.log.transaction import commit_actions
 from tests.delta_spark import writer as W
 
 WRITER = Path(W.__file__)

@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_delta_maint.app import cli, optimize_commit
-from airflow_delta_maint.delta.snapshot import Snapshot
+from airflow_delta_maint.app import cli
+from airflow_delta_maint.app.rewrite import commit as optimize_commit
+from airflow_delta_maint.delta.log.snapshot import Snapshot
 
 DELETE = "DELETE FROM {t} WHERE id % 7 = 0"
 UPDATE = "UPDATE {t} SET v = v + 1000 WHERE id % 11 = 3"

@@ -16,7 +16,7 @@ import urllib.parse
 
 import pytest
 
-from airflow_delta_maint.delta.storage import Storage
+from airflow_delta_maint.delta.storage.store import Storage
 from tests.storage.conftest import gcs_json_api, gcs_upload_dir
 from tests.storage.test_object_stores import (COMMITS, JOBS, ROWS, _closed_port, assert_failures,
                                               assert_one_line_error, listing, rows, run_cli, shell_env, storage_args,

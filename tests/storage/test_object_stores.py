@@ -24,9 +24,9 @@ from deltalake import DeltaTable, write_deltalake
 
 from airflow_delta_maint.app import cli
 from airflow_delta_maint.delta.errors import PutIfAbsentUnsupportedError, StorageError
-from airflow_delta_maint.delta.snapshot import Snapshot
-from airflow_delta_maint.delta.storage import AlreadyExistsError, Storage
-from airflow_delta_maint.delta.transaction import commit_actions
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.log.transaction import commit_actions
+from airflow_delta_maint.delta.storage.store import AlreadyExistsError, Storage
 
 pytestmark = pytest.mark.timeout(300)
 

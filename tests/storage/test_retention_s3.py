@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_delta_maint.delta.storage import Storage
+from airflow_delta_maint.delta.storage.store import Storage
 from tests.storage.test_object_stores import listing, rows, run_cli, shell_env, storage_args, write_table  # noqa: F401
 
 pytestmark = pytest.mark.timeout(300)

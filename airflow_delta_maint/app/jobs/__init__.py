@@ -93,7 +93,7 @@ def application_id(spark: Any) -> str | None:
     if spark is None:
         return None
     try:
-        from ..connect_tasks import is_connect
+        from airflow_delta_maint.app.runners.connect_tasks import is_connect
 
         return spark.conf.get("spark.app.id", None) if is_connect(spark) else spark.sparkContext.applicationId
     except Exception:  # noqa: BLE001 - the id is a detail of the history record

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from airflow_delta_maint.delta.checkpoint import write_checkpoint
-from airflow_delta_maint.delta.features import check_checkpoint_allowed, check_supported
-from airflow_delta_maint.delta.log_cleanup import cleanup_expired_log
-from airflow_delta_maint.delta.snapshot import Snapshot
+from airflow_delta_maint.delta.log.checkpoint import write_checkpoint
+from airflow_delta_maint.delta.log.cleanup import cleanup_expired_log
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.protocol.features import check_checkpoint_allowed, check_supported
 
 from ..context import JobContext
 

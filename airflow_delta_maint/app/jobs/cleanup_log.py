@@ -1,7 +1,7 @@
 """Delete expired log files: commits, checkpoints, checksums and sidecars older than the log retention.
 
 Planning and deleting run on the driver with the core alone; no Spark starts. The rules are
-those of :mod:`airflow_delta_maint.delta.log_cleanup`.
+those of :mod:`airflow_delta_maint.delta.log.cleanup`.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import argparse
 from typing import Any
 
 from airflow_delta_maint.delta.errors import InvalidArgumentError
-from airflow_delta_maint.delta.log_cleanup import cleanup_expired_log
-from airflow_delta_maint.delta.snapshot import Snapshot
+from airflow_delta_maint.delta.log.cleanup import cleanup_expired_log
+from airflow_delta_maint.delta.log.snapshot import Snapshot
 
 from ..context import JobContext
 

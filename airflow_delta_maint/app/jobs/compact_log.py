@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from airflow_delta_maint.delta.log_cleanup import cleanup_expired_log
-from airflow_delta_maint.delta.log_compaction import DEFAULT_MAX_WINDOW_BYTES, compact_log
+from airflow_delta_maint.delta.log.cleanup import cleanup_expired_log
+from airflow_delta_maint.delta.log.compaction import DEFAULT_MAX_WINDOW_BYTES, compact_log
 
 from ..context import JobContext
 
@@ -71,9 +71,9 @@ def format_human(m: dict[str, Any]) -> str:
 def nothing_to_do(table: str, storage_options: dict[str, str] | None, params: dict[str, Any]) -> str | None:
     """Without Spark: a reason when no compaction window is due, no checkpoint is due and (with
     ``cleanup_expired_log``) no expired log file waits; else None. Bad input raises."""
-    from airflow_delta_maint.delta.log_cleanup import plan_log_cleanup
-    from airflow_delta_maint.delta.log_compaction import nothing_to_do as log_compaction_nothing_to_do
-    from airflow_delta_maint.delta.storage import Storage
+    from airflow_delta_maint.delta.log.cleanup import plan_log_cleanup
+    from airflow_delta_maint.delta.log.compaction import nothing_to_do as log_compaction_nothing_to_do
+    from airflow_delta_maint.delta.storage.store import Storage
 
     reason = log_compaction_nothing_to_do(table, storage_options, params)
     if reason and params.get("cleanup_expired_log"):

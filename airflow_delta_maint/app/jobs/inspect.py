@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 
-from airflow_delta_maint.delta.features import check_supported, table_features
-from airflow_delta_maint.delta.health import health_inputs, health_score
-from airflow_delta_maint.delta.history import last_operation_version, log_state
-from airflow_delta_maint.delta.snapshot import Snapshot
+from airflow_delta_maint.delta.health.score import health_inputs, health_score
+from airflow_delta_maint.delta.log.history import last_operation_version, log_state
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.protocol.features import check_supported, table_features
 
 from ..context import JobContext
 

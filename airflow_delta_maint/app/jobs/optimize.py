@@ -11,25 +11,25 @@ import uuid
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, Callable, Sequence
 
-from airflow_delta_maint.delta.auto_compaction import (DEFAULT_MAX_DELETED_ROWS_RATIO, DEFAULT_MAX_PARTITIONS,
-                                                       DEFAULT_MIN_NUM_FILES, AutoDecision, choose_partitions,
-                                                       partition_key, partition_label)
-from airflow_delta_maint.delta.clustering import clustering_quality, is_clustered, tag_clustered_files
-from airflow_delta_maint.delta.partition_reservation import DEFAULT_LEASE_SECONDS, reserve_partitions
 from airflow_delta_maint.delta.errors import InvalidArgumentError
-from airflow_delta_maint.delta.features import check_supported, table_features
-from airflow_delta_maint.delta.optimize_plan import (DEFAULT_DV_RATIO, Bin, OptimizePlan, file_size_settings,
-                                                     plan_optimize, size_percentiles)
-from airflow_delta_maint.delta.recent_writes import leave_out
-from airflow_delta_maint.delta.row_tracking import row_tracking
-from airflow_delta_maint.delta.snapshot import Snapshot
-from airflow_delta_maint.delta.storage import Storage
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.plans.auto_compaction import (DEFAULT_MAX_DELETED_ROWS_RATIO, DEFAULT_MAX_PARTITIONS,
+                                                             DEFAULT_MIN_NUM_FILES, AutoDecision, choose_partitions,
+                                                             partition_key, partition_label)
+from airflow_delta_maint.delta.plans.clustering import clustering_quality, is_clustered, tag_clustered_files
+from airflow_delta_maint.delta.plans.optimize import (DEFAULT_DV_RATIO, Bin, OptimizePlan, file_size_settings,
+                                                      plan_optimize, size_percentiles)
+from airflow_delta_maint.delta.plans.partition_reservation import DEFAULT_LEASE_SECONDS, reserve_partitions
+from airflow_delta_maint.delta.plans.recent_writes import leave_out
+from airflow_delta_maint.delta.protocol.features import check_supported, table_features
+from airflow_delta_maint.delta.protocol.row_tracking import row_tracking
+from airflow_delta_maint.delta.storage.store import Storage
 
 from ..context import JobContext
-from ..optimize_commit import AFTER_REWRITE, BinCommitter, GroupResult, delete_outputs, remove_action
-from ..optimize_rebase import BinOutputs
-from ..rewrite import RewriteSpec, delete_run_outputs, output_dir, rewrite_bin
-from ..tasks import Tasks, raise_worker_error
+from airflow_delta_maint.app.rewrite.commit import AFTER_REWRITE, BinCommitter, GroupResult, delete_outputs, remove_action
+from airflow_delta_maint.app.rewrite.data_files import RewriteSpec, delete_run_outputs, output_dir, rewrite_bin
+from airflow_delta_maint.app.rewrite.rebase import BinOutputs
+from airflow_delta_maint.app.runners.tasks import Tasks, raise_worker_error
 
 NAME = "optimize"
 DEFAULT_BATCH_BYTES = 50 << 30
@@ -418,7 +418,7 @@ def _group_rewriter(ctx: JobContext, params: dict[str, Any], spec: RewriteSpec, 
     """The function that rewrites one group of bins, and how many groups may be rewritten at once."""
     max_bins = params.get("max_concurrent_bins")
     if plan.layout in ("zorder", "hilbert"):
-        from ..zorder import execute_zorder
+        from airflow_delta_maint.app.rewrite.zorder import execute_zorder
 
         rows = sum(_num_records(f) for b in plan.bins for f in b.files)
         want_maps = not spec.row_tracking.materializes and rows <= MAX_ROW_MAP_ROWS
@@ -437,7 +437,7 @@ def _group_rewriter(ctx: JobContext, params: dict[str, Any], spec: RewriteSpec, 
         return zorder, 1  # a shuffle keeps every core busy: one at a time, committed while the next runs
     tasks = ctx.tasks(f"OPTIMIZE {ctx.storage.root}", threads=int(max_bins) if max_bins else None)
     if plan.layout == "even":
-        from ..even_split import execute_even
+        from airflow_delta_maint.app.rewrite.even_split import execute_even
 
         def even(n: int, bins: list[Bin]) -> list[BinOutputs]:
             adds = execute_even(tasks, spec, dataclasses.replace(plan, bins=bins), f"commit {n + 1}")

@@ -20,23 +20,23 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from airflow_delta_maint.delta.errors import CommitFailedError, InvalidArgumentError
-from airflow_delta_maint.delta.features import check_supported
-from airflow_delta_maint.delta.log import list_log
-from airflow_delta_maint.delta.snapshot import Snapshot
-from airflow_delta_maint.delta.storage import FileInfo, Storage
-from airflow_delta_maint.delta.transaction import ConflictError, Transaction, winning_commits
-from airflow_delta_maint.delta.vacuum import (
+from airflow_delta_maint.delta.log.listing import list_log
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.log.transaction import ConflictError, Transaction, winning_commits
+from airflow_delta_maint.delta.plans.vacuum import (
     VacuumPlan, lite_candidates, plan_vacuum, remove_empty_dirs, table_retention_ms, valid_keys,
     write_last_vacuum_info,
 )
-from airflow_delta_maint.delta.vacuum_files import Subtree, delete_files_parallel, list_folder, list_subtree
-from airflow_delta_maint.delta.vacuum_inventory import Inventory, check_fresh, inventory_files, read_inventory
-from airflow_delta_maint.delta.vacuum_keep import kept_version_keys
-from airflow_delta_maint.delta.vacuum_prefetch import PrefetchedListing
+from airflow_delta_maint.delta.plans.vacuum_files import Subtree, delete_files_parallel, list_folder, list_subtree
+from airflow_delta_maint.delta.plans.vacuum_inventory import Inventory, check_fresh, inventory_files, read_inventory
+from airflow_delta_maint.delta.plans.vacuum_keep import kept_version_keys
+from airflow_delta_maint.delta.plans.vacuum_prefetch import PrefetchedListing
+from airflow_delta_maint.delta.protocol.features import check_supported
+from airflow_delta_maint.delta.storage.store import FileInfo, Storage
 
 from ..context import JobContext
 from .cleanup_log import parse_versions
-from ..vacuum_tasks import DELETE_BATCH, TASK_THREADS, delete_partition, list_partition, split_keys, summarize
+from airflow_delta_maint.app.runners.vacuum_tasks import DELETE_BATCH, TASK_THREADS, delete_partition, list_partition, split_keys, summarize
 
 NAME = "vacuum"
 DRY_RUN_LIST_CAP = 1000
@@ -422,6 +422,6 @@ def format_human(m: dict[str, Any]) -> str:
 def nothing_to_do(table: str, storage_options: dict[str, str] | None, params: dict[str, Any]) -> str | None:
     """Without Spark: lite mode's reason when nothing expired would be deleted and the watermark
     stays; full mode: None (only a listing proves there are no orphans). Bad input raises."""
-    from airflow_delta_maint.delta.vacuum import nothing_to_do as vacuum_nothing_to_do
+    from airflow_delta_maint.delta.plans.vacuum import nothing_to_do as vacuum_nothing_to_do
 
     return vacuum_nothing_to_do(table, storage_options, params)

@@ -30,7 +30,7 @@ from airflow.sdk.exceptions import AirflowException
 from delta_maint_testing import BIN, REPO, airflow_env, dags_test, task_results
 from deltalake import DeltaTable, write_deltalake
 
-from airflow_delta_maint.delta.storage import Storage
+from airflow_delta_maint.delta.storage.store import Storage
 from airflow_delta_maint.operators.maintenance import OptimizeOperator, VacuumOperator
 from tests.airflow.cluster.namespaced import NamespacedCluster, start_cluster
 from tests.storage.servers import start_moto

@@ -92,7 +92,7 @@ def test_package_zip_is_built_once_and_complete(tmp_path):
         names = zf.namelist()
     assert "airflow_delta_maint/__init__.py" in names
     assert "airflow_delta_maint/app/main.py" in names
-    assert "airflow_delta_maint/delta/history.py" in names
+    assert "airflow_delta_maint/delta/log/history.py" in names
     assert not [n for n in names if "__pycache__" in n or "/tests/" in n]
     sources = {n for n in names if n.endswith(".py")}
     assert {n for n in names if n.endswith(".pyc")} == {n + "c" for n in sources}

@@ -8,7 +8,7 @@ from delta_maint_testing import log_files
 from deltalake import DeltaTable
 
 from airflow_delta_maint.app import cli
-from airflow_delta_maint.delta.vacuum import LAST_VACUUM_INFO
+from airflow_delta_maint.delta.plans.vacuum import LAST_VACUUM_INFO
 from airflow_delta_maint.hooks.delta_maint import APPLICATION, DeltaMaintHook
 from airflow_delta_maint.operators.maintenance import (
     DeltaMaintenanceOperator,

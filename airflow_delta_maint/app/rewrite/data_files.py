@@ -1,0 +1,360 @@
+"""Data-file rewriting that runs inside Spark tasks: read files (deletion vectors applied,
+schema evolution filled in), write target-size parquet files, return add actions.
+
+Pure pyarrow + the core: no pyspark import, so it runs the same in a Python worker, the
+driver or a test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import time
+import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from airflow_delta_maint.delta.errors import CorruptLogError
+from airflow_delta_maint.delta.protocol.actions import Metadata
+from airflow_delta_maint.delta.protocol.deletion_vectors import live_row_mask, read_deletion_vector
+from airflow_delta_maint.delta.protocol.row_tracking import RowTracking
+from airflow_delta_maint.delta.protocol.schema import to_arrow_schema
+from airflow_delta_maint.delta.protocol.stats import StatsCollector, stats_json
+from airflow_delta_maint.delta.storage.store import Storage
+
+DEFAULT_ROW_GROUP_BYTES = 128 << 20
+PREFETCH = 2
+
+
+@dataclass
+class RewriteSpec:
+    """What every rewrite task of one job shares."""
+
+    storage: Storage
+    metadata_action: dict
+    compression: str = "snappy"
+    row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES
+    target_file_bytes: int = 1 << 30
+    tight_bounds: bool | None = None  # True on tables with deletion vectors: stats are exact
+    #: 8 hex digits that start the UUID of every file this run writes, so that a failed run can
+    #: find and delete what its tasks wrote before it failed
+    run_token: str = ""
+    #: the table's row-tracking state: which hidden columns rewritten files carry
+    row_tracking: RowTracking = field(default_factory=RowTracking)
+    #: logical column paths whose statistics must be written whatever the indexed-column settings
+    required_stats_columns: tuple[tuple[str, ...], ...] = ()
+    _schema: pa.Schema | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def metadata(self) -> Metadata:
+        return Metadata.from_action(self.metadata_action)
+
+    @property
+    def write_schema(self) -> pa.Schema:
+        """The table's physical schema without partition columns, every field nullable, then the
+        materialized row-tracking columns (int64) when the table names them."""
+        if self._schema is None:
+            schema = _nullable(to_arrow_schema(self.metadata, physical=True))
+            for name in self.row_tracking.hidden_columns:
+                schema = schema.append(pa.field(name, pa.int64()))
+            self._schema = schema
+        return self._schema
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_schema"] = None
+        return state
+
+
+def _nullable(schema: pa.Schema) -> pa.Schema:
+    return pa.schema([f.with_nullable(True).with_type(_nullable_type(f.type)) for f in schema],
+                     metadata=schema.metadata)
+
+
+def _nullable_type(t: pa.DataType) -> pa.DataType:
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_nullable(True).with_type(_nullable_type(f.type)) for f in t])
+    if pa.types.is_large_list(t) or pa.types.is_list(t):
+        vf = t.value_field
+        return pa.list_(vf.with_nullable(True).with_type(_nullable_type(vf.type)))
+    if pa.types.is_map(t):
+        return pa.map_(t.key_field.with_type(_nullable_type(t.key_type)),
+                       t.item_field.with_nullable(True).with_type(_nullable_type(t.item_type)))
+    return t
+
+
+# -- reading ---------------------------------------------------------------------------------------
+def conform_array(arr: pa.Array | pa.ChunkedArray, target: pa.DataType) -> pa.Array:
+    """Cast file data to the table's type: nested fields the file lacks become nulls.
+
+    Data already of the target type is returned as is (chunks kept: no copy)."""
+    if arr.type == target:
+        return arr
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if pa.types.is_struct(target) and pa.types.is_struct(arr.type):
+        present = {arr.type.field(i).name: i for i in range(arr.type.num_fields)}
+        children = [conform_array(arr.field(present[f.name]), f.type) if f.name in present
+                    else pa.nulls(len(arr), f.type) for f in target]
+        flat = arr
+        return pa.StructArray.from_arrays(children, fields=list(target), mask=flat.is_null())
+    if pa.types.is_list(target) and (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)):
+        values = conform_array(arr.flatten(), target.value_type)
+        offsets = arr.offsets
+        if pa.types.is_large_list(arr.type):
+            offsets = offsets.cast(pa.int32())
+        out = pa.ListArray.from_arrays(pc_subtract_offset(offsets), values, type=target, mask=arr.is_null())
+        return out
+    try:
+        return arr.cast(target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        if pa.types.is_timestamp(target):
+            return arr.cast(target, safe=False)
+        raise
+
+
+def pc_subtract_offset(offsets: pa.Array) -> pa.Array:
+    """List offsets rebased to start at 0 (a sliced list array's offsets may not)."""
+    first = offsets[0].as_py()
+    if not first:
+        return offsets
+    return pa.array(np.asarray(offsets.to_numpy(zero_copy_only=False)) - first, type=offsets.type)
+
+
+def conform_table(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """The table in ``schema``'s column order and types; missing columns are nulls."""
+    names = set(table.column_names)
+    cols = [conform_array(table.column(f.name), f.type) if f.name in names else pa.nulls(table.num_rows, f.type)
+            for f in schema]
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+def read_data_file(spec: RewriteSpec, add: dict, columns: list[str] | None = None,
+                   position_column: str | None = None) -> pa.Table:
+    """One data file's live rows (deletion vector applied) in the table's physical schema; with
+    ``position_column``, each row's physical position in the file (uint64) appended under that name."""
+    storage = spec.storage
+    key = storage.key_for_path(add["path"])
+    if key is None:
+        raise CorruptLogError(f"data file outside the table root cannot be rewritten: {add['path']}")
+    schema = spec.write_schema
+    if columns is not None:
+        schema = pa.schema([schema.field(c) for c in columns])
+    source: Any = storage.local_path(key) if storage.is_local else pa.BufferReader(storage.read(key))
+    try:
+        pf = pq.ParquetFile(source)
+    except FileNotFoundError:
+        raise CorruptLogError(f"data file referenced by the log is missing: {add['path']}") from None
+    present = [f.name for f in schema if f.name in pf.schema_arrow.names]
+    table = pf.read(columns=present, use_threads=False)
+    if spec.row_tracking.materializes and columns is None:
+        table = materialize_row_tracking(spec.row_tracking, table, add)
+    positions = np.arange(table.num_rows, dtype=np.uint64) if position_column else None
+    dv = add.get("deletionVector")
+    if dv:
+        mask = live_row_mask(read_deletion_vector(storage, dv), table.num_rows)
+        table = table.filter(pa.array(mask))
+        if positions is not None:
+            positions = positions[mask]
+    out = conform_table(table, schema)
+    if position_column:
+        out = out.append_column(position_column, pa.array(positions, pa.uint64()))
+    return out
+
+
+def materialize_row_tracking(rt: RowTracking, table: pa.Table, add: dict) -> pa.Table:
+    """Every row's stable Row ID and Row Commit Version in the materialized columns: the value
+    already there, else ``baseRowId`` + the row's physical position in the file and the file's
+    ``defaultRowCommitVersion``. Runs before a deletion vector drops rows, so positions are the
+    file's own."""
+    n = table.num_rows
+    for name, default in ((rt.row_id_column, add.get("baseRowId")),
+                          (rt.commit_version_column, add.get("defaultRowCommitVersion"))):
+        assert name is not None  # enabled row tracking names both columns (row_tracking checks)
+        existing = table.column(name).combine_chunks().cast(pa.int64()) if name in table.column_names else None
+        if existing is not None and existing.null_count == 0:
+            continue
+        if default is None:
+            raise CorruptLogError(
+                f"row tracking is enabled but {add['path']} has rows without a materialized "
+                f"{'Row ID' if name == rt.row_id_column else 'Row Commit Version'} and its add action has no "
+                f"{'baseRowId' if name == rt.row_id_column else 'defaultRowCommitVersion'}: stable row ids "
+                "cannot be preserved")
+        if name == rt.row_id_column:
+            computed = pa.array(np.arange(int(default), int(default) + n, dtype=np.int64))
+        else:
+            computed = pa.array(np.full(n, int(default), dtype=np.int64))
+        value = computed if existing is None else pc.coalesce(existing, computed)
+        if name in table.column_names:
+            table = table.set_column(table.column_names.index(name), name, value)
+        else:
+            table = table.append_column(name, value)
+    return table
+
+
+def iter_files(spec: RewriteSpec, adds: list[dict], columns: list[str] | None = None) -> Iterator[pa.Table]:
+    """Read files in order, keeping up to PREFETCH reads in flight (I/O overlaps writing)."""
+    with ThreadPoolExecutor(max_workers=PREFETCH) as pool:
+        pending: list[Future] = []
+        it = iter(adds)
+        for add in it:
+            pending.append(pool.submit(read_data_file, spec, add, columns))
+            if len(pending) >= PREFETCH:
+                break
+        while pending:
+            table = pending.pop(0).result()
+            nxt = next(it, None)
+            if nxt is not None:
+                pending.append(pool.submit(read_data_file, spec, nxt, columns))
+            yield table
+
+
+# -- writing ---------------------------------------------------------------------------------------
+class DataFileWriter:
+    """Writes one parquet file at its final key, buffering rows into large row groups."""
+
+    def __init__(self, spec: RewriteSpec, out_dir: str, partition_values: dict[str, str | None]):
+        self.spec = spec
+        self.partition_values = partition_values
+        name = output_name(spec)
+        self.rel_path = f"{out_dir}{name}"  # as it will appear in the log (out_dir already encoded)
+        key = spec.storage.key_for_path(self.rel_path)
+        if key is None:  # out_dir is relative to the table: never outside it
+            raise ValueError(f"{self.rel_path} is not inside the table {spec.storage.root}")
+        self.key: str = key
+        if spec.storage.is_local:
+            self.local = spec.storage.local_path(self.key)
+            os.makedirs(os.path.dirname(self.local), exist_ok=True)
+            self._tmp = None
+        else:
+            fd, self.local = tempfile.mkstemp(suffix=".parquet")
+            os.close(fd)
+            self._tmp = self.local
+        self.writer = pq.ParquetWriter(self.local, spec.write_schema, compression=spec.compression,
+                                       write_statistics=True, use_dictionary=True)
+        self._stats = StatsCollector(spec.metadata, required=spec.required_stats_columns)
+        self._buffer: list[pa.Table] = []
+        self._buffered = 0
+        self.rows = 0
+        self.bytes_in = 0
+
+    def write(self, table: pa.Table) -> None:
+        if table.num_rows == 0:
+            return
+        self._buffer.append(table)
+        self._buffered += table.nbytes
+        self.rows += table.num_rows
+        self.bytes_in += table.nbytes
+        if self._buffered >= self.spec.row_group_bytes:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._buffer:
+            return
+        data = pa.concat_tables(self._buffer) if len(self._buffer) > 1 else self._buffer[0]
+        self.writer.write_table(data, row_group_size=max(1, data.num_rows))
+        self._stats.update(data)
+        self._buffer, self._buffered = [], 0
+
+    def close(self) -> dict:
+        """Finish the file (upload it to an object store) and return its add action."""
+        self._flush()
+        self.writer.close()
+        # The footer lacks what it cannot prove (float min/max, for one): gathered while writing.
+        stats = self._stats.file_stats(self.local, tight_bounds=self.spec.tight_bounds)
+        size = os.path.getsize(self.local)
+        if self._tmp is not None:
+            with open(self._tmp, "rb") as fh:
+                self.spec.storage.put(self.key, fh.read())
+            os.unlink(self._tmp)
+        return {
+            "path": self.rel_path,
+            "partitionValues": dict(self.partition_values),
+            "size": size,
+            "modificationTime": int(time.time() * 1000),
+            "dataChange": False,
+            "stats": stats_json(stats),
+        }
+
+    def abort(self) -> None:
+        try:
+            self.writer.close()
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(self.local)
+
+
+def output_name(spec: RewriteSpec) -> str:
+    """A data file name as delta-spark writes them, ``part-00000-<uuid>-c000.<codec>.parquet``,
+    whose UUID starts with the run's token."""
+    u = uuid.uuid4().hex
+    u = spec.run_token + u[len(spec.run_token):]
+    return f"part-00000-{u[:8]}-{u[8:12]}-{u[12:16]}-{u[16:20]}-{u[20:]}-c000.{spec.compression}.parquet"
+
+
+def delete_run_outputs(spec: RewriteSpec, dirs: Iterable[str], keep: Iterable[str] = ()) -> int:
+    """Delete the files this run (``spec.run_token``) wrote into the output folders ``dirs`` (as
+    :func:`output_dir` gives them), except the storage keys in ``keep`` (files the run already
+    committed); returns how many. For a run that failed before its commit: none of them is
+    referenced by the log."""
+    if len(spec.run_token) < 8:
+        return 0
+    storage = spec.storage
+    keys: list[str] = []
+    for d in sorted(set(dirs)):
+        folder = storage.key_for_path(d) if d else ""
+        if folder is None:
+            continue
+        prefix = f"{folder}part-00000-{spec.run_token}"
+        keys.extend(f.key for f in storage.list_from(prefix) if "/" not in f.key[len(folder):])
+    kept = set(keep)
+    keys = [k for k in keys if k not in kept]
+    storage.delete_many(keys)
+    return len(keys)
+
+
+def output_dir(storage: Storage, adds: list[dict]) -> str:
+    """Where a bin's output goes: the folder of its first input (as spelled in the log)."""
+    path = adds[0]["path"]
+    if "://" in path or path.startswith("/"):
+        key = storage.key_for_path(path)
+        if key is None:
+            return ""
+        from urllib.parse import quote
+
+        path = quote(key, safe="/=:@!$&'()*+,;")
+    return path.rsplit("/", 1)[0] + "/" if "/" in path else ""
+
+
+def write_file(spec: RewriteSpec, out_dir: str, partition_values: dict[str, Any],
+               tables: Iterable[pa.Table]) -> list[dict]:
+    """Write ``tables`` into one data file; returns its add action (none if no rows come). A failure
+    leaves no file behind."""
+    writer = DataFileWriter(spec, out_dir, partition_values)
+    try:
+        for table in tables:
+            writer.write(table)
+        if writer.rows == 0:
+            writer.abort()
+            return []
+        return [writer.close()]
+    except BaseException:
+        writer.abort()
+        raise
+
+
+def rewrite_bin(spec: RewriteSpec, adds: list[dict], partition_values: dict[str, str | None]) -> list[dict]:
+    """Rewrite one bin of files into one file; returns its add action (none if no rows remain)."""
+    return write_file(spec, output_dir(spec.storage, adds), partition_values, iter_files(spec, adds))
+
+
+def to_json_lines(adds: Iterable[dict]) -> list[str]:
+    return [json.dumps(a, separators=(",", ":")) for a in adds]

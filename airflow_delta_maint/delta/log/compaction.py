@@ -1,0 +1,408 @@
+"""Log compaction: ``<x>.<y>.compacted.json`` files that stand in for the commits ``x..y``.
+
+A reader that finds a compaction file may replay it instead of the commits it covers (see the
+protocol's "Log Compaction Files" section). Its content is the action reconciliation of those
+commits *alone*: the newest protocol and metaData, the newest txn per appId, the newest
+domainMetadata per domain (tombstones with ``removed: true`` kept, since they must still cancel
+a domain set before the window), every add not removed later in the window and every remove
+(a remove may cancel an add from before the window). No commitInfo. Lines are in a fixed order,
+so two writers of one window produce the same bytes.
+
+Windows end at each multiple of the interval (table property ``delta.logCompactionInterval``,
+else 5): ``y = k * interval``, ``x = max(y - interval + 1, last checkpoint + 1)``. Only published
+commits are covered, a window never overlaps an existing compaction file and never reaches back
+to or before a checkpoint. One run writes every window missing since the last checkpoint.
+
+Files are created with put-if-absent: a file that is already there, or that a concurrent writer
+created first, counts as done. Compaction files that end at or before the latest checkpoint and
+are older than ``delta.logRetentionDuration`` are deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+from airflow_delta_maint.delta.errors import InconsistentStateError, InvalidArgumentError
+from airflow_delta_maint.delta.log.listing import (Compaction, LogListing, build_segment, commit_key, compaction_key, list_log,
+                                                   parse_json_lines, read_last_checkpoint_hint)
+from airflow_delta_maint.delta.log.reconciliation import Replay, actions_problem
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.protocol.actions import Metadata
+from airflow_delta_maint.delta.protocol.features import check_supported
+from airflow_delta_maint.delta.storage.store import AlreadyExistsError, Storage
+
+__all__ = [
+    "DEFAULT_INTERVAL", "DEFAULT_LOG_RETENTION", "DEFAULT_MAX_WINDOW_BYTES", "INTERVAL_PROPERTY",
+    "RETENTION_PROPERTY", "Window", "compact_log", "compaction_interval", "expired_compactions",
+    "nothing_to_do", "plan_windows", "reconcile_window", "render_window", "write_window",
+]
+
+INTERVAL_PROPERTY = "delta.logCompactionInterval"
+RETENTION_PROPERTY = "delta.logRetentionDuration"
+DEFAULT_INTERVAL = 5
+DEFAULT_MAX_WINDOW_BYTES = 1 << 30
+DEFAULT_LOG_RETENTION = "interval 30 days"
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """The commit range ``[start, end]`` one compaction file covers."""
+
+    start: int
+    end: int
+
+    @property
+    def key(self) -> str:
+        return compaction_key(self.start, self.end)
+
+
+# -- planning -------------------------------------------------------------------------------------
+
+def compaction_interval(configuration: Mapping[str, str], override: int | None = None) -> int:
+    """The window length: ``override``, else the table property, else :data:`DEFAULT_INTERVAL`.
+
+    Raises:
+        InvalidArgumentError: the interval is not an integer of at least 2.
+    """
+    if override is not None:
+        value: Any = override
+        source = "--interval"
+    else:
+        value = configuration.get(INTERVAL_PROPERTY)
+        source = INTERVAL_PROPERTY
+        if value is None:
+            return DEFAULT_INTERVAL
+    try:
+        interval = int(str(value).strip())
+    except ValueError:
+        raise InvalidArgumentError(f"invalid {source} {value!r}: expected an integer >= 2") from None
+    if interval < 2:
+        raise InvalidArgumentError(f"invalid {source} {value!r}: a compaction window must span at least "
+                                   "2 commits")
+    return interval
+
+
+def plan_windows(latest: int, checkpoint_version: int | None, interval: int,
+                 existing: Iterable[tuple[int, int]] = ()) -> tuple[list[Window], list[tuple[Window, tuple[int, int]]]]:
+    """The windows to write after the last checkpoint, up to the latest published commit.
+
+    Args:
+        latest: the latest published commit version.
+        checkpoint_version: the latest checkpoint's version (windows start after it), or None.
+        interval: the window length (>= 2).
+        existing: ``(start, end)`` of the compaction files already in the log.
+
+    Returns:
+        ``(missing, blocked)``: windows to write, ascending; and windows not written because
+        they overlap an existing file of another range, each with that range. A window whose
+        exact file exists is in neither. A window that would hold a single commit is not planned.
+    """
+    if interval < 2:
+        raise InvalidArgumentError(f"invalid interval {interval}: a compaction window must span at least 2 commits")
+    floor = checkpoint_version + 1 if checkpoint_version is not None else 0
+    ranges = sorted(set(existing))
+    missing: list[Window] = []
+    blocked: list[tuple[Window, tuple[int, int]]] = []
+    first = max(interval, -(-floor // interval) * interval)
+    for end in range(first, latest + 1, interval):
+        start = max(end - interval + 1, floor)
+        if start >= end:
+            continue
+        if (start, end) in ranges:
+            continue
+        overlap = next(((s, e) for s, e in ranges if s <= end and e >= start), None)
+        if overlap is not None:
+            blocked.append((Window(start, end), overlap))
+        else:
+            missing.append(Window(start, end))
+    return missing, blocked
+
+
+# -- content --------------------------------------------------------------------------------------
+
+def reconcile_window(commits: Iterable[Sequence[Mapping[str, Any]]], root: str = "") -> list[dict]:
+    """Reconcile the actions of consecutive commits, oldest first, into a compaction's lines.
+
+    Args:
+        commits: each commit's actions, in version order.
+        root: the table root, so that the spellings of one file path reconcile as one.
+
+    Returns:
+        The actions in a fixed order: protocol, metaData, txn (by appId), domainMetadata (by
+        domain), remove (by path), add (by path). A file's newest action wins; removes and
+        domain tombstones are kept.
+    """
+    replay = Replay(root=root)
+    for n, actions in enumerate(commits):
+        replay.apply_commit(actions, f"commit {n} of the window")
+    protocol, metadata, txns, domains, files = (replay.protocol, replay.metadata, replay.txns, replay.domains,
+                                                replay.files)
+    out: list[dict] = []
+    if protocol is not None:
+        out.append({"protocol": protocol})
+    if metadata is not None:
+        out.append({"metaData": metadata})
+    out.extend({"txn": txns[app]} for app in sorted(txns))
+    out.extend({"domainMetadata": domains[d]} for d in sorted(domains))
+    ordered = sorted(files.items(), key=lambda kv: (kv[1][0] != "remove", kv[0]))
+    out.extend({kind: action} for _, (kind, action) in ordered)
+    problem = actions_problem(out, root)
+    if problem:  # cannot happen for a valid replay; never write it if it does
+        raise InconsistentStateError(f"refusing to write a log compaction file that is not a reconciled state: {problem}")
+    return out
+
+
+def render_window(actions: Iterable[Mapping[str, Any]]) -> bytes:
+    """Newline-delimited JSON of the actions, compact and UTF-8."""
+    return b"".join(json.dumps(a, separators=(",", ":"), ensure_ascii=False).encode() + b"\n" for a in actions)
+
+
+def write_window(storage: Storage, window: Window, data: bytes) -> bool:
+    """Create the window's file with put-if-absent. False when it already exists (a no-op)."""
+    try:
+        storage.put_if_absent(window.key, data)
+        return True
+    except AlreadyExistsError:
+        return False
+
+
+def expired_compactions(compactions: Iterable[Compaction], checkpoint_version: int | None,
+                        retention_ms: int, now_ms: int) -> list[Compaction]:
+    """Compaction files that end at or before the checkpoint and are older than the retention."""
+    if checkpoint_version is None:
+        return []
+    return [c for c in compactions if c.end <= checkpoint_version and c.file.mtime_ms < now_ms - retention_ms]
+
+
+# -- the job --------------------------------------------------------------------------------------
+
+def _window_bytes(listing: LogListing, window: Window) -> tuple[int, int | None]:
+    """Total size of the window's commit files, and the first missing commit (or None)."""
+    total = 0
+    for v in range(window.start, window.end + 1):
+        f = listing.commits.get(v)
+        if f is None:
+            return total, v
+        total += f.size
+    return total, None
+
+
+def _retention_ms(configuration: Mapping[str, str]) -> int:
+    from airflow_delta_maint.delta.log.checkpoint import parse_interval_ms
+
+    return parse_interval_ms(configuration.get(RETENTION_PROPERTY) or DEFAULT_LOG_RETENTION)
+
+
+def compact_log(table: str | Storage, storage_options: Mapping[str, str] | None = None, *,
+                interval: int | None = None, max_window_bytes: int = DEFAULT_MAX_WINDOW_BYTES,
+                checkpoint_interval: int | None = None, now_ms: int | None = None) -> dict[str, Any]:
+    """Write every missing compaction file since the last checkpoint, then clean up old ones.
+
+    Args:
+        table: the table path or URI, or its Storage.
+        storage_options: object-store options.
+        interval: window length; default the table property ``delta.logCompactionInterval``, else 5.
+        max_window_bytes: a window whose commit files total more is skipped and reported.
+        checkpoint_interval: when given, first write a checkpoint at the latest version if at
+            least this many commits follow the last one (windows then start after it).
+        now_ms: the time (epoch ms) file ages are measured from; default: now.
+
+    Returns:
+        Metrics: ``status`` (``committed`` when anything was written or deleted, else
+        ``skipped``), ``version_read``, ``version_committed`` (the checkpoint version or None),
+        ``interval``, ``windows_written`` / ``windows_skipped`` (lists of ``{start, end, ...}``),
+        ``numWindowsWritten``, ``numWindowsSkipped``, ``numWindowsAlreadyPresent``,
+        ``numCommitsReconciled``, ``numActionsReconciled``, ``numActionsWritten``,
+        ``numBytesWritten``, ``checkpoint`` (the checkpoint writer's metrics or None),
+        ``numDistrustedFilesRemoved`` and ``distrustedFilesRemoved`` (compaction files that
+        disagreed with their commits, each ``{file, reason}``), ``numFilesCleaned`` and
+        ``filesCleaned``.
+
+    Raises:
+        UnsupportedFeatureError: the table uses a feature this job does not support.
+        InvalidArgumentError: a bad interval, size limit or retention property.
+    """
+    if max_window_bytes is None or max_window_bytes < 0:
+        raise InvalidArgumentError(f"invalid max_window_bytes {max_window_bytes!r}: expected a size >= 0")
+    if checkpoint_interval is not None and checkpoint_interval < 1:
+        raise InvalidArgumentError(f"invalid checkpoint_interval {checkpoint_interval!r}: expected >= 1")
+    storage = table if isinstance(table, Storage) else Storage(table, storage_options)
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    snapshot = Snapshot.load(storage)
+    check_supported(snapshot.protocol, "compact-log", snapshot.metadata)
+    # A compaction file that disagrees with its commits misleads every reader that trusts it (other
+    # engines do); the commits it covers are all there, so removing it loses nothing.
+    distrusted = [d for d in snapshot.distrusted if d["file"].endswith(".compacted.json")]
+    for d in distrusted:
+        log.warning("%s: removing %s, which disagrees with the commits it covers: %s", storage.root, d["file"],
+                    d["reason"])
+    storage.delete_many([d["file"] for d in distrusted])
+    configuration = snapshot.metadata.configuration
+    window_len = compaction_interval(configuration, interval)
+    retention_ms = _retention_ms(configuration)
+    latest = snapshot.version
+
+    checkpoint_metrics: dict[str, Any] | None = None
+    if checkpoint_interval is not None:
+        base = snapshot.segment.checkpoint_version
+        if latest - (base if base is not None else -1) >= checkpoint_interval and base != latest:
+            from airflow_delta_maint.delta.log.checkpoint import write_checkpoint
+
+            check_supported(snapshot.protocol, "checkpoint", snapshot.metadata)
+            checkpoint_metrics = write_checkpoint(snapshot, now_ms=now_ms)
+
+    listing = list_log(storage)
+    checkpoint_version = max((c.version for c in listing.checkpoints), default=None)
+    missing, blocked = plan_windows(latest, checkpoint_version, window_len,
+                                    ((c.start, c.end) for c in listing.compactions))
+    written: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = [
+        {"start": w.start, "end": w.end, "reason": f"overlaps existing compaction file {s}..{e}"}
+        for w, (s, e) in blocked]
+    already = commits_read = actions_read = actions_out = bytes_out = 0
+    for window in missing:
+        size, gap = _window_bytes(listing, window)
+        if gap is not None:
+            skipped.append({"start": window.start, "end": window.end, "reason": f"commit {gap} is missing"})
+            continue
+        if size > max_window_bytes:
+            skipped.append({"start": window.start, "end": window.end,
+                            "reason": f"commit files total {size} bytes, over max_window_bytes {max_window_bytes}"})
+            continue
+        commits = [parse_json_lines(storage.read(commit_key(v)), commit_key(v))
+                   for v in range(window.start, window.end + 1)]
+        actions = reconcile_window(commits, storage.root)
+        data = render_window(actions)
+        commits_read += len(commits)
+        actions_read += sum(1 for c in commits for a in c if "commitInfo" not in a)
+        if write_window(storage, window, data):
+            actions_out += len(actions)
+            bytes_out += len(data)
+            written.append({"start": window.start, "end": window.end, "numCommits": len(commits),
+                            "numActions": len(actions), "bytes": len(data)})
+        else:
+            already += 1
+
+    cleaned = [c.file.key for c in expired_compactions(listing.compactions, checkpoint_version, retention_ms, now_ms)]
+    storage.delete_many(cleaned)
+
+    checkpoint_written = checkpoint_metrics is not None and not checkpoint_metrics.get("already_existed")
+    changed = bool(written) or checkpoint_written or bool(cleaned) or bool(distrusted)
+    return {
+        "status": "committed" if changed else "skipped",
+        "version_read": latest,
+        "version_committed": checkpoint_metrics["version"] if checkpoint_written and checkpoint_metrics else None,
+        "interval": window_len,
+        "max_window_bytes": max_window_bytes,
+        "last_checkpoint_version": checkpoint_version,
+        "windows_written": written,
+        "windows_skipped": skipped,
+        "numWindowsWritten": len(written),
+        "numWindowsSkipped": len(skipped),
+        "numWindowsAlreadyPresent": already,
+        "numCommitsReconciled": commits_read,
+        "numActionsReconciled": actions_read,
+        "numActionsWritten": actions_out,
+        "numBytesWritten": bytes_out,
+        "checkpoint": checkpoint_metrics,
+        "numDistrustedFilesRemoved": len(distrusted),
+        "distrustedFilesRemoved": distrusted,
+        "numFilesCleaned": len(cleaned),
+        "filesCleaned": cleaned,
+    }
+
+
+# -- the cheap check ------------------------------------------------------------------------------
+
+def _latest_configuration(storage: Storage, listing: LogListing, latest: int,
+                          checkpoint_version: int | None) -> dict[str, str] | None:
+    """The newest metaData's configuration, reading commits newest first, then the checkpoint.
+
+    None when it cannot be found cheaply (then the caller decides conservatively).
+    """
+    segment = build_segment(storage, latest, listing=listing)
+    for _, _, f in reversed(segment.replay):
+        data = storage.read(f.key)
+        if b'"metaData"' not in data:
+            continue
+        for action in reversed(parse_json_lines(data, f.key)):
+            if action.get("metaData") is not None:
+                return Metadata.from_action(action["metaData"]).configuration
+    if segment.checkpoint is None:
+        return None
+    for f in segment.checkpoint.files:
+        if f.key.endswith(".parquet"):
+            import io
+
+            import pyarrow.parquet as pq
+
+            pf = pq.ParquetFile(io.BytesIO(storage.read(f.key)))
+            if "metaData" not in pf.schema_arrow.names:
+                continue
+            col = pf.read(columns=["metaData"]).column("metaData")
+            for value in col.filter(col.is_valid()).to_pylist():
+                return {k: v for k, v in dict(value.get("configuration") or []).items() if v is not None}
+        else:
+            for action in parse_json_lines(storage.read(f.key), f.key):
+                if action.get("metaData") is not None:
+                    return Metadata.from_action(action["metaData"]).configuration
+    return None
+
+
+def nothing_to_do(table: str | Storage, storage_options: Mapping[str, str] | None,
+                  params: Mapping[str, Any] | None = None) -> str | None:
+    """Why a compact-log run would do nothing, or None when it has work (cheap, no Spark).
+
+    Lists the log from the last checkpoint and reads at most the newest metaData; when compaction
+    files follow the checkpoint, the commits they cover are read too, so that one that disagrees
+    with them (which the run removes) counts as work. Cleaning up old compaction files is not
+    considered: it happens on the next run that has work.
+
+    Args:
+        table: the table path or URI, or its Storage.
+        storage_options: object-store options.
+        params: the job's options: ``interval``, ``max_window_bytes``, ``checkpoint_interval``.
+    """
+    params = dict(params or {})
+    storage = table if isinstance(table, Storage) else Storage(table, storage_options)
+    hint = read_last_checkpoint_hint(storage)
+    listing = list_log(storage, hint) if hint is not None else None
+    if listing is None or not any(c.version == hint for c in listing.checkpoints):
+        listing = list_log(storage)
+    if listing.latest_commit is None:
+        return "the log has no commits after its last checkpoint"
+    latest = listing.latest_commit
+    checkpoint_version = max((c.version for c in listing.checkpoints), default=None)
+    since = latest - (checkpoint_version if checkpoint_version is not None else -1)
+    checkpoint_interval = params.get("checkpoint_interval")
+    if checkpoint_interval is not None and since >= int(checkpoint_interval) and checkpoint_version != latest:
+        return None
+    override = params.get("interval")
+    if override is not None:
+        window_len = compaction_interval({}, int(override))
+    else:
+        configuration = _latest_configuration(storage, listing, latest, checkpoint_version)
+        if configuration is None:
+            return None
+        window_len = compaction_interval(configuration)
+    max_bytes = params.get("max_window_bytes")
+    max_bytes = DEFAULT_MAX_WINDOW_BYTES if max_bytes is None else int(max_bytes)
+    missing, _ = plan_windows(latest, checkpoint_version, window_len,
+                              ((c.start, c.end) for c in listing.compactions))
+    for window in missing:
+        size, gap = _window_bytes(listing, window)
+        if gap is None and size <= max_bytes:
+            return None
+    if any(checkpoint_version is None or c.start > checkpoint_version for c in listing.compactions):
+        # a compaction file that disagrees with its commits is work: the run removes it
+        if Snapshot.load(storage).distrusted:
+            return None
+    return (f"no log compaction window is due: {since} commits since the last checkpoint, "
+            f"every window of {window_len} commits up to version {latest} is written or cannot be")
+

@@ -1,0 +1,427 @@
+"""OPTIMIZE planning on the driver (no Spark): which files to rewrite, in which bins.
+
+Bin-packing follows delta-spark's OptimizeExecutor: per partition, candidate files (smaller
+than ``min_file_size``, or carrying a deletion vector that deletes more than ``dv_ratio`` of
+their rows) are sorted by size and packed into bins of at most ``max_file_size``; a bin of a
+single file is dropped unless the file has a deletion vector to purge. With Z-order every
+file of a partition forms one group.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import pyarrow.compute as pc
+
+from airflow_delta_maint.delta.errors import InvalidArgumentError, UnsupportedFeatureError
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.plans.auto_compaction import partition_key
+from airflow_delta_maint.delta.plans.clustering import (DEFAULT_MIN_CUBE_SIZE, DEFAULT_TARGET_CUBE_SIZE, clustering_columns, is_clustered,
+                                                        select_files)
+from airflow_delta_maint.delta.plans.predicate import BoolOp, Cmp, Expr, In, Not, check_partition_columns, evaluate, parse_predicate
+from airflow_delta_maint.delta.protocol.schema import Column, parse_partition_value, parse_schema, resolve_column
+from airflow_delta_maint.delta.protocol.type_widening import check_type_changes, files_with_old_types
+
+GIB = 1 << 30
+DEFAULT_DV_RATIO = 0.05
+
+
+@dataclass
+class Bin:
+    """Files of one partition rewritten together into one file (or a Z-ordered group)."""
+
+    partition_values: dict[str, str | None]
+    files: list[dict]
+    input_bytes: int = 0
+
+    @property
+    def num_dvs(self) -> int:
+        return sum(1 for f in self.files if f.get("deletionVector"))
+
+
+@dataclass
+class OptimizePlan:
+    version: int
+    min_file_size: int
+    max_file_size: int
+    zorder_by: list[str]
+    predicate: str | None
+    zorder_columns: list[Column] = field(default_factory=list)
+    bins: list[Bin] = field(default_factory=list)
+    num_candidate_files: int = 0
+    num_table_files: int = 0
+    #: how bins are written: "binpack" (one file per bin), "zorder" or "hilbert" (liquid clustering)
+    layout: str = "binpack"
+    #: liquid clustering: the clustering columns (logical names) and delta-spark's clusteringStats
+    clustering_by: list[str] = field(default_factory=list)
+    clustering_stats: dict[str, Any] = field(default_factory=dict)
+    #: layout "even": the files each bin (partition) is rewritten into
+    target_files: int | None = None
+    #: what was left out before planning to spare writers (``recent_writes.LeftOut.metrics``), if anything
+    left_out: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def input_files(self) -> int:
+        return sum(len(b.files) for b in self.bins)
+
+    @property
+    def input_bytes(self) -> int:
+        return sum(b.input_bytes for b in self.bins)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.bins
+
+    def predicted_output_files(self) -> int:
+        if self.layout == "binpack":
+            return len(self.bins)
+        if self.layout == "even":
+            return sum(min(self.target_files or 1, max(1, sum(_live(a) for a in b.files))) for b in self.bins)
+        return sum(max(1, math.ceil(b.input_bytes / self.max_file_size)) for b in self.bins)
+
+    def summary(self) -> dict[str, Any]:
+        """The dry-run view of the plan."""
+        partitions: dict[str, dict[str, int]] = {}
+        for b in self.bins:
+            key = "/".join(f"{k}={v}" for k, v in sorted(b.partition_values.items())) or "<unpartitioned>"
+            p = partitions.setdefault(key, {"bins": 0, "files": 0, "bytes": 0})
+            p["bins"] += 1
+            p["files"] += len(b.files)
+            p["bytes"] += b.input_bytes
+        return {
+            "num_partitions": len(partitions),
+            "num_bins": len(self.bins),
+            "num_files_to_rewrite": self.input_files,
+            "num_bytes_to_rewrite": self.input_bytes,
+            "predicted_output_files": self.predicted_output_files(),
+            "num_deletion_vectors_to_purge": sum(b.num_dvs for b in self.bins),
+            "partitions": partitions,
+            **({"clustering_by": self.clustering_by, "clusteringStats": self.clustering_stats}
+               if self.layout == "hilbert" else {}),
+            **({"target_files": self.target_files} if self.layout == "even" else {}),
+        }
+
+
+def _live(add: dict) -> int:
+    try:
+        return live_rows(add)
+    except InvalidArgumentError:
+        return 1
+
+
+def _void_columns(t: Any, name: str) -> list[str]:
+    """Columns of Spark's ``void`` type (NullType) in a schema type, by dotted name."""
+    if t == "void":
+        return [name]
+    if not isinstance(t, dict):
+        return []
+    kind = t.get("type")
+    if kind == "struct":
+        return [c for f in t.get("fields") or () if isinstance(f, dict)
+                for c in _void_columns(f.get("type"), f"{name}.{f.get('name')}" if name else str(f.get("name")))]
+    if kind == "array":
+        return _void_columns(t.get("elementType"), f"{name}.element")
+    if kind == "map":
+        return _void_columns(t.get("keyType"), f"{name}.key") + _void_columns(t.get("valueType"), f"{name}.value")
+    return []
+
+
+def check_rewritable_schema(snapshot: Snapshot) -> None:
+    """Refuse, before any Spark work, a table whose data files OPTIMIZE cannot rewrite: a column of
+    Spark's ``void`` type (never stored in data files, no parquet type to write it as) or a type
+    this project does not know. Reading jobs (inspect, checkpoints, log compaction) accept both."""
+    void = _void_columns(snapshot.metadata.schema, "")
+    if void:
+        shown = ", ".join(repr(c) for c in void)
+        raise UnsupportedFeatureError(
+            f"cannot OPTIMIZE {snapshot.storage.root}: column{'s' if len(void) > 1 else ''} {shown} "
+            f"{'have' if len(void) > 1 else 'has'} Spark's void type, which data files do not store; drop "
+            "the column or cast it to a concrete type first")
+    parse_schema(snapshot.metadata)
+    check_type_changes(snapshot.metadata)
+
+
+def file_size_settings(snapshot: Snapshot, min_file_size: int | None, max_file_size: int | None) -> tuple[int, int]:
+    """Defaults: the table's ``delta.targetFileSize``, else 1 GiB (delta-spark's defaults)."""
+    target = snapshot.properties.get("delta.targetFileSize")
+    default = int(target) if target and str(target).isdigit() else GIB
+    max_size = int(max_file_size) if max_file_size is not None else default
+    min_size = int(min_file_size) if min_file_size is not None else min(default, max_size)
+    if min_size <= 0 or max_size <= 0:
+        raise InvalidArgumentError(f"file sizes must be positive (min {min_size}, max {max_size})")
+    return min_size, max_size
+
+
+def validate_zorder(snapshot: Snapshot, columns: Sequence[str]) -> list[Column]:
+    """Z-order columns must exist and must not be partition columns."""
+    partition = {c.lower() for c in snapshot.partition_columns}
+    out: list[Column] = []
+    for name in columns:
+        if name.lower() in partition:
+            raise InvalidArgumentError(f"cannot Z-order by partition column {name!r}: partition columns are"
+                                       " already clustered; Z-order by data columns instead")
+        out.append(resolve_column(snapshot.metadata.schema_string, name))
+    if len({c.logical_path for c in out}) != len(out):
+        raise InvalidArgumentError(f"Z-order columns repeat: {', '.join(columns)}")
+    return out
+
+
+def _partition_filter(snapshot: Snapshot, predicate: str | None):
+    if not predicate:
+        return None
+    expr: Expr = parse_predicate(predicate)
+    mapping = check_partition_columns(expr, snapshot.partition_columns)
+    schema = parse_schema(snapshot.metadata.schema_string)
+    types = {c: schema.field(mapping[c]).type for c in mapping}
+
+    def coerce(column: str, literal: Any) -> Any:
+        if literal is None:
+            return None
+        try:
+            return parse_partition_value(str(literal).lower() if isinstance(literal, bool) else str(literal),
+                                         types[column])
+        except (ValueError, TypeError, InvalidArgumentError) as exc:
+            raise InvalidArgumentError(f"invalid literal {literal!r} for column {column} in predicate "
+                                       f"{predicate!r}: {exc}") from None
+
+    def matches(values: dict[str, str | None]) -> bool:
+        typed = {c: parse_partition_value(values.get(mapping[c]), types[c]) for c in mapping}
+        return evaluate(expr, typed, coerce) is True
+
+    for column, literal in _literals(expr):  # bad literals fail now, before any file is read
+        coerce(column, literal)
+    return matches
+
+
+def _literals(expr: Expr):
+    """(column, literal) of every comparison in the predicate."""
+    if isinstance(expr, Cmp):
+        yield expr.column, expr.value
+    elif isinstance(expr, In):
+        for value in expr.values:
+            yield expr.column, value
+    elif isinstance(expr, Not):
+        yield from _literals(expr.part)
+    elif isinstance(expr, BoolOp):
+        for part in expr.parts:
+            yield from _literals(part)
+
+
+def _dv_ratio_exceeded(add: dict, ratio: float) -> bool:
+    dv = add.get("deletionVector")
+    if not dv:
+        return False
+    stats = add.get("stats")
+    try:
+        records = json.loads(stats).get("numRecords") if stats else None
+    except ValueError:
+        records = None
+    if not records:
+        return True
+    return dv.get("cardinality", 0) / records > ratio
+
+
+def plan_clustering(snapshot: Snapshot, *, full: bool = False, max_file_size: int | None = None,
+                    min_cube_size: int | None = None, target_cube_size: int | None = None) -> OptimizePlan:
+    """Plan OPTIMIZE of a liquid-clustered table (see ``clustering.py``): groups of files that each
+    become one new ZCube ordered along a Hilbert curve over the clustering columns."""
+    check_rewritable_schema(snapshot)
+    min_size, max_size = file_size_settings(snapshot, None, max_file_size)
+    columns = clustering_columns(snapshot.metadata.schema_string, snapshot.domains)
+    plan = OptimizePlan(snapshot.version, min_size, max_size, [], None, zorder_columns=columns,
+                        num_table_files=snapshot.num_files, layout="hilbert", clustering_by=[c.name for c in columns])
+    files = snapshot.files
+    adds = [{k: v for k, v in a.items() if v is not None} for a in files.to_pylist()] if files.num_rows else []
+    for a in adds:
+        a["partitionValues"] = dict(a.get("partitionValues") or [])
+        if isinstance(a.get("tags"), list):
+            a["tags"] = dict(a["tags"])
+    selection = select_files(
+        adds, columns, full=full,
+        min_cube_size=DEFAULT_MIN_CUBE_SIZE if min_cube_size is None else int(min_cube_size),
+        target_cube_size=DEFAULT_TARGET_CUBE_SIZE if target_cube_size is None else int(target_cube_size))
+    plan.clustering_stats = selection.stats
+    plan.num_candidate_files = sum(len(g) for g in selection.groups)
+    plan.bins = [Bin({}, g, sum(int(f["size"]) for f in g)) for g in selection.groups]
+    return plan
+
+
+def live_rows(add: dict) -> int:
+    """Rows of a file its deletion vector leaves (``numRecords`` minus the vector's cardinality).
+
+    Raises:
+        InvalidArgumentError: the file has no ``numRecords`` statistic.
+    """
+    try:
+        records = json.loads(add["stats"]).get("numRecords") if add.get("stats") else None
+    except ValueError:
+        records = None
+    if records is None:
+        raise InvalidArgumentError(f"--target-files needs every file's numRecords statistic to split rows evenly, "
+                                   f"and {add['path']} has none")
+    return int(records) - int((add.get("deletionVector") or {}).get("cardinality") or 0)
+
+
+def plan_target_files(snapshot: Snapshot, target_files: int, *, predicate: str | None = None,
+                      max_file_size: int | None = None, partitions: set[tuple] | None = None) -> OptimizePlan:
+    """Every selected partition as one bin to be rewritten into exactly ``target_files`` files of
+    even row counts (``min(target_files, rows)`` when it holds fewer rows). A partition already in
+    that shape (that many files, no deletion vector, row counts at most one apart) is left alone,
+    so a rerun is a no-op."""
+    if int(target_files) < 1:
+        raise InvalidArgumentError(f"target files must be positive, got {target_files}")
+    check_rewritable_schema(snapshot)
+    min_size, max_size = file_size_settings(snapshot, None, max_file_size)
+    matches = _partition_filter(snapshot, predicate)
+    plan = OptimizePlan(snapshot.version, min_size, max_size, [], predicate, num_table_files=snapshot.num_files,
+                        layout="even", target_files=int(target_files))
+    groups: dict[tuple, list[dict]] = {}
+    for add in snapshot.files.to_pylist() if snapshot.files.num_rows else []:
+        pv = dict(add["partitionValues"] or [])
+        if matches is not None and not matches(pv):
+            continue
+        if partitions is not None and partition_key(pv) not in partitions:
+            continue
+        add = {k: v for k, v in add.items() if v is not None}
+        add["partitionValues"] = pv
+        if isinstance(add.get("tags"), list):
+            add["tags"] = dict(add["tags"])
+        groups.setdefault(tuple(sorted(pv.items(), key=lambda kv: kv[0])), []).append(add)
+    for key in sorted(groups, key=lambda k: [(a, b or "") for a, b in k]):
+        files = sorted(groups[key], key=lambda a: a["path"])
+        counts = [live_rows(a) for a in files]
+        shaped = (len(files) == min(int(target_files), max(1, sum(counts)))
+                  and not any(a.get("deletionVector") for a in files) and max(counts) - min(counts) <= 1)
+        if shaped:
+            continue
+        plan.bins.append(Bin(dict(key), files, sum(a["size"] for a in files)))
+    plan.num_candidate_files = plan.input_files
+    return plan
+
+
+def plan_optimize(snapshot: Snapshot, *, predicate: str | None = None, zorder_by: Sequence[str] = (),
+                  min_file_size: int | None = None, max_file_size: int | None = None,
+                  dv_ratio: float = DEFAULT_DV_RATIO, full: bool = False, min_cube_size: int | None = None,
+                  target_cube_size: int | None = None, rewrite_type_widened: bool = False,
+                  partitions: set[tuple] | None = None, target_files: int | None = None) -> OptimizePlan:
+    """Plan the rewrite of ``snapshot``; raises InvalidArgumentError for bad input and
+    UnsupportedFeatureError for a schema whose files cannot be rewritten.
+
+    A table with the ``clustering`` feature is liquid clustered instead (:func:`plan_clustering`):
+    ``zorder_by`` and ``predicate`` are refused there, as delta-spark refuses them, and ``full``
+    reclusters every file. ``full`` and the cube sizes apply to clustered tables only.
+
+    ``rewrite_type_widened`` rewrites exactly the files that still hold a widened column in its
+    old type (whatever their size; see ``type_widening.py``), bin-packed per partition.
+
+    ``partitions`` limits the plan to these partitions (keys as ``auto_compaction.partition_key``
+    makes them; ``()`` is the whole table of a clustered or unpartitioned table).
+
+    ``target_files`` rewrites every selected partition into exactly that many files of even row
+    counts (splitting files that are too large), see :func:`plan_target_files`.
+    """
+    if target_files is not None:
+        if zorder_by or full or rewrite_type_widened or min_cube_size is not None or target_cube_size is not None:
+            raise InvalidArgumentError("--target-files rewrites partitions into even files: it takes no "
+                                       "--zorder-by, --full, --rewrite-type-widened or cube sizes")
+        if is_clustered(snapshot.protocol):
+            raise InvalidArgumentError("--target-files does not apply to a liquid-clustered table: its files are "
+                                       "laid out by the clustering columns")
+        return plan_target_files(snapshot, target_files, predicate=predicate, max_file_size=max_file_size,
+                                 partitions=partitions)
+    if rewrite_type_widened and (zorder_by or full or min_cube_size is not None or target_cube_size is not None):
+        raise InvalidArgumentError("--rewrite-type-widened rewrites files as they are: it takes no --zorder-by, "
+                                   "--full or cube sizes")
+    if is_clustered(snapshot.protocol) and not rewrite_type_widened:
+        if zorder_by:
+            raise InvalidArgumentError("cannot Z-order a liquid-clustered table: OPTIMIZE clusters it by its "
+                                       "clustering columns; leave out --zorder-by (zorder_by)")
+        if predicate:
+            raise InvalidArgumentError("a liquid-clustered table takes no partition predicate: OPTIMIZE "
+                                       "clusters the whole table; leave out --where")
+        if min_file_size is not None:
+            raise InvalidArgumentError("--min-file-size does not apply to a liquid-clustered table: files are "
+                                       "chosen by their ZCube; use --min-cube-size")
+        if clustering_columns(snapshot.metadata.schema_string, snapshot.domains):
+            plan = plan_clustering(snapshot, full=full, max_file_size=max_file_size, min_cube_size=min_cube_size,
+                                   target_cube_size=target_cube_size)
+            if partitions is not None and () not in partitions:
+                plan.bins = []
+            return plan
+        # clustered by no column (ALTER TABLE ... CLUSTER BY NONE): compaction only, as delta-spark does
+        full, min_cube_size, target_cube_size = False, None, None
+    if full or min_cube_size is not None or target_cube_size is not None:
+        raise InvalidArgumentError("--full, --min-cube-size and --target-cube-size apply to liquid-clustered "
+                                   "tables only (the table has no 'clustering' feature)")
+    check_rewritable_schema(snapshot)
+    min_size, max_size = file_size_settings(snapshot, min_file_size, max_file_size)
+    if not 0 <= dv_ratio <= 1:
+        raise InvalidArgumentError(f"dv ratio must be between 0 and 1, got {dv_ratio}")
+    zorder = validate_zorder(snapshot, zorder_by) if zorder_by else []
+    matches = _partition_filter(snapshot, predicate)
+    plan = OptimizePlan(snapshot.version, min_size, max_size, [c.name for c in zorder], predicate,
+                        zorder_columns=zorder, num_table_files=snapshot.num_files,
+                        layout="zorder" if zorder else "binpack")
+    files = snapshot.files
+    if files.num_rows == 0:
+        return plan
+    if not zorder and not rewrite_type_widened:
+        small = pc.less(files.column("size"), min_size)
+        with_dv = files.column("deletionVector").is_valid()
+        files = files.filter(pc.or_(small, with_dv))
+    groups: dict[tuple, list[dict]] = {}
+    adds = files.to_pylist()
+    if rewrite_type_widened:
+        old = {a["path"] for a in files_with_old_types(snapshot.storage, snapshot.metadata,
+                                                       [{"path": a["path"]} for a in adds])}
+        adds = [a for a in adds if a["path"] in old]
+    for add in adds:
+        pv = dict(add["partitionValues"] or [])
+        add["partitionValues"] = pv
+        if matches is not None and not matches(pv):
+            continue
+        if partitions is not None and partition_key(pv) not in partitions:
+            continue
+        if not zorder and not rewrite_type_widened and add["size"] >= min_size \
+                and not _dv_ratio_exceeded(add, dv_ratio):
+            continue
+        add = {k: v for k, v in add.items() if v is not None}
+        if isinstance(add.get("tags"), list):
+            add["tags"] = dict(add["tags"])
+        groups.setdefault(tuple(sorted(pv.items(), key=lambda kv: kv[0])), []).append(add)
+    plan.num_candidate_files = sum(len(g) for g in groups.values())
+    for key in sorted(groups, key=lambda k: [(a, b or "") for a, b in k]):
+        group = groups[key]
+        pv = dict(key)
+        if zorder:
+            plan.bins.append(Bin(pv, sorted(group, key=lambda a: a["path"]), sum(a["size"] for a in group)))
+            continue
+        group.sort(key=lambda a: (a["size"], a["path"]))
+        current: list[dict] = []
+        current_bytes = 0
+        packed: list[Bin] = []
+        for add in group:
+            if current and current_bytes + add["size"] > max_size:
+                packed.append(Bin(pv, current, current_bytes))
+                current, current_bytes = [], 0
+            current.append(add)
+            current_bytes += add["size"]
+        if current:
+            packed.append(Bin(pv, current, current_bytes))
+        plan.bins.extend(b for b in packed
+                         if len(b.files) > 1 or b.files[0].get("deletionVector") or rewrite_type_widened)
+    return plan
+
+
+def size_percentiles(sizes: Sequence[int]) -> dict[str, int]:
+    """min/p25/p50/p75/max of file sizes, as delta-spark's OPTIMIZE metrics name them."""
+    if not sizes:
+        return {}
+    arr = np.asarray(sizes, dtype=np.int64)
+    q = np.percentile(arr, [25, 50, 75], method="lower")
+    return {"minFileSize": int(arr.min()), "p25FileSize": int(q[0]), "p50FileSize": int(q[1]),
+            "p75FileSize": int(q[2]), "maxFileSize": int(arr.max())}

@@ -1,0 +1,223 @@
+"""The file-level side of VACUUM: which names are off limits, listing a subtree, deleting files.
+
+Free of pyarrow and of the log machinery, so a Spark task that lists or deletes imports little
+more than obstore.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from itertools import zip_longest
+from typing import Callable, Iterable, Sequence
+
+from airflow_delta_maint.delta.errors import InvalidArgumentError
+from airflow_delta_maint.delta.storage.store import FileInfo, Storage
+
+__all__ = ["Subtree", "delete_files", "delete_files_parallel", "hidden_name", "is_hidden", "list_folder", "list_subtree", "partition_prefixes"]
+
+_PATH_ESCAPE = set('"#%\'*/:=?\\\x7f{[]^')
+
+
+def _escape_name(name: str) -> str:
+    return "".join(f"%{ord(c):02X}" if c in _PATH_ESCAPE or ord(c) < 0x20 else c for c in name)
+
+
+def partition_prefixes(partition_columns: Iterable[str]) -> tuple[str, ...]:
+    """The ``<column>=`` folder-name prefixes of the partition columns (raw and escaped)."""
+    out: set[str] = set()
+    for column in partition_columns:
+        out.add(column + "=")
+        out.add(_escape_name(column) + "=")
+    return tuple(sorted(out))
+
+
+def hidden_name(name: str, prefixes: tuple[str, ...]) -> bool:
+    """Whether one path part is hidden: starts with ``_`` or ``.``, except ``_change_data`` and
+    partition folders (``prefixes`` from :func:`partition_prefixes`)."""
+    if not name or name[0] not in "._":
+        return False
+    if name.startswith("_change_data"):
+        return False
+    return not (prefixes and name.startswith(prefixes))
+
+
+def is_hidden(key: str, partition_columns: Iterable[str] = ()) -> bool:
+    """Whether a key is off limits to VACUUM: under ``_delta_log``, or any part of it hidden.
+
+    A part is hidden when it starts with ``_`` or ``.``, except ``_change_data`` and partition
+    folders ``<column>=<value>`` (whose column may start with ``_``).
+    """
+    parts = key.split("/")
+    if parts[0] == "_delta_log":
+        return True
+    prefixes = partition_prefixes(partition_columns)
+    return any(hidden_name(p, prefixes) for p in parts)
+
+
+@dataclass
+class Subtree:
+    """The visible content of one listed subtree, as parallel lists (cheap to build and pickle).
+
+    Attributes:
+        keys, sizes, mtimes: visible files: key, size in bytes, modification time in ms.
+        dirs: visible folders under the subtree's root, with their modification time in ms
+            (object stores have no folders: always empty there).
+    """
+
+    keys: list[str] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
+    mtimes: list[int] = field(default_factory=list)
+    dirs: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def files(self) -> list[FileInfo]:
+        return list(map(FileInfo, self.keys, self.sizes, self.mtimes))
+
+    def add(self, info: FileInfo) -> None:
+        self.keys.append(info.key)
+        self.sizes.append(info.size)
+        self.mtimes.append(info.mtime_ms)
+
+    def extend(self, other: "Subtree") -> None:
+        self.keys.extend(other.keys)
+        self.sizes.extend(other.sizes)
+        self.mtimes.extend(other.mtimes)
+        self.dirs.update(other.dirs)
+
+
+def _local_folder(root: str, rel: str, prefixes: tuple[str, ...], out: Subtree) -> list[str]:
+    """Add the visible children of ``root/rel`` to ``out``; return the sub-folder keys.
+
+    Symbolic links are neither followed nor listed, so VACUUM never deletes through one.
+    """
+    try:
+        entries = os.scandir(os.path.join(root, rel) if rel else root)
+    except (FileNotFoundError, NotADirectoryError):  # removed while listing
+        return []
+    base = rel + "/" if rel else ""
+    subdirs = []
+    keys, sizes, mtimes = out.keys, out.sizes, out.mtimes
+    with entries:
+        for entry in entries:
+            name = entry.name
+            if name[0] in "._" and (hidden_name(name, prefixes) or (not rel and name == "_delta_log")):
+                continue
+            try:
+                if entry.is_symlink():
+                    continue
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                subdirs.append(base + name)
+                out.dirs[base + name] = int(st.st_mtime * 1000)
+            else:
+                keys.append(base + name)
+                sizes.append(st.st_size)
+                mtimes.append(int(st.st_mtime * 1000))
+    return subdirs
+
+
+def _scan_local(root: str, rel: str, prefixes: tuple[str, ...], out: Subtree) -> None:
+    for sub in _local_folder(root, rel, prefixes, out):
+        _scan_local(root, sub, prefixes, out)
+
+
+def list_subtree(storage: Storage, prefix: str, partition_columns: Sequence[str] = ()) -> Subtree:
+    """Every visible file (and, on local disk, folder) under ``prefix`` (a folder key without
+    the trailing ``/``; ``""`` for the root). Hidden names are skipped, folders included: nothing
+    under a hidden folder is visible. Unsorted."""
+    prefixes = partition_prefixes(partition_columns)
+    out = Subtree()
+    if storage.is_local:
+        _scan_local(storage.local_dir, prefix, prefixes, out)
+        return out
+    for info in storage.list_recursive(prefix + "/" if prefix else ""):
+        parts = info.key.split("/")
+        if parts[0] != "_delta_log" and not any(hidden_name(p, prefixes) for p in parts):
+            out.add(info)
+    return out
+
+
+def delete_files(storage: Storage, keys: Sequence[str]) -> int:
+    """Delete objects; return how many existed (object stores: how many were requested).
+
+    Keys under ``_delta_log`` are refused, whatever the caller planned.
+    """
+    if any(k.split("/", 1)[0] == "_delta_log" for k in keys):
+        raise InvalidArgumentError("refusing to delete a file under _delta_log")
+    if storage.is_local:
+        deleted = 0
+        for key in keys:
+            path = storage.local_path(key)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+                deleted += 1
+            # Hadoop's checksum sidecar of a file Spark wrote (a hidden file VACUUM never lists), as
+            # Hadoop's own delete removes it: else it outlives its file and keeps the folder from emptying
+            folder, _, name = path.rpartition("/")
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{folder}/.{name}.crc")
+        return deleted
+    import obstore
+
+    deleted = 0
+    for start in range(0, len(keys), 1000):
+        chunk = list(keys[start:start + 1000])
+        try:
+            obstore.delete(storage.store, chunk)
+            deleted += len(chunk)
+        except FileNotFoundError:
+            for key in chunk:
+                with contextlib.suppress(FileNotFoundError):
+                    obstore.delete(storage.store, key)
+                    deleted += 1
+    return deleted
+
+
+def list_folder(storage: Storage, prefix: str,
+                partition_columns: Sequence[str] = ()) -> tuple[dict[str, int], list[FileInfo]]:
+    """The visible children of one folder (``""`` for the root): sub-folder keys with their
+    modification time in ms (0 on object stores), and files."""
+    prefixes = partition_prefixes(partition_columns)
+    if storage.is_local:
+        out = Subtree()
+        _local_folder(storage.local_dir, prefix, prefixes, out)
+        return out.dirs, out.files
+    subdirs, files = storage.list_dir(prefix + "/" if prefix else "")
+    dirs = {d.rstrip("/"): 0 for d in subdirs if not hidden_name(d.rstrip("/").rpartition("/")[2], prefixes)}
+    visible = [f for f in files if not any(hidden_name(p, prefixes) for p in f.key.split("/"))]
+    return dirs, visible
+
+
+def delete_files_parallel(storage: Storage, keys: Sequence[str], threads: int = 16, batch: int = 500,
+                          progress: Callable[[int], None] | None = None) -> int:
+    """:func:`delete_files` on a thread pool, up to ``batch`` keys per call. Deleting waits on
+    storage, not on the CPU, so threads give the parallelism. On object stores a batch is one bulk
+    request, whatever folders its keys are in; on local disk a batch holds one folder's files and
+    batches are taken from the folders in turn, so concurrent deletes seldom wait for the same
+    folder's lock. ``progress`` gets each batch's count. Returns how many were deleted."""
+    if any(k.split("/", 1)[0] == "_delta_log" for k in keys):
+        raise InvalidArgumentError("refusing to delete a file under _delta_log")
+    if not storage.is_local:
+        batches = [list(keys[i:i + batch]) for i in range(0, len(keys), batch)]
+    else:
+        by_folder: dict[str, list[list[str]]] = {}
+        for key in keys:
+            chunks = by_folder.setdefault(key.rpartition("/")[0], [[]])
+            if len(chunks[-1]) >= batch:
+                chunks.append([])
+            chunks[-1].append(key)
+        batches = [b for turn in zip_longest(*by_folder.values()) for b in turn if b]
+    if not batches:
+        return 0
+    total = 0
+    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(batches)))) as pool:
+        for n in pool.map(lambda b: delete_files(storage, b), batches):
+            total += n
+            if progress is not None:
+                progress(n)
+    return total

@@ -1,0 +1,250 @@
+"""The table-feature gate: which tables each job may touch.
+
+A table declares what a client must understand through its protocol: reader and writer
+versions and, from reader version 3 / writer version 7 on, named features. Legacy versions
+imply fixed feature sets (writer 2: ``appendOnly`` + ``invariants``; 3: + ``checkConstraints``;
+4: + ``changeDataFeed`` + ``generatedColumns``; 5: + ``columnMapping``; 6: + ``identityColumns``;
+reader 2: ``columnMapping``).
+
+Every job calls :func:`check_supported` before it writes anything. The decision per job:
+
+- ``read`` reads rows; ``inspect`` reads the log only (snapshot, history, planning). Both
+  check reader features only, as the protocol asks of readers; unknown writer-only features
+  do not stop them.
+- ``vacuum``, ``checkpoint``, ``compact-log`` and ``optimize`` check reader *and* writer
+  features. VACUUM checks the writer protocol on every table (that is what
+  ``vacuumProtocolCheck`` exists to enforce): it deletes files, so it must understand every
+  way the log can reference one.
+- ``optimize`` rewrites data files (``dataChange=false``). It honours row tracking (stable row
+  ids and commit versions kept, see ``row_tracking.py``), clustering (liquid clustering, see
+  ``clustering.py``) and type widening (old files read in their old types and written in the
+  current ones). It refuses features whose writer requirements a rewrite cannot yet honour:
+  collations (collation-aware statistics), variant types (the parquet variant encoding must
+  survive the rewrite byte for byte) and, while enabled, Iceberg compatibility (materialised
+  partition values, numRecords stats, no deletion vectors). Identity columns are allowed: a
+  rewrite generates no identity values, so the high-water mark is untouched.
+- ``liquid`` (a Databricks preview name of clustering, with its domain ``delta.liquid``) is not
+  a protocol feature: its writer requirements were never published, and neither delta-spark
+  nor delta-rs writes to such tables. Every writing job refuses it, naming the feature.
+- ``checkpoint`` and ``compact-log`` copy reconciled state into new log files; every known
+  feature allows that (the checkpoint writer writes V2-spec checkpoints on ``v2Checkpoint``
+  tables). A job that writes both checks each.
+- Catalog-managed tables are refused by every job: their latest commits live in a catalog.
+- ``cleanup-log`` deletes expired log files; it honours every known writer feature, and
+  ``checkpointProtection`` through :func:`checkpoint_protection_version`: history before
+  ``delta.requireCheckpointProtectionBeforeVersion`` goes only as the protocol allows (see
+  :mod:`.log_cleanup`), and :func:`check_checkpoint_allowed` refuses a checkpoint of a version
+  before it. Every other job deletes no commit or checkpoint.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from airflow_delta_maint.delta.errors import UnsupportedFeatureError
+from airflow_delta_maint.delta.protocol.actions import Metadata, Protocol
+
+__all__ = [
+    "JOBS", "KNOWN_READER_WRITER_FEATURES", "KNOWN_WRITER_FEATURES", "MAX_READER_VERSION",
+    "MAX_WRITER_VERSION", "SUPPORTED_READER_FEATURES", "SUPPORTED_WRITER_FEATURES",
+    "check_checkpoint_allowed", "check_supported", "checkpoint_protection_version", "table_features", "unsupported_features",
+]
+
+MAX_READER_VERSION = 3
+MAX_WRITER_VERSION = 7
+
+JOBS: tuple[str, ...] = ("read", "inspect", "checkpoint", "compact-log", "cleanup-log", "vacuum", "optimize")
+
+#: Features that appear in both ``readerFeatures`` and ``writerFeatures``.
+KNOWN_READER_WRITER_FEATURES: frozenset[str] = frozenset({
+    "columnMapping", "deletionVectors", "timestampNtz", "v2Checkpoint", "vacuumProtocolCheck",
+    "typeWidening", "typeWidening-preview", "variantType", "variantType-preview",
+    "variantShredding", "variantShredding-preview", "catalogManaged", "catalogOwned-preview",
+})
+
+#: Writer-only features.
+KNOWN_WRITER_FEATURES: frozenset[str] = frozenset({
+    "appendOnly", "invariants", "checkConstraints", "generatedColumns", "allowColumnDefaults",
+    "changeDataFeed", "identityColumns", "rowTracking", "domainMetadata", "icebergCompatV1",
+    "icebergCompatV2", "clustering", "inCommitTimestamp", "collations", "collations-preview",
+    "checkpointProtection",
+}) | KNOWN_READER_WRITER_FEATURES
+
+_LEGACY_WRITER: dict[int, frozenset[str]] = {
+    1: frozenset(),
+    2: frozenset({"appendOnly", "invariants"}),
+    3: frozenset({"appendOnly", "invariants", "checkConstraints"}),
+    4: frozenset({"appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns"}),
+    5: frozenset({"appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns",
+                  "columnMapping"}),
+    6: frozenset({"appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns",
+                  "columnMapping", "identityColumns"}),
+}
+_LEGACY_READER: dict[int, frozenset[str]] = {1: frozenset(), 2: frozenset({"columnMapping"})}
+
+_CATALOG = frozenset({"catalogManaged", "catalogOwned-preview"})
+_VARIANT = frozenset({"variantType", "variantType-preview", "variantShredding", "variantShredding-preview"})
+_TYPE_WIDENING = frozenset({"typeWidening", "typeWidening-preview"})
+_READ_CORE = frozenset({"columnMapping", "deletionVectors", "timestampNtz", "v2Checkpoint",
+                        "vacuumProtocolCheck"})
+
+#: Reader features each job understands (``read`` also converts widened types on read).
+SUPPORTED_READER_FEATURES: dict[str, frozenset[str]] = {
+    "read": _READ_CORE | _TYPE_WIDENING,
+    "inspect": _READ_CORE | _TYPE_WIDENING | _VARIANT,
+    "checkpoint": _READ_CORE | _TYPE_WIDENING | _VARIANT,
+    "compact-log": _READ_CORE | _TYPE_WIDENING | _VARIANT,
+    "cleanup-log": _READ_CORE | _TYPE_WIDENING | _VARIANT,
+    "vacuum": _READ_CORE | _TYPE_WIDENING | _VARIANT,
+    "optimize": _READ_CORE | _TYPE_WIDENING,
+}
+
+_LOG_ONLY_WRITER = KNOWN_WRITER_FEATURES - _CATALOG
+
+#: Writer features each job honours; ``read`` and ``inspect`` write nothing and check none.
+SUPPORTED_WRITER_FEATURES: dict[str, frozenset[str]] = {
+    "read": frozenset(),
+    "inspect": frozenset(),
+    "checkpoint": _LOG_ONLY_WRITER,
+    "compact-log": _LOG_ONLY_WRITER,
+    "cleanup-log": _LOG_ONLY_WRITER,
+    "vacuum": _LOG_ONLY_WRITER,
+    "optimize": frozenset({
+        "appendOnly", "invariants", "checkConstraints", "generatedColumns", "allowColumnDefaults",
+        "changeDataFeed", "columnMapping", "identityColumns", "deletionVectors", "timestampNtz",
+        "domainMetadata", "v2Checkpoint", "vacuumProtocolCheck", "inCommitTimestamp",
+        "checkpointProtection", "icebergCompatV1", "icebergCompatV2", "rowTracking", "clustering",
+        "typeWidening", "typeWidening-preview",
+    }),
+}
+
+#: Features a job honours only while the table property that activates them is off.
+CONDITIONAL_WRITER_FEATURES: dict[str, dict[str, str]] = {
+    "optimize": {
+        "icebergCompatV1": "delta.enableIcebergCompatV1",
+        "icebergCompatV2": "delta.enableIcebergCompatV2",
+    },
+}
+
+_WRITES = frozenset({"checkpoint", "compact-log", "cleanup-log", "vacuum", "optimize"})
+PROTECTION_PROPERTY = "delta.requireCheckpointProtectionBeforeVersion"
+
+
+def table_features(protocol: Protocol) -> tuple[frozenset[str], frozenset[str]]:
+    """The table's (reader, writer) features, with the features legacy versions imply.
+
+    Explicit feature lists count only at reader version 3 / writer version 7, as the protocol
+    says. Reader-writer features of a reader-version-3 table are also writer features.
+
+    Returns:
+        ``(reader_features, writer_features)`` as frozensets of feature names.
+    """
+    rv, wv = protocol.min_reader_version, protocol.min_writer_version
+    if rv >= 3:
+        reader = frozenset(protocol.reader_features)
+    else:
+        reader = _LEGACY_READER.get(rv, frozenset())
+    if wv >= 7:
+        writer = frozenset(protocol.writer_features)
+    else:
+        writer = _LEGACY_WRITER.get(wv, frozenset())
+    return reader, writer | reader
+
+
+def _is_true(configuration: Mapping[str, str], key: str) -> bool:
+    return str(configuration.get(key, "false")).strip().lower() == "true"
+
+
+def unsupported_features(protocol: Protocol, job: str, metadata: Metadata | None = None) -> list[str]:
+    """What keeps ``job`` from this table, one phrase each (empty when it may proceed).
+
+    Raises:
+        ValueError: ``job`` is not one of :data:`JOBS`.
+    """
+    if job not in JOBS:
+        raise ValueError(f"unknown job {job!r}; expected one of {', '.join(JOBS)}")
+    problems: list[str] = []
+    rv, wv = protocol.min_reader_version, protocol.min_writer_version
+    if rv > MAX_READER_VERSION or rv < 1:
+        problems.append(f"minReaderVersion {rv} (supported: 1..{MAX_READER_VERSION})")
+    if job in _WRITES and (wv > MAX_WRITER_VERSION or wv < 1):
+        problems.append(f"minWriterVersion {wv} (supported: 1..{MAX_WRITER_VERSION})")
+    reader, writer = table_features(protocol)
+    supported_reader = SUPPORTED_READER_FEATURES[job]
+    for name in sorted(reader):
+        if name not in KNOWN_READER_WRITER_FEATURES:
+            problems.append(f"unknown reader feature '{name}'")
+        elif name not in supported_reader:
+            problems.append(f"reader feature '{name}'")
+    if job in _WRITES:
+        configuration = metadata.configuration if metadata is not None else {}
+        conditional = CONDITIONAL_WRITER_FEATURES.get(job, {})
+        for name in sorted(writer - reader):
+            if name == "liquid":
+                problems.append("writer feature 'liquid' (a Databricks preview name of liquid clustering that "
+                                "is not part of the Delta protocol; upgrade the table to the 'clustering' feature "
+                                "with the engine that created it)")
+            elif name not in KNOWN_WRITER_FEATURES:
+                problems.append(f"unknown writer feature '{name}'")
+            elif name not in SUPPORTED_WRITER_FEATURES[job]:
+                problems.append(f"writer feature '{name}'")
+            elif name in conditional and (metadata is None or _is_true(configuration, conditional[name])):
+                why = "enabled" if metadata is not None else "possibly enabled; no metadata given"
+                problems.append(f"writer feature '{name}' ({conditional[name]} {why})")
+        # Reader-writer features: a writing job must honour their writer side too.
+        for name in sorted(reader & KNOWN_READER_WRITER_FEATURES):
+            if name in supported_reader and name not in SUPPORTED_WRITER_FEATURES[job]:
+                problems.append(f"writer feature '{name}'")
+    return problems
+
+
+def checkpoint_protection_version(protocol: Protocol, metadata: Metadata) -> int | None:
+    """``delta.requireCheckpointProtectionBeforeVersion`` when the table has the
+    ``checkpointProtection`` writer feature (None otherwise, or when the property is unset).
+
+    Raises:
+        UnsupportedFeatureError: the property is not a whole number.
+    """
+    if "checkpointProtection" not in table_features(protocol)[1]:
+        return None
+    value = metadata.configuration.get(PROTECTION_PROPERTY)
+    if value is None:
+        return None
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise UnsupportedFeatureError(
+            f"the table property {PROTECTION_PROPERTY}={value!r} is not a version number") from None
+
+
+def check_checkpoint_allowed(protocol: Protocol, metadata: Metadata, version: int) -> None:
+    """Refuse a checkpoint of ``version`` where ``checkpointProtection`` forbids one: before
+    ``delta.requireCheckpointProtectionBeforeVersion`` (``protocol``/``metadata``: the latest).
+
+    Raises:
+        UnsupportedFeatureError: naming the version and the property.
+    """
+    protected = checkpoint_protection_version(protocol, metadata)
+    if protected is not None and version < protected:
+        raise UnsupportedFeatureError(
+            f"cannot write a checkpoint of version {version}: the table's checkpointProtection forbids "
+            f"checkpoints before version {protected} ({PROTECTION_PROPERTY})")
+
+
+def check_supported(protocol: Protocol, job: str, metadata: Metadata | None = None) -> None:
+    """Refuse a table that uses a protocol version or feature ``job`` does not implement.
+
+    Args:
+        protocol: the table's protocol.
+        job: one of ``read``, ``inspect``, ``checkpoint``, ``compact-log``, ``vacuum``, ``optimize``.
+        metadata: the table's metadata; lets features that matter only while enabled through a
+            table property pass when they are off. Without it such features are refused.
+
+    Raises:
+        UnsupportedFeatureError: naming the job and every unsupported version or feature.
+        ValueError: ``job`` is unknown.
+    """
+    problems = unsupported_features(protocol, job, metadata)
+    if problems:
+        raise UnsupportedFeatureError(
+            f"cannot run {job} on this table: it uses {', '.join(problems)}, which {job} does not support")

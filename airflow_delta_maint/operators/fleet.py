@@ -22,7 +22,7 @@ from airflow_delta_maint.hooks.storage_credentials import (
     worker_options,
 )
 from airflow_delta_maint.operators.lineage import inject_parent_job_info
-from airflow_delta_maint.operators.maintenance import _as_bool, _flag
+from airflow_delta_maint.operators.options import _as_bool, _flag
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

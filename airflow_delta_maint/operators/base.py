@@ -1,0 +1,325 @@
+"""The base of the maintenance operators: one job of the maintenance application on one table.
+
+It resolves the table's credentials, checks on the worker (without Spark) whether the job has
+anything to do, chooses where the run goes (spark-submit through the hook, or this worker's
+process), and reports the metrics to XCom, the table's asset event and OpenLineage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from airflow.sdk import Asset, BaseOperator
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_delta_maint.app.execution import EXECUTIONS, choose_execution, run_in_process
+from airflow_delta_maint.app.jobs import JOB_MODULES
+from airflow_delta_maint.app.metrics import base_metrics, finish
+from airflow_delta_maint.delta.errors import DeltaError
+from airflow_delta_maint.hooks.delta_maint import DeltaMaintHook
+from airflow_delta_maint.hooks.maintenance_history import configured_history_uri, history_args, record_on_worker
+from airflow_delta_maint.hooks.provider_config import configured_execution
+from airflow_delta_maint.hooks.storage_credentials import (
+    StorageCredentials,
+    refuse_secret_options,
+    resolve_storage_credentials,
+    worker_options,
+)
+from airflow_delta_maint.operators.lineage import (
+    asset_event_extra,
+    inject_parent_job_info,
+    operator_lineage,
+    table_uri_matches,
+)
+from airflow_delta_maint.operators.options import _as_bool, available_jobs
+
+if TYPE_CHECKING:
+    from airflow.providers.openlineage.extractors import OperatorLineage
+    from airflow.sdk import Context
+
+
+class DeltaMaintenanceOperator(BaseOperator):
+    """
+    Base class: run one job of the Delta maintenance application on a table; return its metrics.
+
+    The task submits the bundled PySpark application with spark-submit through
+    :class:`~airflow_delta_maint.hooks.delta_maint.DeltaMaintHook` and returns the run's metrics
+    object (``operation``, ``table``, ``status``, ``version_read``, ``version_committed``,
+    ``started_at``, ``duration_s`` and the job's own numbers) as its XCom value. When
+    ``skip_if_nothing_to_do`` is set and the job can tell without Spark that the table needs no
+    work, no Spark application is started and the metrics say ``"status": "skipped"`` with a
+    ``reason``.
+
+    :param table_uri: the table's path or URI (``/data/t``, ``s3://bucket/t``, ...). (templated)
+    :param storage_options: non-secret object-store options for the table (endpoint, region, ...);
+        a key that names a secret (``secret``, ``password``, ``token``, ``account_key``, ``sas``,
+        ``private_key``, ``credential``, ...) is refused: use ``storage_conn_id``. (templated)
+    :param storage_conn_id: an Airflow connection holding the table's credentials: type ``aws``,
+        ``wasb`` / ``adls`` or ``google_cloud_platform``. Its secrets reach spark-submit through the
+        child process's environment only and are masked in logs. Without it, the worker's
+        environment provides the credentials.
+    :param conn_id: the Spark connection id.
+    :param conf: extra Spark configuration. (templated)
+    :param spark_binary: the spark-submit command (default ``spark-submit``).
+    :param metrics_uri: folder on storage shared by the Spark driver and this worker, needed in
+        cluster deploy mode for the metrics file. (templated)
+    :param deploy_mode: ``client`` or ``cluster`` (default: the connection's ``deploy-mode`` extra).
+    :param env_vars: environment variables for spark-submit and the driver.
+    :param skip_if_nothing_to_do: check cheaply first and skip Spark when there is nothing to do.
+    :param spark_submit_kwargs: further :class:`SparkSubmitHook` arguments (``executor_memory``,
+        ``driver_memory``, ``num_executors``, ``verbose``, ...).
+    :param history_uri: the maintenance history table every run of this task is appended to
+        (default: ``[delta_maint] history_uri``; none: not recorded). (templated)
+    :param execution: ``"spark"`` (the default, unless ``[delta_maint] execution`` says otherwise) submits the application; ``"local"`` runs the job in
+        this worker's process without Spark, its parallel work (OPTIMIZE's rewrite, full VACUUM's
+        listing and deletes) on up to four threads; Z-order and liquid clustering are refused
+        there. ``"auto"`` runs locally while the log the job reads holds at most 16 MiB and an
+        OPTIMIZE rewrites at most 1 GiB (below that Spark's start costs as much as the whole
+        rewrite), else submits. Metrics and errors are the same either way; the connection's
+        credentials stay in this process's memory. (templated)
+
+    Assets and lineage: when the table's asset (an ``Asset`` whose URI names ``table_uri``) is among
+    the task's ``outlets``, its asset event carries the run's metrics as ``extra``; a skipped run
+    emits no event for it. The table is not an outlet by default: maintenance changes no data
+    (``dataChange=false``). With the OpenLineage provider, runs report the table as input and
+    output dataset with the files and bytes written and a ``deltaMaintenance`` run facet holding
+    the metrics; ``[openlineage] spark_inject_parent_job_info`` adds the parent job to the Spark conf.
+    """
+
+    job: ClassVar[str] = ""
+    template_fields: Sequence[str] = ("table_uri", "storage_options", "conf", "metrics_uri", "history_uri",
+                                      "execution")
+    ui_color = "#00add4"
+
+    def __init__(
+        self,
+        *,
+        table_uri: str,
+        storage_options: Mapping[str, Any] | None = None,
+        storage_conn_id: str | None = None,
+        conn_id: str = DeltaMaintHook.default_conn_name,
+        conf: Mapping[str, Any] | None = None,
+        spark_binary: str | None = None,
+        metrics_uri: str | None = None,
+        deploy_mode: str | None = None,
+        env_vars: Mapping[str, Any] | None = None,
+        skip_if_nothing_to_do: bool = True,
+        spark_submit_kwargs: Mapping[str, Any] | None = None,
+        history_uri: str | None = None,
+        execution: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.table_uri = table_uri
+        self.history_uri = history_uri
+        if execution is not None and "{{" not in str(execution) and str(execution).strip().lower() not in EXECUTIONS:
+            raise AirflowException(f"execution must be one of {', '.join(EXECUTIONS)}, got {execution!r}")
+        self.execution = execution
+        refuse_secret_options(storage_options, self.task_id)
+        self.storage_options = storage_options
+        self.storage_conn_id = storage_conn_id
+        self.conn_id = conn_id
+        self.conf = conf
+        self.spark_binary = spark_binary
+        self.metrics_uri = metrics_uri
+        self.deploy_mode = deploy_mode
+        self.env_vars = env_vars
+        self.skip_if_nothing_to_do = skip_if_nothing_to_do
+        self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
+        self._hook: DeltaMaintHook | None = None
+        self._storage_credentials: StorageCredentials | None = None
+        self._spark_conf: dict[str, Any] | None = None
+        self._metrics: dict[str, Any] | None = None
+
+    # -- what subclasses define ---------------------------------------------------------------
+    def job_args(self) -> list[str]:
+        """The job's own command-line options, from this operator's parameters."""
+        return []
+
+    # -- helpers ------------------------------------------------------------------------------
+    @property
+    def table_storage_options(self) -> dict[str, str]:
+        """The storage options as strings (no credentials: these go on the application's command line)."""
+        return {str(k): str(v) for k, v in (self.storage_options or {}).items()}
+
+    @property
+    def worker_storage_options(self) -> dict[str, str]:
+        """Storage options for the checks on this worker: the connection's credentials under the explicit options."""
+        return worker_options(self._storage_credentials, self.table_storage_options)
+
+    def resolve_storage_credentials(self) -> StorageCredentials | None:
+        """Fetch ``storage_conn_id`` (when set) and keep its credentials for this run; masks its secrets."""
+        refuse_secret_options(self.storage_options, self.task_id)
+        self._storage_credentials = resolve_storage_credentials(self.storage_conn_id, self.table_uri)
+        return self._storage_credentials
+
+    def _job_module(self) -> Any | None:
+        name = JOB_MODULES.get(self.job)
+        if name is None:
+            raise AirflowException(
+                f"the maintenance application has no job {self.job!r} (it offers: {', '.join(available_jobs())})"
+            )
+        try:
+            return importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                return None
+            raise
+
+    def job_params(self, module: Any | None = None) -> dict[str, Any]:
+        """
+        The job's options parsed by the job's own argument parser (every option, defaults included).
+
+        :param module: the job module (default: imported from the application's job registry).
+        :raises AirflowException: when an option is invalid.
+        """
+        module = module if module is not None else self._job_module()
+        if module is None:
+            return {}
+        parser = argparse.ArgumentParser(prog=f"delta-maint {self.job}", exit_on_error=False, add_help=False)
+        module.add_arguments(parser)
+        try:
+            namespace, unknown = parser.parse_known_args([str(a) for a in self.job_args()])
+        except (argparse.ArgumentError, SystemExit) as exc:
+            raise AirflowException(f"invalid options for {self.job}: {exc}") from None
+        if unknown:
+            raise AirflowException(f"invalid options for {self.job}: unknown {' '.join(unknown)}")
+        return vars(namespace)
+
+    def get_hook(self) -> DeltaMaintHook:
+        """The hook that submits the application."""
+        return DeltaMaintHook(
+            conn_id=self.conn_id,
+            conf=self._spark_conf if self._spark_conf is not None else self.conf,
+            spark_binary=self.spark_binary,
+            metrics_uri=self.metrics_uri,
+            deploy_mode=self.deploy_mode,
+            env_vars=self.env_vars,
+            name=f"delta-maint-{self.job}-{self.task_id}",
+            storage_credentials=self._storage_credentials,
+            **self.spark_submit_kwargs,
+        )
+
+    def nothing_to_do(self, params: dict[str, Any]) -> str | None:
+        """
+        Why the job would do nothing on the table, found on this worker without Spark, or None.
+
+        The default asks the job module's own ``nothing_to_do`` (when it offers one); subclasses
+        call the Delta core directly. Bad input raises the core's ``DeltaError``, as the job would.
+
+        :param params: the job's options, as :meth:`job_params` parses them.
+        :return: a one-line reason, or None when the job may have work (or cannot tell cheaply).
+        """
+        module = self._job_module()
+        check = getattr(module, "nothing_to_do", None) if module is not None else None
+        if check is None:
+            return None
+        return check(self.table_uri, self.worker_storage_options, params)
+
+    def check_nothing_to_do(self) -> dict[str, Any] | None:
+        """
+        Run the cheap :meth:`nothing_to_do` check (no Spark) and build "skipped" metrics if it says so.
+
+        :return: the skipped metrics, or None when the job has work to do (or offers no check).
+        """
+        params = self.job_params()
+        metrics = base_metrics(self.job, self.table_uri)
+        try:
+            reason = self.nothing_to_do(params)
+            if not reason:
+                return None
+            from airflow_delta_maint.delta.history import log_state
+            from airflow_delta_maint.delta.storage import Storage
+
+            version = log_state(Storage(self.table_uri, self.worker_storage_options)).latest_version
+        except DeltaError as exc:
+            raise AirflowException(f"delta-maint {self.job} failed: {exc}") from exc
+        metrics.update(status="skipped", reason=str(reason), version_read=version)
+        metrics.update(getattr(reason, "details", None) or {})  # e.g. the auto-compaction decision
+        return finish(metrics)
+
+    # -- Airflow ------------------------------------------------------------------------------
+    def execute(self, context: Context) -> dict[str, Any]:
+        self.resolve_storage_credentials()
+        history = configured_history_uri(self.history_uri)
+        if _as_bool(self.skip_if_nothing_to_do):
+            skipped = self.check_nothing_to_do()
+            if skipped is not None:
+                self.log.info("Nothing to do on %s: %s", self.table_uri, skipped["reason"])
+                if history:
+                    skipped["history"] = record_on_worker(history, skipped, context)
+                return self.report(skipped, context)
+        else:
+            self.job_params()
+        where, why = self.choose_execution()
+        if where == "local":
+            self.log.info("Running %s on %s in this process (%s)", self.job, self.table_uri, why)
+            metrics = self.run_locally(history)
+        else:
+            self._spark_conf = inject_parent_job_info(self.conf, context)
+            self._hook = self.get_hook()
+            metrics = self._hook.run_job(self.job, self.table_uri, self.job_args() + history_args(history),
+                                         self.table_storage_options)
+        self.log.info(
+            "%s on %s: %s (version read %s, committed %s)",
+            self.job, self.table_uri, metrics.get("status"), metrics.get("version_read"),
+            metrics.get("version_committed"),
+        )
+        return self.report(metrics, context)
+
+    def choose_execution(self) -> tuple[str, str]:
+        """Where this run goes, ``("local" | "spark", why)`` (see :func:`~airflow_delta_maint.app.execution.choose_execution`)."""
+        try:
+            execution = configured_execution(self.execution, EXECUTIONS)
+        except ValueError as exc:
+            raise AirflowException(str(exc)) from None
+        try:
+            return choose_execution(execution, self.job, self.job_params(), self.table_uri,
+                                    self.worker_storage_options)
+        except DeltaError as exc:
+            raise AirflowException(f"delta-maint {self.job} failed: {exc}") from exc
+
+    def run_locally(self, history: str | None) -> dict[str, Any]:
+        """Run the job in this process (no Spark); metrics and failures as from spark-submit."""
+        _, metrics = run_in_process(self.job, self.table_uri, self.job_args() + history_args(history),
+                                    self.worker_storage_options)
+        if metrics.get("status") == "failed":
+            raise AirflowException(f"delta-maint {self.job} failed: {metrics.get('error', 'unknown error')}")
+        return metrics
+
+    # -- assets and lineage -------------------------------------------------------------------
+    def table_outlets(self) -> list[Asset]:
+        """The task's outlets that name this table."""
+        return [o for o in self.outlets if isinstance(o, Asset) and table_uri_matches(o.uri, self.table_uri)]
+
+    def report(self, metrics: dict[str, Any], context: Context) -> dict[str, Any]:
+        """Keep the run's metrics for lineage; put them on the table's asset event, or drop the event when skipped."""
+        self._metrics = metrics
+        tables = self.table_outlets()
+        if tables and metrics.get("status") == "skipped":
+            self.outlets = [o for o in self.outlets if o not in tables]  # this run only: no event
+            self.log.info("Skipped: no asset event for %s", ", ".join(a.uri for a in tables))
+        else:
+            extra = asset_event_extra(metrics)
+            for asset in tables:
+                context["outlet_events"][asset].extra.update(extra)
+        return metrics
+
+    def get_openlineage_facets_on_start(self) -> OperatorLineage:
+        """OpenLineage: the table as input and output dataset."""
+        return operator_lineage(self.table_uri)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage:
+        """OpenLineage: the datasets, the output's statistics and the run's metrics."""
+        return operator_lineage(self.table_uri, self._metrics)
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> OperatorLineage:
+        """OpenLineage: the datasets of the failed run."""
+        return operator_lineage(self.table_uri)
+
+    def on_kill(self) -> None:
+        if self._hook is not None:
+            self._hook.on_kill()

@@ -1,0 +1,70 @@
+"""Log compaction (and checkpoints, expired-log cleanup) as an Airflow task, and its check on the worker."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from airflow_delta_maint.operators.base import DeltaMaintenanceOperator
+from airflow_delta_maint.operators.options import _flag
+
+
+class LogCompactionOperator(DeltaMaintenanceOperator):
+    """
+    Write log compaction files (and checkpoints) so readers open few log files instead of many commits.
+
+    :param interval: compact every this many commits. (templated)
+    :param max_window_bytes: the largest log window one compaction file covers, in bytes. (templated)
+    :param checkpoint_interval: also write a checkpoint once this many commits follow the last one. (templated)
+    :param cleanup_expired_log: then delete log files older than ``delta.logRetentionDuration``
+        (commits, checkpoints, checksums, sidecars), as ``delta-maint cleanup-log`` does.
+
+    Other parameters: see :class:`DeltaMaintenanceOperator`.
+    """
+
+    job = "compact-log"
+    template_fields: Sequence[str] = (
+        *DeltaMaintenanceOperator.template_fields, "interval", "max_window_bytes", "checkpoint_interval",
+    )
+
+    def __init__(
+        self,
+        *,
+        interval: int | str | None = None,
+        max_window_bytes: int | str | None = None,
+        checkpoint_interval: int | str | None = None,
+        cleanup_expired_log: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.interval = interval
+        self.max_window_bytes = max_window_bytes
+        self.checkpoint_interval = checkpoint_interval
+        self.cleanup_expired_log = cleanup_expired_log
+
+    def job_args(self) -> list[str]:
+        args: list[str] = []
+        _flag(args, "--interval", self.interval)
+        _flag(args, "--max-window-bytes", self.max_window_bytes)
+        _flag(args, "--checkpoint-interval", self.checkpoint_interval)
+        _flag(args, "--cleanup-expired-log", bool(self.cleanup_expired_log))
+        return args
+
+    def nothing_to_do(self, params: dict[str, Any]) -> str | None:
+        """
+        A reason when no log compaction window is complete and missing (within the size guard)
+        and no checkpoint is due; reads only the log from the last checkpoint on. Cleaning up
+        expired compaction files waits for the next run that has work.
+        """
+        from airflow_delta_maint.delta.log_compaction import nothing_to_do
+
+        reason = nothing_to_do(self.table_uri, self.worker_storage_options, params)
+        if reason and params.get("cleanup_expired_log"):
+            from airflow_delta_maint.delta.log_cleanup import plan_log_cleanup
+            from airflow_delta_maint.delta.storage import Storage
+
+            plan = plan_log_cleanup(Storage(self.table_uri, self.worker_storage_options))
+            if plan.files or plan.checkpoint_to_write is not None:
+                return None
+            reason = f"{reason}; no expired log file to clean up" + (f" ({plan.reason})" if plan.reason else "")
+        return reason

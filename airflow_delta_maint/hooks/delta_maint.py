@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import importlib.util
 import json
 import os
-import py_compile
-import shutil
 import signal
 import socket
 import sys
 import tempfile
 import time
 import uuid
-import zipfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,115 +19,32 @@ import psutil
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 
-import airflow_delta_maint
 from airflow_delta_maint.app.environment_errors import describe as describe_environment
 from airflow_delta_maint.app.metrics import read_metrics, write_metrics
 from airflow_delta_maint.hooks import python_env
+from airflow_delta_maint.hooks.jvm_start import fast_start_options, keep_class_archive
+from airflow_delta_maint.hooks.package_bundle import (
+    _EXCLUDED_DIRS as _EXCLUDED_DIRS,  # re-exported, as every name below: the old import path
+    _EXCLUDED_SUFFIXES as _EXCLUDED_SUFFIXES,
+    APPLICATION as APPLICATION,
+    PACKAGE_DIR as PACKAGE_DIR,
+    _bytecode as _bytecode,
+    _package_files as _package_files,
+    _prune_bundles as _prune_bundles,
+    _write_entry as _write_entry,
+    build_package_zip as build_package_zip,
+    default_cache_dir as default_cache_dir,
+)
+from airflow_delta_maint.hooks.process_tree import note_tree, stop_leftovers, terminate
 from airflow_delta_maint.hooks.provider_config import get_option
+from airflow_delta_maint.hooks.spark_install import pyspark_home as pyspark_home
 from airflow_delta_maint.hooks.spark_connect import CONN_TYPE as SPARK_CONNECT, ConnectRunner
+from airflow_delta_maint.hooks.spark_install import resolve_binary
 from airflow_delta_maint.hooks.storage_credentials import StorageCredentials
 
-PACKAGE_DIR = Path(airflow_delta_maint.__file__).resolve().parent
-APPLICATION = PACKAGE_DIR / "app" / "main.py"
-_EXCLUDED_DIRS = {"__pycache__", "tests", ".pytest_cache"}
-_EXCLUDED_SUFFIXES = (".pyc", ".pyo")
 #: the [delta_maint] options about the executors' Python (see python_env.plan_python)
 PYTHON_ENV_OPTIONS = ("python_env", "python_env_uri", "python_env_python_version", "python_env_platform",
                       "executor_python")
-
-
-def default_cache_dir() -> Path:
-    """Where package bundles are cached: ``$DELTA_MAINT_CACHE_DIR`` or a folder in the temp dir."""
-    configured = os.environ.get("DELTA_MAINT_CACHE_DIR")
-    if configured:
-        return Path(configured)
-    return Path(tempfile.gettempdir()) / f"airflow-delta-maint-{os.getuid() if hasattr(os, 'getuid') else 0}"
-
-
-def _package_files() -> list[Path]:
-    files = []
-    for root, dirs, names in os.walk(PACKAGE_DIR):
-        dirs[:] = sorted(d for d in dirs if d not in _EXCLUDED_DIRS and not d.startswith("."))
-        for name in sorted(names):
-            if name.endswith(_EXCLUDED_SUFFIXES) or name.startswith("."):
-                continue
-            files.append(Path(root) / name)
-    return files
-
-
-def build_package_zip(cache_dir: str | os.PathLike | None = None) -> str:
-    """
-    Zip this package for ``--py-files`` and return the zip's path.
-
-    The zip is named after the package version and a hash of the package's content, so it is built
-    once per version and content (and Python version: each module's bytecode is included beside
-    its source) and reused until either changes; bundles of other contents are removed once they
-    are a day old. Tests and ``__pycache__`` folders are left out. The zip is written whole or not at all (temp file, then rename).
-
-    :param cache_dir: folder to keep the zip in (default: :func:`default_cache_dir`).
-    :return: absolute path of the zip.
-    """
-    files = _package_files()
-    digest = hashlib.sha256(importlib.util.MAGIC_NUMBER)  # the bytecode inside is this interpreter's
-    contents: list[tuple[str, bytes, Path]] = []
-    for path in files:
-        arcname = "airflow_delta_maint/" + path.relative_to(PACKAGE_DIR).as_posix()
-        data = path.read_bytes()
-        contents.append((arcname, data, path))
-        digest.update(arcname.encode() + b"\0" + hashlib.sha256(data).digest())
-    folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / f"airflow_delta_maint-{airflow_delta_maint.__version__}-{digest.hexdigest()[:16]}.zip"
-    if target.exists():
-        return str(target)
-    tmp = folder / f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
-    try:
-        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-            for arcname, data, path in contents:
-                _write_entry(zf, arcname, data)
-                if arcname.endswith(".py"):
-                    _write_entry(zf, arcname + "c", _bytecode(path, f"{target}/{arcname}"))
-        os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    _prune_bundles(folder, keep=target)
-    return str(target)
-
-
-def _write_entry(zf: zipfile.ZipFile, arcname: str, data: bytes) -> None:
-    info = zipfile.ZipInfo(arcname, date_time=(1980, 1, 1, 0, 0, 0))
-    info.compress_type = zipfile.ZIP_DEFLATED
-    info.external_attr = 0o644 << 16
-    zf.writestr(info, data)
-
-
-def _bytecode(source: Path, filename: str) -> bytes:
-    """A module's bytecode as an unchecked hash-based ``.pyc`` (PEP 552), which ``zipimport`` loads
-    instead of compiling the source in every driver and Python worker. An interpreter of another
-    version rejects its magic number and compiles the ``.py`` beside it, as before."""
-    with tempfile.TemporaryDirectory() as folder:
-        out = Path(folder) / "module.pyc"
-        py_compile.compile(str(source), cfile=str(out), dfile=filename, doraise=True,
-                           invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
-        return out.read_bytes()
-
-
-def _prune_bundles(folder: Path, keep: Path, max_age_s: float = 86400.0) -> None:
-    """Remove bundles of other versions or content once they are a day old (no submit still reads them)."""
-    now = time.time()
-    for old in folder.glob("airflow_delta_maint-*.zip"):
-        with contextlib.suppress(OSError):
-            if old != keep and now - old.stat().st_mtime > max_age_s:
-                old.unlink()
-
-
-def pyspark_home() -> str | None:
-    """The folder of the installed ``pyspark`` package (a valid ``SPARK_HOME``), found without importing it."""
-    spec = importlib.util.find_spec("pyspark")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return str(next(iter(spec.submodule_search_locations)))
 
 
 class DeltaMaintHook(SparkSubmitHook):
@@ -304,13 +216,7 @@ class DeltaMaintHook(SparkSubmitHook):
 
     @staticmethod
     def _resolve_binary(binary: str) -> str:
-        if os.sep in binary:
-            return binary
-        candidates = [os.environ.get("PATH", ""), os.path.dirname(sys.executable)]
-        spark_home = os.environ.get("SPARK_HOME") or pyspark_home()
-        if spark_home:
-            candidates.append(os.path.join(spark_home, "bin"))
-        return shutil.which(binary, path=os.pathsep.join(p for p in candidates if p)) or binary
+        return resolve_binary(binary)
 
     def submit_env(self) -> dict[str, str]:
         """The environment of the spark-submit process."""
@@ -424,33 +330,15 @@ class DeltaMaintHook(SparkSubmitHook):
     def _add_fast_start_options(self) -> None:
         """Driver JVM options for a faster start: JIT tier 1 and the class-data-sharing archive."""
         folder = Path(self.cache_dir) if self.cache_dir is not None else default_cache_dir()
-        folder.mkdir(parents=True, exist_ok=True)
-        java = hashlib.sha256(f"{pyspark_home()}|{os.environ.get('JAVA_HOME', '')}".encode()).hexdigest()[:12]
-        archive = folder / f"spark-driver-{java}.jsa"
-        if archive.exists():
-            cds = f"-XX:SharedArchiveFile={archive}"
-            self._cds_dump = None
-        else:  # this run dumps it at exit, to a name of its own; moved in place once whole
-            tmp = folder / f".{archive.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
-            cds = f"-XX:ArchiveClassesAtExit={tmp}"
-            self._cds_dump = (tmp, archive)
         key = "spark.driver.extraJavaOptions"
-        base = " ".join(o for o in str(self._conf.get(key, "")).split()
-                        if not o.startswith(("-XX:SharedArchiveFile=", "-XX:ArchiveClassesAtExit=",
-                                             "-XX:TieredStopAtLevel=")))
-        self._conf[key] = " ".join(filter(None, [base, "-XX:TieredStopAtLevel=1", cds]))
+        self._conf[key], self._cds_dump = fast_start_options(str(self._conf.get(key, "")), folder)
 
     def _finish_fast_start(self) -> None:
         """Keep a class-data-sharing archive the run dumped (a partial one never replaces anything)."""
         if self._cds_dump is None:
             return
-        tmp, archive = self._cds_dump
-        self._cds_dump = None
-        with contextlib.suppress(OSError):
-            if tmp.exists() and tmp.stat().st_size > 0 and not archive.exists():
-                os.replace(tmp, archive)
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+        dump, self._cds_dump = self._cds_dump, None
+        keep_class_archive(dump)
 
     # -- running ------------------------------------------------------------------------------
     def run_job(
@@ -575,40 +463,15 @@ class DeltaMaintHook(SparkSubmitHook):
 
     # -- killing ------------------------------------------------------------------------------
     def _snapshot_tree(self) -> list[psutil.Process]:
-        proc = self._submit_sp
-        if proc is None or proc.poll() is not None:
-            return list(self._process_tree)
-        try:
-            parent = psutil.Process(proc.pid)
-            tree = [parent, *parent.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            return list(self._process_tree)
-        known = {p.pid for p in self._process_tree}
-        self._process_tree.extend(p for p in tree if p.pid not in known)
-        return list(self._process_tree)
+        return note_tree(self._submit_sp, self._process_tree)
 
     @staticmethod
     def _terminate(processes: Sequence[psutil.Process], grace_s: float = 10.0) -> None:
-        alive = []
-        for p in processes:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                p.terminate()
-                alive.append(p)
-        _, still = psutil.wait_procs(alive, timeout=grace_s)
-        for p in still:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                p.kill()
-        psutil.wait_procs(still, timeout=5)
+        terminate(processes, grace_s)
 
     def _cleanup_processes(self) -> None:
         """After spark-submit ends, stop whatever it left (a driver's Python workers, normally none)."""
-        leftovers = []
-        for p in self._process_tree:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                    leftovers.append(p)
-        if leftovers:
-            self._terminate(leftovers, grace_s=5.0)
+        stop_leftovers(self._process_tree)
         self._process_tree = []
 
     def on_kill(self) -> None:

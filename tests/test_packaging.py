@@ -25,18 +25,16 @@ def modules_of(subpackage: str) -> list[str]:
     return names
 
 
-def import_graph(subpackage: str) -> dict[str, set[str]]:
-    """Which modules of ``airflow_delta_maint.<subpackage>`` each of its modules imports, read from the
-    source with ``ast`` (nothing is imported): every import counts, inside functions and
-    ``TYPE_CHECKING`` blocks too, and ``from package import name`` counts ``package.name`` when
-    that is a module."""
-    files: dict[str, tuple[Path, bool]] = {}
+def imports_of(subpackage: str) -> dict[str, set[str]]:
+    """What each module of ``airflow_delta_maint.<subpackage>`` imports (absolute names), read from
+    the source with ``ast`` (nothing is imported): every import counts, inside functions and
+    ``TYPE_CHECKING`` blocks too, and ``from package import name`` counts ``package.name`` as well,
+    for when that is a module."""
+    found_by_module: dict[str, set[str]] = {}
     for path in sorted((PACKAGE_DIR / subpackage).rglob("*.py")):
         parts = path.relative_to(PACKAGE_DIR.parent).with_suffix("").parts
         is_package = parts[-1] == "__init__"
-        files[".".join(parts[:-1] if is_package else parts)] = (path, is_package)
-    graph: dict[str, set[str]] = {}
-    for name, (path, is_package) in files.items():
+        name = ".".join(parts[:-1] if is_package else parts)
         package = name if is_package else name.rpartition(".")[0]
         found: set[str] = set()
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -47,8 +45,15 @@ def import_graph(subpackage: str) -> dict[str, set[str]]:
                 target = (f"{base}.{node.module}" if node.module else base) if node.level else str(node.module)
                 found.add(target)
                 found.update(f"{target}.{alias.name}" for alias in node.names)
-        graph[name] = {m for m in found if m in files and m != name}
-    return graph
+        found_by_module[name] = found
+    return found_by_module
+
+
+def import_graph(subpackage: str) -> dict[str, set[str]]:
+    """Which modules of ``airflow_delta_maint.<subpackage>`` each of its modules imports (see
+    :func:`imports_of`)."""
+    found = imports_of(subpackage)
+    return {name: {m for m in names if m in found and m != name} for name, names in found.items()}
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -157,3 +162,68 @@ def test_application_has_no_import_cycle():
     assert cycle is None, "import cycle in app/: " + " -> ".join(cycle or [])
     assert sorted(m for m, deps in graph.items() if "airflow_delta_maint.app.cli" in deps) == [
         "airflow_delta_maint.app.main"]
+
+
+#: the rooms of the Delta core, bottom first; ``delta/errors.py`` (and the package itself) lies
+#: below them all
+CORE_ROOMS = ("storage", "protocol", "log", "plans", "health")
+CORE_BOTTOM = ("airflow_delta_maint.delta", "airflow_delta_maint.delta.errors")
+
+
+def core_room(module: str) -> int | None:
+    """The rank of ``module``'s room in :data:`CORE_ROOMS` (-1 for the bottom), None when it has none."""
+    if module in CORE_BOTTOM:
+        return -1
+    parts = module.split(".")
+    if parts[:2] != ["airflow_delta_maint", "delta"] or len(parts) < 3 or parts[2] not in CORE_ROOMS:
+        return None
+    if len(parts) == 3 and not (PACKAGE_DIR / "delta" / parts[2]).is_dir():
+        return None  # a module delta/<room name>.py is outside the rooms
+    return CORE_ROOMS.index(parts[2])
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Each import of a module in a higher room than the importer's (or in none), as a sentence."""
+    found = []
+    for module, deps in sorted(graph.items()):
+        own = core_room(module)
+        for dep in sorted(deps):
+            room = core_room(dep)
+            if own is None or room is None or room > own:
+                found.append(f"{module} imports {dep}")
+    return found
+
+
+def test_upward_imports_are_found():
+    graph = {"airflow_delta_maint.delta.storage.store": {"airflow_delta_maint.delta.errors",
+                                                         "airflow_delta_maint.delta.log.snapshot"},
+             "airflow_delta_maint.delta.plans.vacuum": {"airflow_delta_maint.delta.log.snapshot",
+                                                        "airflow_delta_maint.delta.plans.vacuum_files",
+                                                        "airflow_delta_maint.delta.storage.store"},
+             "airflow_delta_maint.delta.log.snapshot": {"airflow_delta_maint.delta.health.score"}}
+    assert upward_imports(graph) == [
+        "airflow_delta_maint.delta.log.snapshot imports airflow_delta_maint.delta.health.score",
+        "airflow_delta_maint.delta.storage.store imports airflow_delta_maint.delta.log.snapshot"]
+    assert upward_imports({"airflow_delta_maint.delta.snapshot": {"airflow_delta_maint.delta.errors"}}) == [
+        "airflow_delta_maint.delta.snapshot imports airflow_delta_maint.delta.errors"]
+
+
+def test_delta_core_imports_only_down_its_rooms():
+    """Every module of ``delta/`` lives in a room (or is ``errors.py``) and imports, even inside a
+    function, only from its own room and the rooms below: storage, protocol, log, plans, health."""
+    graph = import_graph("delta")
+    rooms = {core_room(m) for m in graph}
+    assert rooms == {-1, *range(len(CORE_ROOMS))}, "a room is empty or a module has no room"
+    outside = sorted(m for m in graph if core_room(m) is None)
+    assert not outside, f"modules of delta/ outside the rooms {CORE_ROOMS}: {outside}"
+    assert "airflow_delta_maint.delta.log.snapshot" in graph["airflow_delta_maint.delta.plans.vacuum"]
+    upward = upward_imports(graph)
+    assert not upward, "imports up the rooms of delta/:\n" + "\n".join(upward)
+
+
+def test_delta_core_imports_nothing_above_it():
+    """The core imports no module of the application or the Airflow side (only the package's version)."""
+    above = sorted(f"{module} imports {name}" for module, names in imports_of("delta").items() for name in names
+                   if name.startswith("airflow_delta_maint.") and not name.startswith("airflow_delta_maint.delta")
+                   and name != "airflow_delta_maint.__version__")
+    assert not above, above

@@ -204,8 +204,8 @@ def test_upward_imports_are_found():
     assert upward_imports(graph) == [
         "airflow_delta_maint.delta.log.snapshot imports airflow_delta_maint.delta.health.score",
         "airflow_delta_maint.delta.storage.store imports airflow_delta_maint.delta.log.snapshot"]
-    assert upward_imports({"airflow_delta_maint.delta.snapshot": {"airflow_delta_maint.delta.errors"}}) == [
-        "airflow_delta_maint.delta.snapshot imports airflow_delta_maint.delta.errors"]
+    assert upward_imports({"airflow_delta_maint.delta.roomless": {"airflow_delta_maint.delta.errors"}}) == [
+        "airflow_delta_maint.delta.roomless imports airflow_delta_maint.delta.errors"]
 
 
 def test_delta_core_imports_only_down_its_rooms():

@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import socket
-import sys
 import tempfile
 import time
 import uuid

@@ -231,8 +231,8 @@ class DeltaMaintenanceOperator(BaseOperator):
             reason = self.nothing_to_do(params)
             if not reason:
                 return None
-            from airflow_delta_maint.delta.history import log_state
-            from airflow_delta_maint.delta.storage import Storage
+            from airflow_delta_maint.delta.log.history import log_state
+            from airflow_delta_maint.delta.storage.store import Storage
 
             version = log_state(Storage(self.table_uri, self.worker_storage_options)).latest_version
         except DeltaError as exc:

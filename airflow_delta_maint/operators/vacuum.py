@@ -61,9 +61,9 @@ class VacuumOperator(DeltaMaintenanceOperator):
         table (a Spark job) can prove it has no orphan files. Bad input (an unsupported table, a
         bad mode or retention, lite mode on a log whose early commits were cleaned up) raises.
         """
-        from airflow_delta_maint.delta.features import check_supported
-        from airflow_delta_maint.delta.snapshot import Snapshot
-        from airflow_delta_maint.delta.vacuum import lite_candidates, plan_vacuum
+        from airflow_delta_maint.delta.protocol.features import check_supported
+        from airflow_delta_maint.delta.log.snapshot import Snapshot
+        from airflow_delta_maint.delta.plans.vacuum import lite_candidates, plan_vacuum
 
         mode = params.get("mode") or "full"
         snapshot = Snapshot.load(self.table_uri, storage_options=self.worker_storage_options, paths_only=True)

@@ -412,7 +412,9 @@ def test_random_histories_with_random_compaction_files(tmp_path_factory, history
             got = None
         if how == "none" and not any(w[2] != "none" and w[0] <= end and w[1] >= start for w in windows[1:]):
             assert got == expected
-        elif how in ("duplicate",):
+        elif how == "duplicate" and not any(w[2] not in ("none", "duplicate") and w[0] <= end and w[1] >= start
+                                            for w in windows[1:]):
+            # a duplicate is seen; another file over these versions may lose an action unseen (a drop)
             assert got in (None, expected)
         if got is not None:
             assert len({p for p, _ in got}) == len(got)

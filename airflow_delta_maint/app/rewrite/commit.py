@@ -219,7 +219,8 @@ class BinCommitter:
                 if self.base.version > synced:
                     self._bring_up(states, result, superseded)
                     synced = self.base.version
-                if not states:
+                if not states:  # every bin dropped: nothing of this group lands
+                    delete_outputs(self.storage, superseded)
                     return result
                 for hook in list(BEFORE_COMMIT):
                     hook(CommitAttempt(self.storage, self.base.version, [s.bin for s in states.values()], attempt))

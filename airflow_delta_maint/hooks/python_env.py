@@ -54,6 +54,7 @@ from typing import Any, Callable, Iterable, Mapping
 RUNTIME_DISTRIBUTIONS = ("pyarrow", "numpy", "obstore", "pyroaring")
 #: what a Spark Connect session adds: a Spark Connect server's Python has pyarrow already (its
 #: ``mapInArrow`` workers import it before any task code runs), so the environment brings the rest
+#: (numpy too, though the server's pyarrow must have found one of its own: see ``connect_tasks``)
 CONNECT_DISTRIBUTIONS = ("numpy", "obstore", "pyroaring")
 #: the folder name Spark unpacks the archive to (``--archives ENV#environment``)
 ALIAS = "environment"

@@ -111,3 +111,25 @@ def test_jar_and_version_mismatches_read_as_one_line(text, expected):
 def test_other_failures_are_not_environment_errors():
     assert describe("delta-maint optimize failed: table path does not exist: /t") is None
     assert describe("org.apache.spark.SparkException: Job aborted due to stage failure: ValueError: bad row") is None
+
+
+def test_pyarrow_imported_without_numpy_is_one_line():
+    """A Spark Connect server's Python worker imports pyarrow before any task code runs; where numpy was
+    missing then, pyarrow takes no numpy array for good: the first task says so in one line."""
+    import subprocess
+
+    code = ("import sys\n"
+            "sys.modules['numpy'] = None  # not importable while pyarrow loads\n"
+            "import pyarrow\n"
+            "del sys.modules['numpy']\n"
+            "from airflow_delta_maint.app.runners.connect_tasks import _check_pyarrow_takes_numpy\n"
+            "_check_pyarrow_takes_numpy()\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert describe(done.stderr) == (
+        "environment error: the Python workers' pyarrow was imported without numpy, so it takes no numpy arrays: "
+        "install numpy beside pyarrow in the interpreter the Spark Connect server runs its Python workers with "
+        "(its PYSPARK_PYTHON)")
+    fine = subprocess.run([sys.executable, "-c", code.replace("sys.modules['numpy'] = None", "pass").replace(
+        "del sys.modules['numpy']", "pass")], capture_output=True, text=True, timeout=120)
+    assert fine.returncode == 0, fine.stderr

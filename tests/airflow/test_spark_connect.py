@@ -1,8 +1,8 @@
 """The maintenance jobs against a Spark Connect server (connection type ``spark_connect``).
 
 The server is started from the pyspark install on 127.0.0.1 (``SparkConnectServer``, local[2]) with an
-authentication token, and its executors run a bare Python that has pyarrow only (as every Spark Connect
-server's must, for ``mapInArrow``): obstore, pyroaring and numpy reach the tasks in the environment the
+authentication token, and its executors run a bare Python that has pyarrow and numpy only (as every Spark
+Connect server's must, for ``mapInArrow``): obstore and pyroaring reach the tasks in the environment the
 session adds with ``addArtifacts``, the application's modules as a zip.
 """
 
@@ -38,28 +38,35 @@ def _free_port() -> int:
 
 
 def bare_python(folder: Path) -> Path:
-    """A virtualenv of this one's base interpreter holding pyarrow only (linked from this install)."""
+    """A virtualenv of this one's base interpreter holding pyarrow and numpy only (linked from this install)."""
+    import numpy
     import pyarrow
 
     venv = folder / "server-python"
     subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", str(venv)], check=True)  # type: ignore[attr-defined]
     site = next((venv / "lib").glob("python*/site-packages"))
-    source = Path(pyarrow.__file__).parent
-    (site / "pyarrow").symlink_to(source)
-    for dist in source.parent.glob("pyarrow-*.dist-info"):
-        (site / dist.name).symlink_to(dist)
+    for module in (pyarrow, numpy):
+        source = Path(module.__file__).parent
+        (site / source.name).symlink_to(source)
+        for dist in source.parent.glob(f"{source.name}-*.dist-info"):
+            (site / dist.name).symlink_to(dist)
+        for libs in source.parent.glob(f"{source.name}.libs"):  # the wheel's vendored shared libraries
+            (site / libs.name).symlink_to(libs)
     return venv / "bin" / "python"
 
 
 @pytest.fixture(scope="module")
 def connect_server(tmp_path_factory):
-    """(port, token, log file) of a Spark Connect server on 127.0.0.1; stopped by its process id."""
+    """(port, token, log file) of a Spark Connect server on 127.0.0.1, its event log beside the log file;
+    stopped by its process id."""
     work = tmp_path_factory.mktemp("spark_connect")
     python = bare_python(work)
     probe = subprocess.run([str(python), "-c", "import pyarrow; import obstore"], capture_output=True, text=True)
     assert "No module named 'obstore'" in probe.stderr  # the server's Python lacks the application's packages
     port, token = _free_port(), secrets.token_hex(16)
     log = work / "server.log"
+    events = work / "events"
+    events.mkdir()
     env = dict(os.environ, SPARK_HOME=pyspark_home(), PYSPARK_PYTHON=str(python), SPARK_LOCAL_IP="127.0.0.1",
                SPARK_CONNECT_AUTHENTICATE_TOKEN=token)
     for key in ("PYSPARK_DRIVER_PYTHON", "SPARK_REMOTE"):
@@ -69,7 +76,8 @@ def connect_server(tmp_path_factory):
                                  "org.apache.spark.sql.connect.service.SparkConnectServer", "--master", "local[2]",
                                  "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
                                  "--conf", f"spark.connect.grpc.binding.port={port}",
-                                 "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=4"],
+                                 "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=4",
+                                 "--conf", "spark.eventLog.enabled=true", "--conf", f"spark.eventLog.dir={events}"],
                                 env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 180
@@ -124,12 +132,26 @@ def test_jobs_through_spark_connect(connect_server, connect_conn, tmp_path, capf
     log = out.out + out.err
     assert "Spark Connect session at sc://localhost:" in log and "environment delta-maint-python-" in log
     assert token not in log and token not in server_log.read_text(errors="replace")
+    # nor in the XCom value, the rendered fields, or the server's event log (the Spark UI's environment page)
+    assert token not in json.dumps(metrics)
+    assert not [f for f in op.template_fields if token in repr(getattr(op, f, None))]
+    event_logs = [f for f in (server_log.parent / "events").rglob("*") if f.is_file()]
+    assert event_logs and not [e for e in event_logs if token in e.read_text(errors="replace")]
     # the server ran the tasks: DataFrame jobs of the session
     assert "Spark Connect - session_id" in server_log.read_text(errors="replace")
 
+    # Z-order: the rows shuffled with mapInArrow and groupBy().applyInArrow, as Spark Connect offers
+    write_appends(table, 6, start=6)  # 12 more small files
+    before = rows(table)
+    zorder = OptimizeOperator(task_id="zorder", table_uri=str(table), conn_id=CONN_ID, zorder_by=["value"],
+                              max_file_size=3_000).execute(context={})
+    assert zorder["status"] == "committed" and zorder["numRemovedFiles"] == 14, zorder
+    assert zorder["numAddedFiles"] > 2, zorder
+    assert rows(table) == before
+
     vacuum = VacuumOperator(task_id="vacuum", table_uri=str(table), conn_id=CONN_ID, retention_hours=0,
                             ignore_retention_check=True).execute(context={})
-    assert vacuum["status"] == "committed" and vacuum["numFilesDeleted"] == 12
+    assert vacuum["status"] == "committed" and vacuum["numFilesDeleted"] == 26
     assert rows(table) == before
 
 
@@ -138,12 +160,6 @@ def test_spark_connect_failures_are_one_line(connect_server, connect_conn, monke
     table = tmp_path / "events"
     write_appends(table, 3)
     before = log_files(table)
-
-    # Z-order shuffles rows with RDDs, which Spark Connect does not offer
-    with pytest.raises(AirflowException) as info:
-        OptimizeOperator(task_id="z", table_uri=str(table), conn_id=CONN_ID, zorder_by=["id"]).execute({})
-    assert str(info.value) == ("delta-maint optimize failed: Spark Connect offers no RDDs, which this run's Z-order "
-                               "or liquid clustering shuffles rows with: run it with a spark connection (spark-submit)")
 
     # a wrong token: the server refuses the session
     monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps(

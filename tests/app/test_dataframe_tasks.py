@@ -1,20 +1,25 @@
 """The DataFrame runner (``mapInArrow`` over one partition per slice, the Spark Connect way) on a classic
 session: the same OPTIMIZE (bin-packing, ``--target-files``) and full VACUUM as the RDD runner, rows
-unchanged, results in slice order, a worker's core error raised as itself."""
+unchanged, results in slice order, a worker's core error raised as itself; and Spark Connect's shuffle for
+Z-order and liquid clustering, which writes the RDD shuffle's files row for row."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
+from deltalake import DeltaTable
 
 from airflow_delta_maint.app import cli
 from airflow_delta_maint.app.context import JobContext
 from airflow_delta_maint.app.runners.connect_tasks import DataFrameTasks
 from airflow_delta_maint.app.runners.tasks import SparkTasks
 from airflow_delta_maint.delta.errors import CorruptLogError
-from tests.app.test_optimize import rows_deltars
+from tests.app.test_optimize import make_table, rows_deltars
 from tests.app.test_optimize_auto import Partitioned
+from tests.app.test_optimize_liquid import ClusteredTable
 
 
 @pytest.fixture
@@ -62,3 +67,44 @@ def test_optimize_and_vacuum_with_the_dataframe_runner(spark, dataframe_tasks, t
 def test_classic_default_is_the_rdd_runner(spark, monkeypatch, tmp_path):
     monkeypatch.delenv("DELTA_MAINT_SPARK_TASKS", raising=False)
     assert isinstance(JobContext(table=str(tmp_path)).tasks("test"), SparkTasks)
+
+
+def _files_as_rows(path: Path) -> list[list[tuple]]:
+    """Each live file's rows in file order, the files in a canonical order."""
+    files = [pq.read_table(u.removeprefix("file://"), columns=["id", "x", "y"]).to_pylist()
+             for u in DeltaTable(str(path)).file_uris()]
+    return sorted([tuple(r.values()) for r in f] for f in files)
+
+
+@pytest.mark.parametrize("args", [["--zorder-by", "x,y"], ["--zorder-by", "x", "--where", "p = 'b'"]])
+def test_zorder_through_dataframes_writes_what_the_rdd_shuffle_writes(spark, monkeypatch, tmp_path: Path, args):
+    """Spark Connect's shuffle (mapInArrow, then groupBy(output file).applyInArrow) on a classic session:
+    the same files, row for row and in the same order, as the RDD shuffle's, and the rows of the table
+    unchanged."""
+    source = make_table(tmp_path / "source", ["a", "b"], 6, 700)
+    outputs = {}
+    for kind in ("rdd", "dataframe"):
+        path = tmp_path / kind
+        shutil.copytree(source, path)
+        before = rows_deltars(path)
+        monkeypatch.setenv("DELTA_MAINT_SPARK_TASKS", kind)
+        code, m = cli.run(["optimize", str(path), "--json", "--max-file-size", "60000", *args])
+        assert code == 0 and m["status"] == "committed" and m["numAddedFiles"] >= 2, m
+        assert rows_deltars(path) == before
+        outputs[kind] = (_files_as_rows(path), m["numAddedFiles"], m["numRemovedFiles"])
+    assert outputs["dataframe"] == outputs["rdd"]
+
+
+def test_liquid_clustering_through_dataframes_writes_what_the_rdd_shuffle_writes(spark, monkeypatch, tmp_path):
+    source = ClusteredTable(tmp_path / "source", files=12, rows=800).path
+    outputs = {}
+    for kind in ("rdd", "dataframe"):
+        path = tmp_path / kind
+        shutil.copytree(source, path)
+        before = rows_deltars(path)
+        monkeypatch.setenv("DELTA_MAINT_SPARK_TASKS", kind)
+        code, m = cli.run(["optimize", str(path), "--json", "--max-file-size", "40000", "--full"])
+        assert code == 0 and m["status"] == "committed" and m["numAddedFiles"] >= 2, m
+        assert rows_deltars(path) == before
+        outputs[kind] = (_files_as_rows(path), m["numAddedFiles"])
+    assert outputs["dataframe"] == outputs["rdd"]

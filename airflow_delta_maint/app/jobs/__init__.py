@@ -55,7 +55,7 @@ def execute_job(job: str, module: Any, args: argparse.Namespace, ctx: JobContext
         log.debug("%s failed: %s", job, exc)  # reported once, by the caller
         code = 2
     except Exception as exc:  # unexpected: still report it, then fail loudly
-        problem = environment_problem(exc) or connect_problem(exc, ctx)
+        problem = environment_problem(exc)
         if problem:  # one line that says what to configure; the whole trace goes to the log
             metrics.update(status="failed", error=problem, error_type=ERROR_TYPE)
             log.exception("%s failed: %s", job, problem)
@@ -77,15 +77,6 @@ def environment_problem(exc: BaseException) -> str | None:
     pyspark = sys.modules.get("pyspark")
     text = "".join(traceback.format_exception(exc))
     return describe(text, getattr(pyspark, "__version__", None))
-
-
-def connect_problem(exc: BaseException, ctx: JobContext) -> str | None:
-    """One line when a job needed what Spark Connect does not offer (RDDs: Z-order and liquid clustering)."""
-    text = f"{type(exc).__name__}: {exc}"
-    if ctx.connect and "sparkContext" in text and ("NOT_IMPLEMENTED" in text or "NOT_SUPPORTED" in text):
-        return ("Spark Connect offers no RDDs, which this run's Z-order or liquid clustering shuffles rows with: "
-                "run it with a spark connection (spark-submit)")
-    return None
 
 
 def application_id(spark: Any) -> str | None:

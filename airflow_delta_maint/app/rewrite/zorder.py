@@ -10,7 +10,10 @@ their interleaved bits (Z-order) or their position on a Hilbert curve (liquid cl
    sub-range, and emit the rows of each sub-range as compressed Arrow IPC. A Python RDD
    shuffle with an exact partitioner sends every sub-range to the task of its output file; the
    rows never become Spark SQL rows, and the shuffle runs in the Python workers the sampling
-   job already started.
+   job already started. Spark Connect has no RDDs: there the same blobs go through
+   ``mapInArrow`` and ``groupBy(output file).applyInArrow``
+   (:mod:`~airflow_delta_maint.app.runners.connect_shuffle`), as on classic sessions with
+   ``DELTA_MAINT_SPARK_TASKS=dataframe``.
 3. Each task sorts its sub-ranges by Z-value one at a time (spilling what it received to local
    disk beyond ``SPILL_BYTES``), writes them in order into one file and returns its add action.
 """
@@ -24,7 +27,7 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -36,6 +39,8 @@ from airflow_delta_maint.delta.protocol.schema import Column
 from airflow_delta_maint.delta.plans.dv_rebase import encode_row_map, pack_sources
 
 from airflow_delta_maint.app.rewrite.data_files import DataFileWriter, RewriteSpec, output_dir, read_data_file
+from airflow_delta_maint.app.runners.connect_shuffle import shuffle_to_groups
+from airflow_delta_maint.app.runners.connect_tasks import DataFrameTasks, classic_tasks_kind, is_connect
 
 MAX_RANGES = 1000
 SAMPLE_ROWS = 100_000
@@ -322,21 +327,32 @@ def _write_output(spec: RewriteSpec, groups: dict[int, tuple[str, dict]], layout
             shutil.rmtree(spill_dir, ignore_errors=True)
 
 
+def _rdd_shuffle(spark: Any) -> bool:
+    """Whether this session shuffles with RDDs (classic sessions, unless told to use DataFrames)."""
+    return not is_connect(spark) and classic_tasks_kind() == "rdd"
+
+
 def execute_zorder(spark, spec: RewriteSpec, plan: OptimizePlan,
                    row_maps: list[list[bytes]] | None = None) -> list[list[dict]]:
     """Z-order every group (bin) of the plan; returns the add actions per bin. With ``row_maps`` (an
     empty list), each output's row map (the packed source of every row, see ``dv_rebase``) is
     recorded too: appended per bin, in the order of the add actions."""
     columns = plan.zorder_columns
-    sc = spark.sparkContext
+    rdd = _rdd_shuffle(spark)
     files = [(gid, add) for gid, b in enumerate(plan.bins) for add in b.files]
-    slices = max(1, min(len(files), sc.defaultParallelism * 2))
+    parallelism = spark.sparkContext.defaultParallelism if rdd else DataFrameTasks(spark).parallelism
+    slices = max(1, min(len(files), parallelism * 2))
     per_task = max(100, SAMPLE_ROWS // slices)
     chunks = [files[i::slices] for i in range(slices)]
     started = time.perf_counter()
-    sampled = (sc.parallelize(list(enumerate(chunks)), slices)
-               .map(lambda item: _sample_files(spec, columns, item[1], per_task, seed=item[0]))
-               .collect())
+    if rdd:
+        sampled = (spark.sparkContext.parallelize(list(enumerate(chunks)), slices)
+                   .map(lambda item: _sample_files(spec, columns, item[1], per_task, seed=item[0]))
+                   .collect())
+    else:
+        sampled = DataFrameTasks(spark, "Z-order").map_slices(
+            lambda items: [_sample_files(spec, columns, chunk, per_task, seed=i) for i, chunk in items],
+            list(enumerate(chunks)), slices, "sampling")
     sample_gids = np.concatenate([s[0] for s in sampled])
     bounds = []
     sample_ids = []
@@ -360,11 +376,20 @@ def execute_zorder(spark, spec: RewriteSpec, plan: OptimizePlan,
     to_file = layout.sub_to_file
     ordinals = ({a["path"]: k for b in plan.bins for k, a in enumerate(b.files)}
                 if row_maps is not None else None)
-    results = (sc.parallelize(chunks, slices)
-               .flatMap(lambda chunk: _split_rows(spec, columns, bounds, bits, layout, chunk, curve, ordinals))
-               .partitionBy(layout.num_files, lambda sub: int(to_file[sub]))
-               .mapPartitions(lambda records: _write_output(spec, groups, layout, records))
-               .collect())
+    if rdd:
+        results = (spark.sparkContext.parallelize(chunks, slices)
+                   .flatMap(lambda chunk: _split_rows(spec, columns, bounds, bits, layout, chunk, curve, ordinals))
+                   .partitionBy(layout.num_files, lambda sub: int(to_file[sub]))
+                   .mapPartitions(lambda records: _write_output(spec, groups, layout, records))
+                   .collect())
+    else:
+        def split(items: Iterator[list[tuple[int, dict]]]) -> Iterator[tuple[int, int, bytes]]:
+            for chunk in items:
+                for sub, blob in _split_rows(spec, columns, bounds, bits, layout, chunk, curve, ordinals):
+                    yield int(to_file[sub]), sub, blob
+
+        results = shuffle_to_groups(spark, split, chunks, slices,
+                                    lambda _file, records: _write_output(spec, groups, layout, records), "Z-order")
     log.info("Z-order: rewrote %d files in %.1fs", len(files), time.perf_counter() - started)
     per_bin: list[list[dict]] = [[] for _ in plan.bins]
     maps: list[list[bytes]] = [[] for _ in plan.bins]

@@ -137,6 +137,30 @@ def _use_shipped_environment() -> None:
         import importlib
 
         importlib.invalidate_caches()
+    _check_pyarrow_takes_numpy()
+
+
+_PYARROW_CHECKED = False
+
+
+def _check_pyarrow_takes_numpy() -> None:
+    """Fail with one line when this worker's pyarrow was imported without numpy (a Spark Connect server's
+    Python that has pyarrow only): pyarrow then takes no numpy array for good, and the jobs hand it many.
+    The numpy shipped with the session comes too late: the worker imported pyarrow before any task ran."""
+    global _PYARROW_CHECKED
+    if _PYARROW_CHECKED:
+        return
+    import numpy as np
+    import pyarrow as pa
+
+    try:
+        pa.array(np.zeros(1, dtype=np.int64))
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+        raise RuntimeError(
+            "delta-maint environment error: the Python workers' pyarrow was imported without numpy, so it takes no "
+            "numpy arrays: install numpy beside pyarrow in the interpreter the Spark Connect server runs its Python "
+            "workers with (its PYSPARK_PYTHON)") from None
+    _PYARROW_CHECKED = True
 
 
 def run_slice(payload: bytes, slices: list[bytes], batches: Iterator[Any]) -> Iterator[Any]:

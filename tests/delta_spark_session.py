@@ -75,8 +75,11 @@ def maven_jars(dest: Path = CACHE / "maven") -> list[Path]:
         mvn = shutil.which("mvn")
         if mvn is None:
             raise RuntimeError("delta-spark's jars: Ivy could not resolve them and Maven (mvn) is not installed")
-        subprocess.run([mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
-                        "-DincludeScope=runtime", f"-DoutputDirectory={dest / 'jars'}"], check=True)
+        done = subprocess.run([mvn, "-q", "-B", "-Dstyle.color=never", "-f", str(pom), "dependency:copy-dependencies",
+                               "-DincludeScope=runtime", f"-DoutputDirectory={dest / 'jars'}"],
+                              capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"delta-spark's jars: Maven could not copy them:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
         stamp.touch()
     return sorted((dest / "jars").glob("*.jar"))
 

@@ -44,25 +44,29 @@ def _site_packages(venv: Path) -> Path:
     return venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
 
 
-def bare_python(folder: Path) -> Path:
-    """A virtualenv of the system's Python holding only pyspark and py4j (copied from this install)."""
+def bare_python(folder: Path, extra: tuple[str, ...] = ()) -> Path:
+    """A virtualenv of the system's Python holding only pyspark and py4j (copied from this install), and the
+    ``extra`` packages (a Spark Connect server's Python workers need pyarrow and numpy)."""
+    import importlib
+
     venv = folder / "bare-python"
     if (venv / ".complete").exists():
         return venv
     if venv.exists():
         shutil.rmtree(venv)
     run(str(SYSTEM_PYTHON), "-m", "venv", "--without-pip", str(venv))
-    import py4j
-    import pyspark
-
     site = _site_packages(venv)
-    for package in (Path(pyspark.__file__).parent, Path(py4j.__file__).parent):
+    packages = [Path(importlib.import_module(name).__file__ or "").parent for name in ("pyspark", "py4j", *extra)]
+    for libs in [p.parent / f"{p.name}.libs" for p in packages]:  # wheels' vendored shared libraries
+        if libs.is_dir():
+            packages.append(libs)
+    for package in packages:
         # hard links where the file system allows (the files are read-only to the cluster), else copies
         if run("cp", "-al", str(package), str(site / package.name), check=False).returncode != 0:
             shutil.rmtree(site / package.name, ignore_errors=True)
             shutil.copytree(package, site / package.name, ignore=shutil.ignore_patterns("__pycache__"))
-    for dist in Path(pyspark.__file__).parent.parent.glob("py*.dist-info"):
-        if dist.name.startswith(("pyspark-", "py4j-")):
+    for dist in packages[0].parent.glob("*.dist-info"):
+        if dist.name.startswith(tuple(f"{name}-" for name in ("pyspark", "py4j", *extra))):
             shutil.copytree(dist, site / dist.name, dirs_exist_ok=True)
     (venv / ".complete").write_text("")
     return venv
@@ -143,6 +147,9 @@ class NamespacedCluster:
     subnet: str
     folder: Path
     extra_links: list[str] = field(default_factory=list)
+    #: the Spark Connect server (``start_cluster(connect=True)``) and its port
+    connect: Node | None = None
+    connect_port: int = 0
 
     @property
     def url(self) -> str:
@@ -162,7 +169,7 @@ class NamespacedCluster:
                               capture_output=True, text=True, timeout=120)
 
     def stop(self) -> None:
-        for node in [*self.workers, self.master]:
+        for node in [*([self.connect] if self.connect else []), *self.workers, self.master]:
             _stop(node.proc)
         for node in self.workers:
             if node.netns:
@@ -216,16 +223,20 @@ def _q(text: str) -> str:
 
 
 def start_cluster(folder: Path, workers: int = 2, cores: int = 1, memory: str = "1g",
-                  timeout: float = 180.0) -> NamespacedCluster:
+                  timeout: float = 180.0, connect: bool = False) -> NamespacedCluster:
     """Start the master (this machine's network, its own mount namespace) and ``workers`` workers (a
-    network and a mount namespace each). Stop it with :meth:`NamespacedCluster.stop`."""
+    network and a mount namespace each). Stop it with :meth:`NamespacedCluster.stop`.
+
+    With ``connect``, a Spark Connect server runs too, as the master does (this machine's network, its
+    own mount namespace), with the cluster as its master; the machines' Python then has pyarrow and
+    numpy beside pyspark, as a Spark Connect server's Python workers need. Its port: ``connect_port``."""
     if os.geteuid() != 0:
         raise RuntimeError("the namespaced cluster needs root (ip netns, unshare --mount)")
     if not SYSTEM_PYTHON.exists():
         raise RuntimeError(f"the namespaced cluster runs the system's {SYSTEM_PYTHON.name}, which is not installed")
     cleanup_stale()
     tag = f"{PREFIX}{os.getpid():x}"
-    python = bare_python(folder)
+    python = bare_python(folder, ("pyarrow", "numpy") if connect else ())
     subnet = _free_subnet()
     host = f"{subnet}.1"
     bridge = f"{tag}b"
@@ -279,6 +290,15 @@ def start_cluster(folder: Path, workers: int = 2, cores: int = 1, memory: str = 
                 spark_class, "org.apache.spark.deploy.worker.Worker", f"spark://{host}:{port}", "--host", address,
                 "--cores", str(cores), "--memory", memory, "--webui-port", "8081"], netns))
         cluster = NamespacedCluster(host, port, ui_port, master, worker_nodes, bridge, subnet, folder)
+        if connect:
+            cluster.connect_port = free_port(host)
+            cluster.connect = launch("connect", host, [
+                f"{spark_home}/bin/spark-submit", "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+                "--master", cluster.url, "--conf", f"spark.connect.grpc.binding.address={host}",
+                "--conf", f"spark.connect.grpc.binding.port={cluster.connect_port}",
+                "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=4",
+                "--conf", "spark.eventLog.enabled=true", "--conf", "spark.eventLog.dir=/srv/node/logs",
+                "--conf", "spark.pyspark.python=/srv/python/bin/python", "--executor-memory", "512m"], None)
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -286,6 +306,12 @@ def start_cluster(folder: Path, workers: int = 2, cores: int = 1, memory: str = 
                     break
             except OSError:
                 pass
+            dead = [n.name for n in nodes if n.proc.poll() is not None]
+            if dead or time.monotonic() > deadline:
+                raise RuntimeError(f"the cluster did not come up (exited: {dead}):\n" +
+                                   "\n".join(n.log_text()[-2000:] for n in nodes))
+            time.sleep(0.5)
+        while cluster.connect is not None and "Spark Connect server started" not in cluster.connect.log_text():
             dead = [n.name for n in nodes if n.proc.poll() is not None]
             if dead or time.monotonic() > deadline:
                 raise RuntimeError(f"the cluster did not come up (exited: {dead}):\n" +

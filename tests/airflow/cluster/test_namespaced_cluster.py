@@ -20,7 +20,6 @@ import threading
 import time
 from pathlib import Path
 
-import boto3
 import numpy as np
 import pyarrow as pa
 import psutil
@@ -33,7 +32,6 @@ from deltalake import DeltaTable, write_deltalake
 from airflow_delta_maint.delta.storage.store import Storage
 from airflow_delta_maint.operators.maintenance import OptimizeOperator, VacuumOperator
 from tests.airflow.cluster.namespaced import NamespacedCluster, start_cluster
-from tests.storage.servers import start_moto
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
 
@@ -47,26 +45,6 @@ def cluster(tmp_path_factory):
         yield c
     finally:
         c.stop()
-
-
-@pytest.fixture(scope="module")
-def s3(cluster, tmp_path_factory):
-    """moto with IAM checks on the bridge's address: bucket ``lake`` and a user who may use it.
-    Yields (server, key id, secret); requests without that user's keys are refused."""
-    server = start_moto(tmp_path_factory.mktemp("moto"), auth_actions=4, host=cluster.host)
-    try:
-        kw = dict(endpoint_url=server.endpoint, region_name="us-east-1", aws_access_key_id="setup",
-                  aws_secret_access_key="setup")
-        boto3.client("s3", **kw).create_bucket(Bucket="lake")
-        iam = boto3.client("iam", **kw)
-        iam.create_user(UserName="maint")
-        key = iam.create_access_key(UserName="maint")["AccessKey"]
-        iam.put_user_policy(UserName="maint", PolicyName="lake", PolicyDocument=json.dumps({
-            "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Resource": "*", "Action": [
-                "s3:GetObject", "s3:ListBucket", "s3:PutObject", "s3:DeleteObject"]}]}))
-        yield server, key["AccessKeyId"], key["SecretAccessKey"]
-    finally:
-        server.stop()
 
 
 def s3_options(server, key_id: str, secret: str) -> dict[str, str]:

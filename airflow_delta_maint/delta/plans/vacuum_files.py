@@ -157,10 +157,8 @@ def delete_files(storage: Storage, keys: Sequence[str]) -> int:
                 os.unlink(path)
                 deleted += 1
             # Hadoop's checksum sidecar of a file Spark wrote (a hidden file VACUUM never lists), as
-            # Hadoop's own delete removes it: else it outlives its file and keeps the folder from emptying
-            folder, _, name = path.rpartition("/")
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(f"{folder}/.{name}.crc")
+            # Hadoop's own delete removes it
+            storage.drop_checksum_sidecar(key)
         return deleted
     import obstore
 

@@ -240,18 +240,18 @@ class Storage:
         self.require_put_if_absent()
         with self._errors("write to"):
             obstore.put(self._store, key, data)
-        self._drop_checksum_sidecar(key)
+        self.drop_checksum_sidecar(key)
 
     def delete(self, key: str) -> None:
         with self._errors("delete from"):
             obstore.delete(self._store, key)
-        self._drop_checksum_sidecar(key)
+        self.drop_checksum_sidecar(key)
 
-    def _drop_checksum_sidecar(self, key: str) -> None:
+    def drop_checksum_sidecar(self, key: str) -> None:
         """On local disk, remove Hadoop's checksum sidecar (``.<name>.crc``) of a file just overwritten or
         deleted. Spark writes one beside every file of a local table; once the file changes it no longer
         matches, and Hadoop readers (delta-spark) then fail the read of, e.g., ``_last_checkpoint``, sleep and
-        retry on every load."""
+        retry on every load; and beside a deleted file it keeps the folder from emptying."""
         if not self.is_local:
             return
         folder, _, name = self.local_path(key).rpartition("/")

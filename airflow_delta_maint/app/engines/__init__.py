@@ -3,14 +3,15 @@
 
 The job modules keep the worker-side contract around either engine: the skip checks, the
 auto-compaction policy, dry runs, the metrics object and the maintenance history record. This
-module chooses and validates the engine; :mod:`.delta_spark` runs delta-spark's commands. Nothing
+module chooses and validates the engine; :mod:`.delta_spark` runs delta-spark's commands;
+:mod:`.run` runs one job with a given engine on a given session (benchmarks, tests). Nothing
 here imports pyspark at import time (the Airflow side reads the job modules' options).
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from airflow_delta_maint.delta.errors import DeltaError, InvalidArgumentError
@@ -72,29 +73,3 @@ def check_engine(job: str, engine: Any) -> str:
 def engine_of(job: str, params: Mapping[str, Any]) -> str:
     """The checked engine of a job's parsed options (native when the job has no ``engine``)."""
     return check_engine(job, params.get("engine"))
-
-
-def run_job_with_engine(job: str, table: str, engine: str = NATIVE, argv: Sequence[str] = (), *,
-                        spark: Any = None, storage_options: Mapping[str, str] | None = None,
-                        master: str | None = None) -> tuple[int, dict[str, Any]]:
-    """Run one job on ``table`` with ``engine`` in this process, on ``spark`` (a SparkSession; for
-    delta-spark one with its extension) or, without one, on the session :func:`..spark_session.get_spark`
-    gives. Returns (exit code, metrics) as ``delta-maint JOB TABLE ... --engine ENGINE`` would.
-
-    For benchmarks and tests that compare the engines on the same session.
-    """
-    from ..context import JobContext
-    from ..execution import parse_job_args
-    from ..jobs import JOB_MODULES, execute_job
-
-    if job not in JOB_MODULES:
-        raise InvalidArgumentError(f"unknown job {job!r} (jobs: {', '.join(JOB_MODULES)})")
-    if job not in ENGINE_JOBS and normalize(engine) != NATIVE:
-        raise InvalidArgumentError(f"{job} runs on the native engine only")
-    import importlib
-
-    module = importlib.import_module(JOB_MODULES[job])
-    extra = ["--engine", str(engine)] if job in ENGINE_JOBS else []
-    args = parse_job_args(job, [*[str(a) for a in argv], *extra], module)
-    ctx = JobContext(table=table, storage_options=dict(storage_options or {}), master=master, _spark=spark)
-    return execute_job(job, module, args, ctx)

@@ -156,9 +156,18 @@ def commits_after(storage: Storage, version: int, operations: Sequence[str]) -> 
     return found
 
 
+class DeltaSparkCommandError(RuntimeError):
+    """delta-spark's command failed: its first line (the whole trace is in the driver's log)."""
+
+
 def _run_sql(spark: Any, statement: str) -> list[Any]:
     log.info("delta-spark: %s", statement)
-    return spark.sql(statement).collect()
+    try:
+        return spark.sql(statement).collect()
+    except Exception as exc:
+        log.exception("delta-spark: %s failed", statement)
+        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        raise DeltaSparkCommandError(f"delta-spark's {statement.split(' delta.`')[0]} failed: {first}") from exc
 
 
 # -- OPTIMIZE ----------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ clear error and changes nothing.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -19,6 +20,7 @@ import pytest
 from airflow_delta_maint.app.engines import DELTA_SPARK, ENGINES, NATIVE, EngineSetupError
 from airflow_delta_maint.app.engines.run import run_job_with_engine
 from airflow_delta_maint.app.engines.delta_spark import check_versions
+from airflow_delta_maint.delta.health.run_log import read_runs
 from airflow_delta_maint.delta.log.listing import list_log
 from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.delta.storage.store import Storage
@@ -189,7 +191,13 @@ def test_vacuum_dry_run(spark, vacuum_source, tmp_path):
 
 
 def test_checkpoint(spark, source, tmp_path):
-    runs = _both(spark, source, tmp_path, "checkpoint")
+    """Also: both runs go to the maintenance history, which says which engine did the work."""
+    history = tmp_path / "history"
+    runs = _both(spark, source, tmp_path, "checkpoint", "--history-uri", str(history))
+    records = read_runs(str(history)).to_pylist()
+    assert [(r["operation"], r["status"]) for r in records] == [("checkpoint", "committed")] * 2
+    assert [json.loads(r["metrics"])["engine"] for r in records] == [NATIVE, DELTA_SPARK]
+    assert records[0]["engine"].startswith("airflow-delta-maint") and records[1]["engine"].startswith("delta-spark via ")
     for engine, r in runs.items():
         m = r["m"]
         assert m["status"] == "committed" and m["checkpoint_version"] == r["before"]["version"], (engine, m)

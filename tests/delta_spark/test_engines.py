@@ -275,3 +275,19 @@ def test_a_jar_built_for_another_spark_is_refused():
                                "spark.jars.packages) to io.delta:delta-spark_2.13:4.4.0")
     with pytest.raises(EngineSetupError, match="built for Spark 4.2, the session runs Spark 4.0.0"):
         check_versions("4.0.0", "4.4.0")
+
+
+def test_log_compaction_with_delta_spark_checkpoints(spark, source, tmp_path):
+    """compact-log --checkpoint-engine delta-spark: the compaction files are ours, the checkpoint delta-spark's."""
+    path = tmp_path / "t"
+    shutil.copytree(source, path)
+    rows, before = _rows(spark, path), _live(path)
+    code, m = run_job_with_engine("compact-log", str(path), NATIVE,
+                                  ["--interval", "2", "--checkpoint-interval", "2", "--checkpoint-engine", "delta-spark"],
+                                  spark=spark)
+    assert code == 0 and m["status"] == "committed", m
+    assert m["checkpoint_engine"] == DELTA_SPARK and m["checkpoint"]["engine"] == DELTA_SPARK
+    listing = list_log(Storage(str(path)))
+    assert [c.version for c in listing.checkpoints] == [before["version"]] == [m["checkpoint"]["version"]]
+    assert len(listing.compactions) == m["numWindowsWritten"]  # windows start after the new checkpoint
+    assert _rows(spark, path) == rows and _live(path) == before

@@ -63,6 +63,26 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "auto",
                         "default": "spark",
                     },
+                    "engine": {
+                        "description": "Who does the data work of maintenance tasks unless an operator sets its "
+                                       "own engine: native (this provider's own engine, no Delta jars needed) or "
+                                       "delta-spark (delta-spark's own OPTIMIZE, REORG, VACUUM, checkpoint and "
+                                       "expired-log cleanup; the submission carries its jars). Log compaction "
+                                       "files are always written by the native engine.",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "delta-spark",
+                        "default": "native",
+                    },
+                    "delta_spark_packages": {
+                        "description": "Maven coordinates of delta-spark, passed as --packages to runs on the "
+                                       "delta-spark engine unless the Spark conf or packages already name "
+                                       "delta-spark; must be the release built for the cluster's Spark.",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "io.delta:delta-spark_2.13:4.4.0",
+                        "default": "io.delta:delta-spark_2.13:4.4.0",
+                    },
                     "python_env": {
                         "description": "How Spark's executors get the application's Python: auto (ship for "
                                        "cluster masters, this worker's interpreter for local masters, nothing "

@@ -27,8 +27,11 @@ DRIVER_ONLY_JOBS = frozenset({"compact-log", "checkpoint", "cleanup-log", "inspe
 def needs_spark(job: str, params: Mapping[str, Any]) -> bool:
     """True when the job (with these parsed options) starts Spark for its work under Spark execution.
 
-    Lite VACUUM counts as driver-only: it starts Spark only to delete a million files or more.
+    Lite VACUUM counts as driver-only: it starts Spark only to delete a million files or more. Every
+    job on the delta-spark engine needs Spark (dry runs of OPTIMIZE and cleanup-log plan with our core).
     """
+    if _delta_spark(job, params):
+        return True
     if job in DRIVER_ONLY_JOBS:
         return False
     if job == "vacuum":
@@ -38,12 +41,22 @@ def needs_spark(job: str, params: Mapping[str, Any]) -> bool:
     return True
 
 
+def _delta_spark(job: str, params: Mapping[str, Any]) -> bool:
+    """True when delta-spark does the run's work (dry runs of OPTIMIZE and cleanup-log plan with our core)."""
+    if job in ("optimize", "cleanup-log") and params.get("dry_run"):
+        return False
+    engines = (params.get("engine"), params.get("checkpoint_engine"))
+    return any(str(e or "").strip().lower() == "delta-spark" for e in engines)
+
+
 def spark_only(job: str, params: Mapping[str, Any]) -> str | None:
     """What in these options only Spark can run (a shuffle), or None when the job can run locally.
 
     A liquid-clustered table is found only once its log is read: its OPTIMIZE fails under local
     execution with the same clear error.
     """
+    if _delta_spark(job, params):
+        return "the delta-spark engine"
     if job == "optimize" and params.get("zorder_by"):
         return "Z-order"
     if job in JOB_MODULES:
@@ -151,7 +164,8 @@ def choose_execution(requested: str, job: str, params: Mapping[str, Any], table:
     only_spark = spark_only(job, params)
     if only_spark:
         if requested == "local":
-            raise InvalidArgumentError(f"{only_spark} needs Spark (a shuffle); run it with execution 'spark' "
+            why = "its session" if only_spark == "the delta-spark engine" else "a shuffle"
+            raise InvalidArgumentError(f"{only_spark} needs Spark ({why}); run it with execution 'spark' "
                                        "or 'auto'")
         return "spark", f"{only_spark} needs Spark"
     if requested == "local":

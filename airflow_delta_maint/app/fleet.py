@@ -25,6 +25,7 @@ from typing import Any
 
 from airflow_delta_maint.delta.errors import DeltaError, InvalidArgumentError
 
+from .engines import check_engine
 from .execution import needs_spark, parse_job_args
 from .jobs import JOB_MODULES, execute_job
 from .metrics import base_metrics, finish
@@ -65,7 +66,9 @@ class FleetSpec:
                 job = FleetJob(str(name), [str(a) for a in raw_job.get("args", [])]) if name else None
                 if job is None:
                     raise InvalidArgumentError(f"fleet table {raw['table']}: each job needs a \"job\" name")
-                parse_job_args(job.job, job.args)  # bad input fails before anything runs
+                parsed = parse_job_args(job.job, job.args)  # bad input fails before anything runs
+                check_engine(job.job, getattr(parsed, "engine", None))
+                check_engine("checkpoint", getattr(parsed, "checkpoint_engine", None))
                 jobs.append(job)
             options = {str(k): str(v) for k, v in (raw.get("storage_options") or {}).items()}
             tables.append(FleetTable(str(raw["table"]), jobs, options))

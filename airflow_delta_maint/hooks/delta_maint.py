@@ -34,6 +34,7 @@ from airflow_delta_maint.hooks.package_bundle import (
     build_package_zip as build_package_zip,
     default_cache_dir as default_cache_dir,
 )
+from airflow_delta_maint.hooks.delta_spark_jars import add_delta_spark
 from airflow_delta_maint.hooks.process_tree import note_tree, stop_leftovers, terminate
 from airflow_delta_maint.hooks.provider_config import get_option
 from airflow_delta_maint.hooks.spark_install import pyspark_home as pyspark_home
@@ -85,6 +86,13 @@ class DeltaMaintHook(SparkSubmitHook):
         ignores an archive that does not match it. Off by default: tier-1 code runs slower in a
         long driver (in local mode the executors share that JVM).
 
+    :param engine: ``native`` (default) or ``delta-spark``: for ``delta-spark`` the submission carries
+        delta-spark's jars (the conf's or ``packages``' own when they name ``io.delta``, else
+        ``[delta_maint] delta_spark_packages``, default ``io.delta:delta-spark_2.13:4.4.0``, as
+        ``--packages``), its session extension and catalog, and Ivy settings that resolve from Maven
+        Central only (written into ``cache_dir``) unless the conf sets ``spark.jars.ivySettings``.
+        The native engine never gets Delta jars.
+
     :param python_env: how the executors get the application's Python (default
         ``[delta_maint] python_env``, else ``auto``): ``ship`` sends the packed environment of
         :mod:`~airflow_delta_maint.hooks.python_env` with the submission (``--archives
@@ -116,6 +124,7 @@ class DeltaMaintHook(SparkSubmitHook):
         storage_credentials: StorageCredentials | None = None,
         fast_jvm_start: bool = False,
         python_env: str | None = None,
+        engine: str = "native",
         **spark_submit_kwargs: Any,
     ) -> None:
         connection = self._check_connection(conn_id)
@@ -145,6 +154,10 @@ class DeltaMaintHook(SparkSubmitHook):
                 "and executors their own credentials (IAM role, workload identity, Kubernetes secrets with "
                 "spark.kubernetes.driver.secretKeyRef.*) and drop storage_conn_id"
             )
+        self.engine = str(engine or "native").strip().lower()
+        if self.engine == "delta-spark":
+            folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+            self._packages = add_delta_spark(self._conf, self._packages, get_option("delta_spark_packages"), folder)
         self._python_plan = self._plan_python(python_env)
         for key, value in self._python_plan.conf.items():
             self._conf[key] = value

@@ -27,3 +27,17 @@ def configured_execution(explicit: str | None, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
         raise ValueError(f"[delta_maint] execution must be one of {', '.join(allowed)}, got {value!r}")
     return value
+
+
+def configured_engine(explicit: str | None) -> str:
+    """Who does a maintenance task's data work: ``explicit`` (an operator's ``engine``), else
+    ``[delta_maint] engine``, else ``"native"``; an unknown name raises ``ValueError``."""
+    from airflow_delta_maint.app.engines import ENGINES, normalize
+    from airflow_delta_maint.delta.errors import InvalidArgumentError
+
+    chosen = explicit if explicit is not None and str(explicit).strip() else get_option("engine")
+    try:
+        return normalize(chosen)
+    except InvalidArgumentError:
+        where = "engine" if explicit is not None and str(explicit).strip() else "[delta_maint] engine"
+        raise ValueError(f"{where} must be one of {', '.join(ENGINES)}, got {chosen!r}") from None

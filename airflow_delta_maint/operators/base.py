@@ -21,7 +21,7 @@ from airflow_delta_maint.app.metrics import base_metrics, finish
 from airflow_delta_maint.delta.errors import DeltaError
 from airflow_delta_maint.hooks.delta_maint import DeltaMaintHook
 from airflow_delta_maint.hooks.maintenance_history import configured_history_uri, history_args, record_on_worker
-from airflow_delta_maint.hooks.provider_config import configured_execution
+from airflow_delta_maint.hooks.provider_config import configured_engine, configured_execution
 from airflow_delta_maint.hooks.storage_credentials import (
     StorageCredentials,
     refuse_secret_options,
@@ -81,6 +81,13 @@ class DeltaMaintenanceOperator(BaseOperator):
         rewrite), else submits. Metrics and errors are the same either way; the connection's
         credentials stay in this process's memory. (templated)
 
+    :param engine: who does the data work: ``"native"`` (this provider's own engine, the default unless
+        ``[delta_maint] engine`` says otherwise) or ``"delta-spark"`` (delta-spark's own commands on the
+        application's SparkSession; the submission carries delta-spark's jars, see
+        :class:`~airflow_delta_maint.hooks.delta_maint.DeltaMaintHook`). The checks on the worker, the
+        policy, dry runs, metrics and the maintenance history are the same either way; delta-spark
+        runs always go to Spark (``execution="local"`` is refused). (templated)
+
     Assets and lineage: when the table's asset (an ``Asset`` whose URI names ``table_uri``) is among
     the task's ``outlets``, its asset event carries the run's metrics as ``extra``; a skipped run
     emits no event for it. The table is not an outlet by default: maintenance changes no data
@@ -91,7 +98,7 @@ class DeltaMaintenanceOperator(BaseOperator):
 
     job: ClassVar[str] = ""
     template_fields: Sequence[str] = ("table_uri", "storage_options", "conf", "metrics_uri", "history_uri",
-                                      "execution")
+                                      "execution", "engine")
     ui_color = "#00add4"
 
     def __init__(
@@ -110,10 +117,17 @@ class DeltaMaintenanceOperator(BaseOperator):
         spark_submit_kwargs: Mapping[str, Any] | None = None,
         history_uri: str | None = None,
         execution: str | None = None,
+        engine: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.table_uri = table_uri
+        if engine is not None and "{{" not in str(engine):
+            try:
+                configured_engine(engine)
+            except ValueError as exc:
+                raise AirflowException(str(exc)) from None
+        self.engine = engine
         self.history_uri = history_uri
         if execution is not None and "{{" not in str(execution) and str(execution).strip().lower() not in EXECUTIONS:
             raise AirflowException(f"execution must be one of {', '.join(EXECUTIONS)}, got {execution!r}")
@@ -138,6 +152,26 @@ class DeltaMaintenanceOperator(BaseOperator):
     def job_args(self) -> list[str]:
         """The job's own command-line options, from this operator's parameters."""
         return []
+
+    def engine_args(self) -> list[str]:
+        """The engine's command-line option for this job (``--engine``; none on the native engine by default)."""
+        from airflow_delta_maint.app.engines import ENGINE_JOBS, NATIVE
+
+        engine = self.resolved_engine()
+        if self.job not in ENGINE_JOBS or (engine == NATIVE and self.engine is None):
+            return []
+        return ["--engine", engine]
+
+    def resolved_engine(self) -> str:
+        """The engine of this run: ``engine``, else ``[delta_maint] engine``, else native."""
+        try:
+            return configured_engine(self.engine)
+        except ValueError as exc:
+            raise AirflowException(str(exc)) from None
+
+    def all_job_args(self) -> list[str]:
+        """The job's options and the engine's."""
+        return [*self.job_args(), *self.engine_args()]
 
     # -- helpers ------------------------------------------------------------------------------
     @property
@@ -182,7 +216,7 @@ class DeltaMaintenanceOperator(BaseOperator):
         parser = argparse.ArgumentParser(prog=f"delta-maint {self.job}", exit_on_error=False, add_help=False)
         module.add_arguments(parser)
         try:
-            namespace, unknown = parser.parse_known_args([str(a) for a in self.job_args()])
+            namespace, unknown = parser.parse_known_args([str(a) for a in self.all_job_args()])
         except (argparse.ArgumentError, SystemExit) as exc:
             raise AirflowException(f"invalid options for {self.job}: {exc}") from None
         if unknown:
@@ -200,6 +234,7 @@ class DeltaMaintenanceOperator(BaseOperator):
             env_vars=self.env_vars,
             name=f"delta-maint-{self.job}-{self.task_id}",
             storage_credentials=self._storage_credentials,
+            engine=self.resolved_engine() if self.engine_args() else "native",
             **self.spark_submit_kwargs,
         )
 
@@ -238,6 +273,8 @@ class DeltaMaintenanceOperator(BaseOperator):
         except DeltaError as exc:
             raise AirflowException(f"delta-maint {self.job} failed: {exc}") from exc
         metrics.update(status="skipped", reason=str(reason), version_read=version)
+        if params.get("engine") is not None:
+            metrics["engine"] = params["engine"]
         metrics.update(getattr(reason, "details", None) or {})  # e.g. the auto-compaction decision
         return finish(metrics)
 
@@ -261,7 +298,7 @@ class DeltaMaintenanceOperator(BaseOperator):
         else:
             self._spark_conf = inject_parent_job_info(self.conf, context)
             self._hook = self.get_hook()
-            metrics = self._hook.run_job(self.job, self.table_uri, self.job_args() + history_args(history),
+            metrics = self._hook.run_job(self.job, self.table_uri, self.all_job_args() + history_args(history),
                                          self.table_storage_options)
         self.log.info(
             "%s on %s: %s (version read %s, committed %s)",
@@ -284,7 +321,7 @@ class DeltaMaintenanceOperator(BaseOperator):
 
     def run_locally(self, history: str | None) -> dict[str, Any]:
         """Run the job in this process (no Spark); metrics and failures as from spark-submit."""
-        _, metrics = run_in_process(self.job, self.table_uri, self.job_args() + history_args(history),
+        _, metrics = run_in_process(self.job, self.table_uri, self.all_job_args() + history_args(history),
                                     self.worker_storage_options)
         if metrics.get("status") == "failed":
             raise AirflowException(f"delta-maint {self.job} failed: {metrics.get('error', 'unknown error')}")

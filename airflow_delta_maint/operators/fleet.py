@@ -14,7 +14,7 @@ from airflow_delta_maint.app.fleet import Decision, FleetJob, FleetSpec, FleetTa
 from airflow_delta_maint.delta.errors import DeltaError
 from airflow_delta_maint.hooks.delta_maint import DeltaMaintHook
 from airflow_delta_maint.hooks.maintenance_history import configured_history_uri, record_on_worker
-from airflow_delta_maint.hooks.provider_config import configured_execution
+from airflow_delta_maint.hooks.provider_config import configured_engine, configured_execution
 from airflow_delta_maint.hooks.storage_credentials import (
     StorageCredentials,
     refuse_secret_options,
@@ -40,6 +40,22 @@ def job_options(options: Mapping[str, Any] | None) -> list[str]:
     for key, value in (options or {}).items():
         _flag(args, "--" + str(key).replace("_", "-"), value)
     return args
+
+
+def with_engine(job: str, options: Mapping[str, Any] | None, engine: str, explicit: bool) -> dict[str, Any]:
+    """A job's options with the table's engine (the job's own ``engine`` option wins): ``engine`` for the
+    jobs that take it, ``checkpoint_engine`` for log compaction; nothing for inspect or, unless given
+    explicitly, for the native engine."""
+    from airflow_delta_maint.app.engines import DELTA_SPARK_JOBS, NATIVE
+
+    out = dict(options or {})
+    if engine == NATIVE and not explicit:
+        return out
+    if job in DELTA_SPARK_JOBS:
+        out.setdefault("engine", engine)
+    elif job == "compact-log":
+        out.setdefault("checkpoint_engine", engine)
+    return out
 
 
 def one_line(error: str) -> str:
@@ -88,9 +104,15 @@ class MaintainTablesOperator(BaseOperator):
         worker's process instead, without Spark, when no job needs Spark (Z-order, liquid
         clustering), every table's log holds at most 16 MiB and the OPTIMIZEs together rewrite at
         most 1 GiB (see :class:`~airflow_delta_maint.operators.maintenance.DeltaMaintenanceOperator`).
+    :param engine: who does the data work of every table's jobs, ``"native"`` or ``"delta-spark"``
+        (default ``[delta_maint] engine``, else native); a table mapping's own ``"engine"`` wins for that
+        table. OPTIMIZE, VACUUM, checkpoint and cleanup-log take it; log compaction takes it for its
+        checkpoint and expired-log cleanup; inspect always runs natively. The application carries
+        delta-spark's jars when any table uses it. (templated)
     """
 
-    template_fields: Sequence[str] = ("tables", "jobs", "storage_options", "conf", "metrics_uri", "history_uri")
+    template_fields: Sequence[str] = ("tables", "jobs", "storage_options", "conf", "metrics_uri", "history_uri",
+                                      "engine")
     ui_color = "#00add4"
 
     def __init__(
@@ -111,9 +133,16 @@ class MaintainTablesOperator(BaseOperator):
         spark_submit_kwargs: Mapping[str, Any] | None = None,
         check_threads: int = 8,
         execution: str | None = None,
+        engine: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if engine is not None and "{{" not in str(engine):
+            try:
+                configured_engine(engine)
+            except ValueError as exc:
+                raise AirflowException(str(exc)) from None
+        self.engine = engine
         if execution is not None and str(execution).strip().lower() not in FLEET_EXECUTIONS:
             raise AirflowException(f"execution must be 'spark' or 'auto', got {execution!r}")
         self.execution = str(execution).strip().lower() if execution is not None else None
@@ -154,7 +183,14 @@ class MaintainTablesOperator(BaseOperator):
             own = raw.get("storage_options") or {}
             refuse_secret_options(own, f"{self.task_id} ({uri})")
             jobs: Mapping[str, Any] = raw.get("jobs") or self.jobs or DEFAULT_JOBS
-            out.append(FleetTable(str(uri), [FleetJob(str(name), job_options(opts)) for name, opts in jobs.items()],
+            try:
+                engine = configured_engine(raw.get("engine") if raw.get("engine") is not None else self.engine)
+            except ValueError as exc:
+                raise AirflowException(f"{self.task_id} ({uri}): {exc}") from None
+            explicit = raw.get("engine") is not None or self.engine is not None
+            out.append(FleetTable(str(uri), [FleetJob(str(name), job_options(with_engine(str(name), opts, engine,
+                                                                                            explicit)))
+                                             for name, opts in jobs.items()],
                                   {**common, **{str(k): str(v) for k, v in own.items()}}))
         try:
             return FleetSpec.from_json(FleetSpec(out, history_uri).to_json())
@@ -182,13 +218,16 @@ class MaintainTablesOperator(BaseOperator):
                     budget -= planned
         return True
 
-    def get_hook(self, conf: Mapping[str, Any] | None = None) -> DeltaMaintHook:
-        """The hook that submits the fleet application."""
+    def get_hook(self, conf: Mapping[str, Any] | None = None, spec: FleetSpec | None = None) -> DeltaMaintHook:
+        """The hook that submits the fleet application (with delta-spark's jars when a job of ``spec`` uses it)."""
+        delta_spark = spec is not None and any(
+            "delta-spark" in j.args[i + 1:i + 2] for t in spec.tables for j in t.jobs
+            for i, a in enumerate(j.args) if a in ("--engine", "--checkpoint-engine"))
         return DeltaMaintHook(
             conn_id=self.conn_id, conf=conf if conf is not None else self.conf, spark_binary=self.spark_binary,
             metrics_uri=self.metrics_uri, deploy_mode=self.deploy_mode, env_vars=self.env_vars,
             name=f"delta-maint-fleet-{self.task_id}", storage_credentials=self._credentials,
-            **self.spark_submit_kwargs,
+            engine="delta-spark" if delta_spark else "native", **self.spark_submit_kwargs,
         )
 
     # -- Airflow ------------------------------------------------------------------------------
@@ -218,7 +257,7 @@ class MaintainTablesOperator(BaseOperator):
                                for t in decision.to_run.tables], decision.to_run.history_uri)
             ran = run_fleet(local, spark_allowed=False)  # credentials stay in this process's memory
         elif with_work:
-            self._hook = self.get_hook(inject_parent_job_info(self.conf, context))
+            self._hook = self.get_hook(inject_parent_job_info(self.conf, context), decision.to_run)
             try:
                 ran = self._hook.run_fleet(decision.to_run.to_json(), self.storage_options)["tables"]
             except AirflowException as exc:  # no results at all: every submitted job failed with this error

@@ -18,6 +18,9 @@ class LogCompactionOperator(DeltaMaintenanceOperator):
     :param checkpoint_interval: also write a checkpoint once this many commits follow the last one. (templated)
     :param cleanup_expired_log: then delete log files older than ``delta.logRetentionDuration``
         (commits, checkpoints, checksums, sidecars), as ``delta-maint cleanup-log`` does.
+    :param engine: who writes the checkpoint and cleans up the expired log: ``"native"`` or
+        ``"delta-spark"`` (see :class:`DeltaMaintenanceOperator`). The log compaction files are always
+        written by the native engine: delta-spark reads them but has no writer for them. (templated)
 
     Other parameters: see :class:`DeltaMaintenanceOperator`.
     """
@@ -49,6 +52,15 @@ class LogCompactionOperator(DeltaMaintenanceOperator):
         _flag(args, "--checkpoint-interval", self.checkpoint_interval)
         _flag(args, "--cleanup-expired-log", bool(self.cleanup_expired_log))
         return args
+
+    def engine_args(self) -> list[str]:
+        """The engine applies to the checkpoint and the expired-log cleanup (``--checkpoint-engine``)."""
+        from airflow_delta_maint.app.engines import NATIVE
+
+        engine = self.resolved_engine()
+        if engine == NATIVE and self.engine is None:
+            return []
+        return ["--checkpoint-engine", engine]
 
     def nothing_to_do(self, params: dict[str, Any]) -> str | None:
         """

@@ -61,6 +61,9 @@ class OptimizeOperator(DeltaMaintenanceOperator):
         in. (templated)
     :param wait_for_writer: hold the rewritten bins and commit them right after another writer's
         commit, waiting for one at most this many seconds. (templated)
+    :param purge: rewrite only the files with deletion vectors, dropping their deleted rows (delta-spark's
+        ``REORG TABLE ... APPLY (PURGE)``, which the delta-spark engine runs); takes no ``zorder_by``,
+        ``policy="auto"`` or ``target_files``. (templated)
     :param dry_run: plan only; commit nothing. (templated, as the attribute ``dry_run_only``: an
         attribute named ``dry_run`` would hide ``BaseOperator.dry_run()``)
 
@@ -76,7 +79,7 @@ class OptimizeOperator(DeltaMaintenanceOperator):
         "where", "zorder_by", "min_file_size", "max_file_size", "max_concurrent_bins", "batch_bytes", "dv_ratio",
         "compression", "full", "min_cube_size", "target_cube_size", "rewrite_type_widened", "policy",
         "target_files", "all_partitions", "min_num_files", "max_deleted_rows_ratio", "max_partitions", "lease_seconds", "dry_run_only",
-        "bins_per_commit", "min_file_age", "skip_recent_partitions", "wait_for_writer",
+        "bins_per_commit", "min_file_age", "skip_recent_partitions", "wait_for_writer", "purge",
     )
 
     def __init__(
@@ -105,6 +108,7 @@ class OptimizeOperator(DeltaMaintenanceOperator):
         min_file_age: float | str | None = None,
         skip_recent_partitions: int | str | None = None,
         wait_for_writer: float | str | None = None,
+        purge: bool | str = False,
         dry_run: bool = False,
         **kwargs: Any,
     ) -> None:
@@ -133,6 +137,7 @@ class OptimizeOperator(DeltaMaintenanceOperator):
         self.dv_ratio = dv_ratio
         self.compression = compression
         self.dry_run_only = dry_run
+        self.purge = purge
 
     def job_args(self) -> list[str]:
         args: list[str] = []
@@ -161,5 +166,6 @@ class OptimizeOperator(DeltaMaintenanceOperator):
         _flag(args, "--min-file-age", self.min_file_age)
         _flag(args, "--skip-recent-partitions", self.skip_recent_partitions)
         _flag(args, "--wait-for-writer", self.wait_for_writer)
+        _flag(args, "--purge", _as_bool(self.purge))
         _flag(args, "--dry-run", _as_bool(self.dry_run_only))
         return args

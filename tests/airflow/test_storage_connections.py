@@ -197,6 +197,38 @@ def test_secret_reaches_spark_submit_through_its_environment_only(monkeypatch):
         assert "AWS_SESSION_TOKEN" not in env
 
 
+def test_delta_spark_engine_adds_its_jars_and_no_secret(monkeypatch, tmp_path):
+    """engine="delta-spark": --packages (the provider's setting), the Delta extension and catalog, Ivy settings
+    naming Maven Central only; the storage secret still goes through the environment only. The native
+    engine gets none of it."""
+    monkeypatch.setenv("AIRFLOW_CONN_LAKE_AWS", json.dumps({
+        "conn_type": "aws", "login": "AKIDEXAMPLE", "password": "aws-secret-7f3e9c", "extra": {"region_name": "eu-west-1"}}))
+    monkeypatch.setenv("AIRFLOW__DELTA_MAINT__DELTA_SPARK_PACKAGES", "io.delta:delta-spark_2.13:4.4.0")
+    creds = resolve_storage_credentials("lake_aws", "s3://lake/t")
+    hook = DeltaMaintHook(storage_credentials=creds, engine="delta-spark", cache_dir=tmp_path)
+    cmd = hook.build_command("optimize", "s3://lake/t", ["--engine", "delta-spark"], "/tmp/m.json",
+                             {"AWS_REGION": "eu-west-1"})
+    assert cmd[cmd.index("--packages") + 1] == "io.delta:delta-spark_2.13:4.4.0"
+    assert "spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension" in cmd
+    assert "spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog" in cmd
+    settings = Path(hook._conf["spark.jars.ivySettings"])
+    assert settings.parent == tmp_path and "repo1.maven.org" in settings.read_text()
+    assert ".m2" not in settings.read_text() and "<filesystem" not in settings.read_text()
+    assert not any("aws-secret-7f3e9c" in part for part in cmd), cmd
+    assert not any("aws-secret-7f3e9c" in str(v) for v in hook._conf.values())
+    assert "aws-secret-7f3e9c" not in settings.read_text()
+    assert hook.submit_env()["AWS_SECRET_ACCESS_KEY"] == "aws-secret-7f3e9c"
+    # the user's own packages and Ivy settings win
+    own = DeltaMaintHook(engine="delta-spark", cache_dir=tmp_path, packages="io.delta:delta-spark_2.13:4.4.0,x:y:1",
+                         conf={"spark.jars.ivySettings": "/etc/ivy.xml"})
+    cmd = own.build_command("vacuum", "/t", [], "/tmp/m.json", {})
+    assert cmd[cmd.index("--packages") + 1] == "io.delta:delta-spark_2.13:4.4.0,x:y:1"
+    assert "spark.jars.ivySettings=/etc/ivy.xml" in cmd
+    native = DeltaMaintHook(storage_credentials=creds, cache_dir=tmp_path)
+    cmd = native.build_command("optimize", "s3://lake/t", [], "/tmp/m.json", {})
+    assert "--packages" not in cmd and not any("io.delta" in part or "ivySettings" in part for part in cmd)
+
+
 def test_cluster_deploy_mode_is_refused(monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_LAKE_AWS", json.dumps({"conn_type": "aws", "login": "a", "password": "b"}))
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_YARN_CLUSTER", json.dumps({"conn_type": "spark", "host": "yarn",

@@ -47,6 +47,8 @@ def execute_job(job: str, module: Any, args: argparse.Namespace, ctx: JobContext
     appended to the maintenance history when ``args.history_uri`` is set.
     """
     metrics = base_metrics(job, ctx.table)
+    if getattr(args, "engine", None) is not None:  # the jobs that take --engine say which one ran
+        metrics["engine"] = str(args.engine).strip().lower()
     code = 0
     try:
         metrics.update(module.run(args, ctx))

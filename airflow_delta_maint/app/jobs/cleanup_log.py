@@ -10,10 +10,11 @@ import argparse
 from typing import Any
 
 from airflow_delta_maint.delta.errors import InvalidArgumentError
-from airflow_delta_maint.delta.log.cleanup import cleanup_expired_log
+from airflow_delta_maint.delta.log.cleanup import cleanup_expired_log, log_retention_ms
 from airflow_delta_maint.delta.log.snapshot import Snapshot
 
 from ..context import JobContext
+from ..engines import DELTA_SPARK, add_engine_argument, check_engine
 
 NAME = "cleanup-log"
 DRY_RUN_LIST_CAP = 1000
@@ -45,15 +46,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep-versions", metavar="V1,V2",
                         help="versions whose log entries must stay (time travel to them keeps working)")
     parser.add_argument("--dry-run", action="store_true", help="list what would be deleted; change nothing")
+    add_engine_argument(parser)
 
 
 def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     """Clean up the expired log files of ``ctx.table``; returns the job's metrics."""
+    engine = check_engine(NAME, getattr(args, "engine", None))
     keep = parse_versions(args.keep_versions)
+    if engine == DELTA_SPARK and keep:
+        raise InvalidArgumentError("cleanup-log with the delta-spark engine does not take --keep-versions (native "
+                                   "engine only)")
     snapshot = Snapshot.load(ctx.storage, paths_only=True)
     ctx.version_read = snapshot.version
-    metrics = cleanup_expired_log(ctx.storage, retention=args.retention, dry_run=args.dry_run,
+    # the delta-spark engine: our core plans the same cleanup (a dry run), delta-spark deletes
+    metrics = cleanup_expired_log(ctx.storage, retention=args.retention,
+                                  dry_run=bool(args.dry_run or engine == DELTA_SPARK),
                                   keep_versions=keep, snapshot=snapshot)
+    if engine == DELTA_SPARK and not args.dry_run:
+        from ..engines import delta_spark
+
+        retention_ms = log_retention_ms(dict(snapshot.metadata.configuration), args.retention) \
+            if args.retention else None
+        return delta_spark.cleanup_expired_log(ctx, metrics, retention_ms)
     listed = metrics.get("log_files_to_delete")
     if listed is not None and len(listed) > DRY_RUN_LIST_CAP:
         metrics["log_files_to_delete"] = listed[:DRY_RUN_LIST_CAP]

@@ -13,6 +13,7 @@ from airflow_delta_maint.delta.log.cleanup import cleanup_expired_log
 from airflow_delta_maint.delta.log.compaction import DEFAULT_MAX_WINDOW_BYTES, compact_log
 
 from ..context import JobContext
+from ..engines import DELTA_SPARK, add_engine_argument, check_engine
 
 NAME = "compact-log"
 
@@ -27,14 +28,55 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="first write a checkpoint when M commits follow the last one")
     parser.add_argument("--cleanup-expired-log", action="store_true",
                         help="then delete log files older than delta.logRetentionDuration (see cleanup-log)")
+    add_engine_argument(parser)
+    parser.add_argument("--checkpoint-engine", default=None, metavar="ENGINE",
+                        help="who writes the checkpoint and cleans up the expired log: native (default) or "
+                             "delta-spark; the compaction files are always written by the native engine")
 
 
 def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     """Compact the log of ``ctx.table``; returns the job's metrics."""
+    check_engine(NAME, getattr(args, "engine", None))  # native only: delta-spark writes no compaction files
+    helper = check_engine("checkpoint", getattr(args, "checkpoint_engine", None))
+    if helper == DELTA_SPARK:
+        return _run_with_delta_spark_checkpoints(args, ctx)
     metrics = compact_log(ctx.storage, interval=args.interval, max_window_bytes=args.max_window_bytes,
                           checkpoint_interval=args.checkpoint_interval)
     if args.cleanup_expired_log:
         metrics["expired_log_cleanup"] = cleanup = cleanup_expired_log(ctx.storage)
+        if cleanup["status"] == "committed" and metrics.get("status") == "skipped":
+            metrics["status"] = "committed"
+    return metrics
+
+
+def _run_with_delta_spark_checkpoints(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
+    """The checkpoint (when due) and the expired-log cleanup by delta-spark, the compaction files by ours."""
+    from airflow_delta_maint.delta.log.listing import list_log
+
+    from ..engines import delta_spark
+
+    if args.checkpoint_interval is not None and args.checkpoint_interval < 1:
+        from airflow_delta_maint.delta.errors import InvalidArgumentError
+
+        raise InvalidArgumentError(f"invalid checkpoint_interval {args.checkpoint_interval!r}: expected >= 1")
+    listing = list_log(ctx.storage)
+    latest = listing.latest_commit
+    base = max((c.version for c in listing.checkpoints), default=None)
+    checkpoint = None
+    if args.checkpoint_interval is not None and latest is not None and base != latest \
+            and latest - (base if base is not None else -1) >= args.checkpoint_interval:
+        checkpoint = delta_spark.checkpoint(ctx, None, latest)
+    elif args.cleanup_expired_log:
+        delta_spark.session(ctx)  # a session that cannot run delta-spark fails before the log is touched
+    metrics = compact_log(ctx.storage, interval=args.interval, max_window_bytes=args.max_window_bytes)
+    metrics["checkpoint_engine"] = DELTA_SPARK
+    if checkpoint is not None:
+        metrics["checkpoint"] = checkpoint
+        if metrics.get("status") == "skipped":
+            metrics["status"] = "committed"
+    if args.cleanup_expired_log:
+        planned = cleanup_expired_log(ctx.storage, dry_run=True)
+        metrics["expired_log_cleanup"] = cleanup = delta_spark.cleanup_expired_log(ctx, planned, None)
         if cleanup["status"] == "committed" and metrics.get("status") == "skipped":
             metrics["status"] = "committed"
     return metrics
@@ -75,6 +117,8 @@ def nothing_to_do(table: str, storage_options: dict[str, str] | None, params: di
     from airflow_delta_maint.delta.log.compaction import nothing_to_do as log_compaction_nothing_to_do
     from airflow_delta_maint.delta.storage.store import Storage
 
+    check_engine(NAME, params.get("engine"))
+    check_engine("checkpoint", params.get("checkpoint_engine"))
     reason = log_compaction_nothing_to_do(table, storage_options, params)
     if reason and params.get("cleanup_expired_log"):
         plan = plan_log_cleanup(Storage(table, storage_options))

@@ -26,6 +26,7 @@ from airflow_delta_maint.delta.protocol.row_tracking import row_tracking
 from airflow_delta_maint.delta.storage.store import Storage
 
 from ..context import JobContext
+from ..engines import DELTA_SPARK, add_engine_argument, engine_of
 from airflow_delta_maint.app.rewrite.commit import AFTER_REWRITE, BinCommitter, GroupResult, delete_outputs, remove_action
 from airflow_delta_maint.app.rewrite.data_files import RewriteSpec, delete_run_outputs, output_dir, rewrite_bin
 from airflow_delta_maint.app.rewrite.rebase import BinOutputs
@@ -100,7 +101,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lease-seconds", type=int, default=DEFAULT_LEASE_SECONDS,
                         help="partitions are reserved for this long against other OPTIMIZE runs (0: no reservation; "
                         f"default {DEFAULT_LEASE_SECONDS})")
+    parser.add_argument("--purge", action="store_true",
+                        help="rewrite only the files with deletion vectors, dropping their deleted rows (delta-spark's "
+                        "REORG TABLE ... APPLY (PURGE)); takes no --zorder-by, --auto or --target-files")
     parser.add_argument("--dry-run", action="store_true", help="print the plan; write nothing")
+    add_engine_argument(parser)
 
 
 def _zorder_columns(text: str | Sequence[str] | None) -> list[str]:
@@ -134,7 +139,22 @@ def auto_decision(snapshot: Snapshot, params: dict[str, Any]) -> AutoDecision | 
         all_partitions=bool(params.get("all_partitions")), whole_table=whole)
 
 
+def purge_params(params: dict[str, Any]) -> dict[str, Any]:
+    """``--purge``: only files with deletion vectors are rewritten (no file counts as small, any deleted
+    row is enough), as delta-spark's REORG TABLE ... APPLY (PURGE) does."""
+    if not params.get("purge"):
+        return params
+    given = [flag for key, flag in (("zorder_by", "--zorder-by"), ("auto", "--auto"),
+                                    ("target_files", "--target-files"),
+                                    ("rewrite_type_widened", "--rewrite-type-widened")) if params.get(key)]
+    if given:
+        raise InvalidArgumentError(f"--purge rewrites the files with deletion vectors only; it takes no "
+                                   f"{', '.join(given)}")
+    return {**params, "min_file_size": 1, "dv_ratio": 0.0}
+
+
 def plan_from_params(snapshot: Snapshot, params: dict[str, Any], decision: AutoDecision | None = None) -> OptimizePlan:
+    params = purge_params(params)
     if decision is None:
         decision = auto_decision(snapshot, params)
     clustered_auto = decision is not None and is_clustered(snapshot.protocol)
@@ -157,6 +177,7 @@ def plan_from_params(snapshot: Snapshot, params: dict[str, Any], decision: AutoD
 
 def nothing_to_do(table: str, storage_options: dict[str, str] | None, params: dict[str, Any]) -> str | None:
     """Without Spark: a reason when the plan is empty, else None. Bad input raises."""
+    _check_engine_options(params)
     snapshot = Snapshot.load(table, storage_options=storage_options)
     check_supported(snapshot.protocol, "optimize", snapshot.metadata)
     decision = auto_decision(snapshot, params)
@@ -275,9 +296,22 @@ def rewrite_units(params: dict[str, Any], num_bins: int) -> tuple[int, bool]:
     return int(value), True
 
 
+def _check_engine_options(params: dict[str, Any]) -> str:
+    """The run's engine; options the chosen engine cannot honour fail before anything is read."""
+    engine = engine_of(NAME, params)
+    if engine == DELTA_SPARK:
+        from ..engines.delta_spark import NATIVE_ONLY_OPTIMIZE, refuse_native_only
+
+        refuse_native_only(params, NATIVE_ONLY_OPTIMIZE, "OPTIMIZE")
+    purge_params(params)
+    return engine
+
+
 def run_optimize(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
     """Plan, rewrite (Spark tasks, or threads of this process under local execution) and commit in
-    batches. Returns the job's metrics."""
+    batches, or (engine delta-spark) run delta-spark's OPTIMIZE on what the plan selects. Returns the
+    job's metrics."""
+    engine = _check_engine_options(params)
     snapshot = Snapshot.load(ctx.storage)
     ctx.version_read = snapshot.version
     check_supported(snapshot.protocol, "optimize", snapshot.metadata)
@@ -315,8 +349,12 @@ def run_optimize(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
     lease = int(params["lease_seconds"]) if params.get("lease_seconds") is not None else DEFAULT_LEASE_SECONDS
     if lease < 0:
         raise InvalidArgumentError(f"lease seconds must be 0 (no reservation) or positive, got {lease}")
+    if engine == DELTA_SPARK:
+        from ..engines.delta_spark import session
+
+        session(ctx)  # a session that cannot run delta-spark fails before any partition is reserved
     if not lease:
-        return _execute_plan(ctx, params, snapshot, plan, out)
+        return _execute(engine, ctx, params, snapshot, plan, out, restricted=decision is not None)
     labels = {id(b): partition_label(partition_key(b.partition_values)) for b in plan.bins}
     with reserve_partitions(ctx.storage, sorted(set(labels.values())), lease_seconds=lease) as reservation:
         if reservation.taken_by_others:
@@ -328,7 +366,25 @@ def run_optimize(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
             if plan.is_empty:
                 return {**out, "status": "skipped", **empty,
                         "reason": "every partition of the plan is reserved by another OPTIMIZE run"}
+        return _execute(engine, ctx, params, snapshot, plan, out,
+                        restricted=decision is not None or bool(reservation.taken_by_others))
+
+
+def _execute(engine: str, ctx: JobContext, params: dict[str, Any], snapshot: Snapshot, plan: OptimizePlan,
+             out: dict[str, Any], restricted: bool) -> dict[str, Any]:
+    """Run the plan with the engine. delta-spark gets the plan's partitions as its WHERE clause when the
+    run is limited to some (the auto-compaction policy's choice, partitions reserved by other runs)."""
+    if engine != DELTA_SPARK:
         return _execute_plan(ctx, params, snapshot, plan, out)
+    from ..engines import delta_spark
+
+    partitions: list[dict[str, str | None]] | None = None
+    if restricted:
+        seen: dict[tuple, dict[str, str | None]] = {}
+        for b in plan.bins:
+            seen.setdefault(partition_key(b.partition_values), dict(b.partition_values))
+        partitions = list(seen.values())
+    return {**out, **delta_spark.optimize(ctx, purge_params(params), snapshot, plan, partitions)}
 
 
 def _execute_plan(ctx: JobContext, params: dict[str, Any], snapshot: Snapshot, plan: OptimizePlan,
@@ -554,7 +610,7 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
                                              "target_files", "auto", "all_partitions", "min_num_files",
                                              "max_deleted_rows_ratio", "bins_per_commit", "min_file_age",
                                              "skip_recent_partitions", "wait_for_writer",
-                                             "max_partitions", "lease_seconds", "dry_run")}
+                                             "max_partitions", "lease_seconds", "dry_run", "purge", "engine")}
     return run_optimize(ctx, params)
 
 

@@ -35,6 +35,7 @@ from airflow_delta_maint.delta.protocol.features import check_supported
 from airflow_delta_maint.delta.storage.store import FileInfo, Storage
 
 from ..context import JobContext
+from ..engines import DELTA_SPARK, add_engine_argument, check_engine
 from .cleanup_log import parse_versions
 from airflow_delta_maint.app.runners.vacuum_tasks import DELETE_BATCH, TASK_THREADS, delete_partition, list_partition, split_keys, summarize
 
@@ -67,6 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--inventory", metavar="PATH",
                         help="read the files under the table from this inventory (parquet, CSV or Delta; "
                              "columns path, length, isDir, modificationTime) instead of listing (full mode)")
+    add_engine_argument(parser)
 
 
 # -- listing with Spark ----------------------------------------------------------------------------
@@ -290,8 +292,20 @@ def _commit_marker(snapshot: Snapshot, operation: str, parameters: dict, metrics
 
 
 # -- the job -----------------------------------------------------------------------------------------
+def _check_engine_options(params: dict[str, Any]) -> str:
+    """The run's engine; options delta-spark's VACUUM has no counterpart for fail before anything is read."""
+    engine = check_engine(NAME, params.get("engine"))
+    if engine == DELTA_SPARK and params.get("keep_versions"):
+        raise InvalidArgumentError("VACUUM with the delta-spark engine does not take --keep-versions (native engine "
+                                   "only)")
+    return engine
+
+
 def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     storage = ctx.storage
+    engine = _check_engine_options(vars(args))
+    if engine == DELTA_SPARK:
+        return _run_delta_spark(args, ctx)
     # a full VACUUM of an object-store table starts listing it now: reading the log waits on the store too
     prefetch = PrefetchedListing(storage) if args.mode == "full" and not args.inventory and not storage.is_local \
         else None
@@ -398,6 +412,25 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     return metrics
 
 
+def _run_delta_spark(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
+    """Plan and check with our core (retention, features, inventory freshness), then delta-spark's VACUUM."""
+    from ..engines import delta_spark
+
+    snapshot = Snapshot.load(ctx.storage, paths_only=True)
+    ctx.version_read = snapshot.version
+    check_supported(snapshot.protocol, "vacuum", snapshot.metadata)
+    plan = plan_vacuum(snapshot, args.retention_hours, args.mode, args.ignore_retention_check,
+                       listing=list_log(ctx.storage), with_valid=False)
+    if args.inventory:
+        if plan.mode != "full":
+            raise InvalidArgumentError("--inventory replaces the listing of a full VACUUM; it cannot be used with "
+                                       "--mode lite")
+        check_fresh(read_inventory(args.inventory, ctx.storage_options), plan.cutoff_ms)
+    metrics: dict[str, Any] = {"version_read": snapshot.version, "mode": plan.mode,
+                               "retention_hours": plan.retention_ms / 3_600_000, "cutoff_timestamp": plan.cutoff_ms}
+    return delta_spark.vacuum(ctx, args, snapshot, plan, metrics)
+
+
 def format_human(m: dict[str, Any]) -> str:
     lines = [f"VACUUM {m.get('mode')} of {m['table']}: {m['status']}",
              f"  version read       {m.get('version_read')}",
@@ -424,4 +457,5 @@ def nothing_to_do(table: str, storage_options: dict[str, str] | None, params: di
     stays; full mode: None (only a listing proves there are no orphans). Bad input raises."""
     from airflow_delta_maint.delta.plans.vacuum import nothing_to_do as vacuum_nothing_to_do
 
+    _check_engine_options(dict(params))
     return vacuum_nothing_to_do(table, storage_options, params)

@@ -157,7 +157,9 @@ def run_record(metrics: Mapping[str, Any], *, dag_id: str | None = None, dag_run
         "map_index": _int(map_index),
         "try_number": _int(try_number),
         "spark_app_id": spark_app_id or None,
-        "engine": default_engine_info(),
+        # who did the data work: ours, or another engine run by ours (the metrics' "engine")
+        "engine": default_engine_info() if metrics.get("engine") in (None, "native")
+        else f"{metrics['engine']} via {default_engine_info()}",
     }
 
 

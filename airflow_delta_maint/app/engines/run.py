@@ -1,0 +1,35 @@
+"""Run one job with a given engine on a given SparkSession: for benchmarks and tests that compare the
+engines on the same session and table copies."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from airflow_delta_maint.delta.errors import InvalidArgumentError
+
+from ..context import JobContext
+from ..execution import parse_job_args
+from ..jobs import JOB_MODULES, execute_job
+from . import ENGINE_JOBS, NATIVE, normalize
+
+
+def run_job_with_engine(job: str, table: str, engine: str = NATIVE, argv: Sequence[str] = (), *,
+                        spark: Any = None, storage_options: Mapping[str, str] | None = None,
+                        master: str | None = None) -> tuple[int, dict[str, Any]]:
+    """Run one job on ``table`` with ``engine`` in this process, on ``spark`` (a SparkSession; for
+    delta-spark one with its extension) or, without one, on the session :func:`..spark_session.get_spark`
+    gives. Returns (exit code, metrics) as ``delta-maint JOB TABLE ... --engine ENGINE`` would.
+
+    For benchmarks and tests that compare the engines on the same session.
+    """
+    if job not in JOB_MODULES:
+        raise InvalidArgumentError(f"unknown job {job!r} (jobs: {', '.join(JOB_MODULES)})")
+    if job not in ENGINE_JOBS and normalize(engine) != NATIVE:
+        raise InvalidArgumentError(f"{job} runs on the native engine only")
+    module = importlib.import_module(JOB_MODULES[job])
+    extra = ["--engine", str(engine)] if job in ENGINE_JOBS else []
+    args = parse_job_args(job, [*[str(a) for a in argv], *extra], module)
+    ctx = JobContext(table=table, storage_options=dict(storage_options or {}), master=master, _spark=spark)
+    return execute_job(job, module, args, ctx)

@@ -1,0 +1,80 @@
+"""The engine choice on the Airflow side: operators' ``engine``, ``[delta_maint] engine``, what reaches the
+application's command line and the hook, and the bad values refused before anything runs (no Spark here:
+the runs themselves are in tests/delta_spark)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from airflow.sdk.exceptions import AirflowException
+from delta_maint_testing import log_files, write_appends
+
+from airflow_delta_maint.app.execution import choose_execution
+from airflow_delta_maint.delta.errors import InvalidArgumentError
+from airflow_delta_maint.operators.fleet import MaintainTablesOperator
+from airflow_delta_maint.operators.maintenance import (LogCompactionOperator, OptimizeOperator,
+                                                       VacuumOperator)
+
+
+def test_engine_reaches_the_command_line_and_the_hook(small_table):
+    op = OptimizeOperator(task_id="o", table_uri=str(small_table), engine="delta-spark", where="part = 'p0'")
+    assert op.all_job_args()[-2:] == ["--engine", "delta-spark"]
+    assert op.job_params()["engine"] == "delta-spark"
+    hook = op.get_hook()
+    assert hook.engine == "delta-spark" and "io.delta:delta-spark_2.13:4.4.0" in (hook._packages or "")
+    native = OptimizeOperator(task_id="n", table_uri=str(small_table))
+    assert "--engine" not in native.all_job_args() and native.get_hook()._packages is None
+    # the log compaction operator hands delta-spark its checkpoint and expired-log cleanup only
+    lc = LogCompactionOperator(task_id="c", table_uri=str(small_table), engine="delta-spark", checkpoint_interval=2)
+    assert lc.all_job_args()[-2:] == ["--checkpoint-engine", "delta-spark"]
+    assert lc.get_hook().engine == "delta-spark"
+
+
+def test_the_deployment_default_comes_from_the_provider_setting(small_table, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__DELTA_MAINT__ENGINE", "delta-spark")
+    op = VacuumOperator(task_id="v", table_uri=str(small_table), mode="lite")
+    assert op.all_job_args()[-2:] == ["--engine", "delta-spark"]
+    assert VacuumOperator(task_id="w", table_uri=str(small_table), engine="native").all_job_args()[-2:] == \
+        ["--engine", "native"]
+    monkeypatch.setenv("AIRFLOW__DELTA_MAINT__ENGINE", "spark-delta")
+    with pytest.raises(AirflowException, match=r"^\[delta_maint\] engine must be one of native, delta-spark, "
+                                               r"got 'spark-delta'$"):
+        op.all_job_args()
+
+
+def test_bad_engines_are_refused_before_anything_runs(small_table, monkeypatch):
+    with pytest.raises(AirflowException, match="^engine must be one of native, delta-spark, got 'duck'$"):
+        OptimizeOperator(task_id="o", table_uri=str(small_table), engine="duck")
+    with pytest.raises(AirflowException, match="^engine must be one of native, delta-spark, got 'duck'$"):
+        MaintainTablesOperator(task_id="m", tables=[str(small_table)], engine="duck")
+    before = log_files(small_table)
+    # execution "local" cannot run delta-spark; "auto" submits it
+    params = OptimizeOperator(task_id="o", table_uri=str(small_table), engine="delta-spark").job_params()
+    with pytest.raises(InvalidArgumentError, match=r"^the delta-spark engine needs Spark \(its session\)"):
+        choose_execution("local", "optimize", params, str(small_table))
+    assert choose_execution("auto", "optimize", params, str(small_table))[0] == "spark"
+    op = OptimizeOperator(task_id="p", table_uri=str(small_table), engine="delta-spark", target_files=2)
+    with pytest.raises(AirflowException, match="does not take --target-files"):
+        op.execute(context={})
+    assert log_files(small_table) == before
+
+
+def test_fleet_engine_per_table(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_appends(a, 3)
+    shutil.copytree(a, b)
+    op = MaintainTablesOperator(task_id="m", engine="delta-spark",
+                                tables=[str(a), {"table_uri": str(b), "engine": "native"}],
+                                jobs={"optimize": {}, "compact-log": {"interval": 2}, "inspect": {}})
+    spec = op.fleet_spec()
+    first, second = ([j.args for j in t.jobs] for t in spec.tables)
+    assert first == [["--engine", "delta-spark"], ["--interval", "2", "--checkpoint-engine", "delta-spark"], []]
+    assert second == [["--engine", "native"], ["--interval", "2", "--checkpoint-engine", "native"], []]
+    assert op.get_hook(spec=spec).engine == "delta-spark"
+    native = MaintainTablesOperator(task_id="n", tables=[str(a)], jobs={"optimize": {}})
+    assert native.fleet_spec().tables[0].jobs[0].args == [] and native.get_hook(spec=native.fleet_spec()).engine \
+        == "native"
+    with pytest.raises(AirflowException, match="compact-log runs on the native engine only"):
+        MaintainTablesOperator(task_id="x", tables=[str(a)], jobs={"compact-log": {"engine": "delta-spark"}}) \
+            .fleet_spec()

@@ -22,6 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from airflow_delta_maint.app.execution import rewrite_bytes
 from airflow_delta_maint.app.jobs.optimize import (_outline, _skip_reason, auto_decision, nothing_to_do,
                                                    plan_from_params, streamed_plan_outline)
 from airflow_delta_maint.delta.errors import DeltaError
@@ -207,6 +208,12 @@ def _reference(root: str, params: dict):
     return _skip_reason(_outline(plan_from_params(snapshot, params, decision), decision), params)
 
 
+def _reference_bytes(root: str, params: dict):
+    snapshot = Snapshot.load(root)
+    plan = plan_from_params(snapshot, params, auto_decision(snapshot, params))
+    return plan.input_bytes if plan.layout in ("binpack", "even") else None
+
+
 def _answer(fn, *args):
     try:
         result = fn(*args)
@@ -248,6 +255,8 @@ def test_streamed_checks_equal_the_in_memory_ones(tmp_path_factory, history):
             assert corrupt_in_use
         except DeltaError:
             pass
+        # the execution choice's bytes to rewrite
+        assert _answer(rewrite_bytes, table, None, params) == _answer(_reference_bytes, table, params), params
 
     # VACUUM lite's lookup of candidates in the valid set
     keys = {p for actions in commits for a in actions for kind in ("add", "remove") if a.get(kind)

@@ -195,6 +195,8 @@ class PlanOutline:
     min_file_size: int
     left_out: dict[str, Any]
     decision: AutoDecision | None
+    #: the bytes the bins rewrite (known when asked for)
+    input_bytes: int | None = None
 
 
 def _outline(plan: OptimizePlan, decision: AutoDecision | None) -> PlanOutline:
@@ -224,13 +226,17 @@ def _skip_reason(plan: PlanOutline, params: dict[str, Any]) -> str | None:
     return None
 
 
-def streamed_plan_outline(state: StreamedState, params: dict[str, Any]) -> PlanOutline | None:
+def streamed_plan_outline(state: StreamedState, params: dict[str, Any], candidates: bool = False
+                          ) -> PlanOutline | None:
     """The plan's outline from the log streamed in bounded memory (``partition_scan``), equal to
     the one of the plan built from the whole snapshot; None when only the whole snapshot can tell
     (liquid clustering by columns, ``target_files``, ``rewrite_type_widened``).
 
     Raises what the in-memory check raises for bad input, in the same order: the shell snapshot
     (no files) runs every validation of the policy and the plan first.
+
+    With ``candidates`` the outline carries ``input_bytes``: the bytes the plan's bins rewrite,
+    packed from the candidate files' sizes and paths (kept in memory, so for small logs only).
     """
     import time
 
@@ -264,7 +270,8 @@ def streamed_plan_outline(state: StreamedState, params: dict[str, Any]) -> PlanO
         state, min_file_size=min_size, max_file_size=max_size, dv_ratio=params.get("dv_ratio", DEFAULT_DV_RATIO),
         zorder=zorder, auto_min_file_size=auto_min if auto else None,
         auto_ratio=float(max_ratio) if max_ratio is not None else DEFAULT_MAX_DELETED_ROWS_RATIO,
-        whole_table=whole, young_after_ms=now - int(min_age * 1000) if min_age else None, recent=recent or None)
+        whole_table=whole, young_after_ms=now - int(min_age * 1000) if min_age else None, recent=recent or None,
+        collect=candidates and not zorder)
     decision = auto_decision(shell, params, counts=scan.counts) if auto else None
     matches = _partition_filter(shell, params.get("predicate"))
     chosen = set(decision.chosen) if decision is not None else None
@@ -280,8 +287,11 @@ def streamed_plan_outline(state: StreamedState, params: dict[str, Any]) -> PlanO
         if recent:
             left.recent_partition_files = scan.recent_partition_files
             left.recent_partitions = sorted(partition_label(k) for k in recent)
-    return PlanOutline(state.version, scan.plan_is_empty(selected, zorder), "zorder" if zorder else "binpack",
-                       min_size, left.metrics() if left.any else {}, decision)
+    outline = PlanOutline(state.version, scan.plan_is_empty(selected, zorder), "zorder" if zorder else "binpack",
+                          min_size, left.metrics() if left.any else {}, decision)
+    if candidates and not zorder:
+        outline.input_bytes = scan.input_bytes(selected)
+    return outline
 
 
 def _batches(bins: list[Bin], batch_bytes: int) -> list[list[Bin]]:

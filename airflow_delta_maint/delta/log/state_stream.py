@@ -19,7 +19,8 @@ The hashes check the reconciliation invariant of the checkpoint (one live add pe
 logical file both live and removed) and that no later add makes a path live twice, as the
 snapshot checks them. They are kept in memory up to a million files, then spilled to 64 bucket
 files in a temporary folder and checked one bucket at a time, so memory stays flat whatever the
-table's size. Equal paths always hash equal, so no problem goes unseen; when the hashes show a
+table's size. At most ``MAX_CONCURRENT_SCANS`` scans read checkpoints at once in a process (the
+fleet's decision runs checks on threads). Equal paths always hash equal, so no problem goes unseen; when the hashes show a
 possible problem (a real one, or a hash collision), when a compaction file is not a reconciled
 state, or when the checkpoint is a JSON file, the scan raises :class:`StreamFallback` and the
 caller loads the whole ``Snapshot`` instead, whose answer (or error) is then the answer. The
@@ -35,6 +36,7 @@ import io
 import os
 import shutil
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -44,7 +46,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_delta_maint.delta.errors import CorruptLogError
-from airflow_delta_maint.delta.log.listing import LogSegment, build_segment
+from airflow_delta_maint.delta.log.listing import Checkpoint, LogSegment, build_segment, parse_json_lines
 from airflow_delta_maint.delta.log.reconciliation import added_problem
 from airflow_delta_maint.delta.log.snapshot import (ADD_SCHEMA, REMOVE_SCHEMA, CheckpointData, Snapshot, _drop_keys,
                                                     _Untrusted, replay_segment, sidecar_key)
@@ -52,10 +54,16 @@ from airflow_delta_maint.delta.protocol.actions import ADD, REMOVE, Metadata, Pr
 from airflow_delta_maint.delta.protocol.paths import canonical_paths
 from airflow_delta_maint.delta.storage.store import Storage
 
-__all__ = ["StreamFallback", "StreamedState", "open_state", "path_hashes"]
+__all__ = ["StreamFallback", "StreamedState", "open_state", "path_hashes", "sidecar_sizes"]
 
-#: rows per batch read from a checkpoint file
-BATCH_ROWS = 65_536
+#: checkpoint scans running at once in this process (the fleet's decision runs its tables' checks
+#: on threads: memory is then bounded by this many scans, not by the number of threads)
+MAX_CONCURRENT_SCANS = 2
+_SCANS = threading.BoundedSemaphore(MAX_CONCURRENT_SCANS)
+#: rows per batch read from a checkpoint file; with a read buffer of ``READ_BUFFER`` bytes the
+#: pages are read and decoded as the batches need them, not a whole row group at once
+BATCH_ROWS = 16_384
+READ_BUFFER = 1 << 20
 #: hashes kept in memory before they are spilled to bucket files
 SPILL_AT = 1 << 20
 _BUCKET_BITS = 6
@@ -261,13 +269,13 @@ def _open_parquet(storage: Storage, key: str, size: int | None = None) -> pq.Par
             path = storage.local_path(key)
             if not os.path.isfile(path):
                 raise CorruptLogError(f"log file listed but missing or unreadable: {key}")
-            return pq.ParquetFile(path, memory_map=False)
+            return pq.ParquetFile(path, memory_map=False, buffer_size=READ_BUFFER, pre_buffer=False)
         if size is None:
             try:
                 size = storage.head(key).size
             except FileNotFoundError:
                 raise CorruptLogError(f"log file listed but missing or unreadable: {key}") from None
-        return pq.ParquetFile(_RangeReader(storage, key, size))
+        return pq.ParquetFile(_RangeReader(storage, key, size), buffer_size=READ_BUFFER, pre_buffer=False)
     except (pa.ArrowException, OSError) as exc:
         raise CorruptLogError(f"corrupt checkpoint {key}: {exc}") from None
 
@@ -359,6 +367,9 @@ class StreamedState:
                                                                          root).to_pylist()}), pa.string()) \
             if new_adds else None
         hashes = _HashSets()
+        scanning = bool(self.part_files)
+        if scanning:
+            _SCANS.acquire()
         try:
             for key, size in self.part_files:
                 pf = _open_parquet(self.storage, key, size)
@@ -379,6 +390,8 @@ class StreamedState:
                 raise StreamFallback("the checkpoint may hold a path live twice, or a file both live and removed")
         finally:
             hashes.close()
+            if scanning:
+                _SCANS.release()
         if new_adds:
             yield "add", _rows_from_actions(new_adds, add_cols, ADD)
         if remove_columns is not None and new_removes:
@@ -432,6 +445,22 @@ def _other_actions(storage: Storage, key: str, size: int | None) -> dict[str, li
                 out[name].extend(_clean(v) for v in col.filter(col.is_valid()).to_pylist())
     except (pa.ArrowException, OSError) as exc:
         raise CorruptLogError(f"corrupt checkpoint {key}: {exc}") from None
+    return out
+
+
+def sidecar_sizes(storage: Storage, checkpoint: Checkpoint) -> list[tuple[str, int]]:
+    """(key, size in bytes) of every sidecar of a V2 checkpoint, from its sidecar actions (the top
+    file's non-file columns only); [] for other checkpoints."""
+    if checkpoint.kind != "v2":
+        return []
+    out: list[tuple[str, int]] = []
+    for f in checkpoint.files:
+        if f.key.endswith(".json"):
+            actions = parse_json_lines(storage.read(f.key), f.key)
+            found = [a["sidecar"] for a in actions if a.get("sidecar") is not None]
+        else:
+            found = _other_actions(storage, f.key, f.size)["sidecar"]
+        out.extend((sidecar_key(s["path"]), int(s.get("sizeInBytes") or 0)) for s in found)
     return out
 
 

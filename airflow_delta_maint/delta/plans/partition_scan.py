@@ -118,6 +118,9 @@ class PartitionScan:
     candidates: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     smallest: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.int64))
     candidate_dv: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    #: with ``collect``: the candidate files of the planning view (partition id, size, deletion
+    #: vector or not, path), about 100 bytes each
+    candidate_rows: list[pa.Table] = field(default_factory=list)
     total_files: int = 0
     young_files: int = 0
     recent_partition_files: int = 0
@@ -138,6 +141,31 @@ class PartitionScan:
         return True
 
     max_file_size: int = 0
+
+    def input_bytes(self, selected: Any) -> int:
+        """The bytes the bin-packing plan over the partitions ``selected(key)`` accepts rewrites
+        (needs ``collect``): per partition the candidates sorted by (size, path) are packed
+        greedily into bins of at most ``max_file_size``, as the plan packs them; a bin of one file
+        counts only when that file has a deletion vector."""
+        if not self.candidate_rows:
+            return 0
+        wanted = [i for i, key in enumerate(self.keys) if selected(key)]
+        table = pa.concat_tables(self.candidate_rows)
+        table = table.filter(pc.is_in(table.column("gid"), value_set=pa.array(wanted, pa.int64())))
+        table = table.sort_by([("gid", "ascending"), ("size", "ascending"), ("path", "ascending")])
+        total = 0
+        current_gid, count, current, first_dv = None, 0, 0, False
+        for g, size, dv in zip(table.column("gid").to_pylist(), table.column("size").to_pylist(),
+                               table.column("dv").to_pylist()):
+            if g != current_gid or (count and current + size > self.max_file_size):
+                if count > 1 or (count == 1 and first_dv):
+                    total += current
+                current_gid, count, current, first_dv = g, 0, 0, dv
+            count += 1
+            current += size
+        if count > 1 or (count == 1 and first_dv):
+            total += current
+        return total
 
 
 class _Grow:
@@ -172,7 +200,8 @@ def _dv_ratio_exceeded(dv: dict | None, stats: str | None, ratio: float) -> bool
 
 def scan_partitions(state: StreamedState, *, min_file_size: int, max_file_size: int, dv_ratio: float,
                     zorder: bool, auto_min_file_size: int | None, auto_ratio: float, whole_table: bool,
-                    young_after_ms: int | None, recent: set[PartitionKey] | None) -> PartitionScan:
+                    young_after_ms: int | None, recent: set[PartitionKey] | None,
+                    collect: bool = False) -> PartitionScan:
     """One pass over the live files (see the module docstring).
 
     Args:
@@ -183,6 +212,9 @@ def scan_partitions(state: StreamedState, *, min_file_size: int, max_file_size: 
         whole_table: the policy and recent partitions see the table as one partition.
         young_after_ms: files modified after this time are left out of the planning view.
         recent: partitions left out of the planning view (recently written).
+        collect: keep the candidate files' partition, size and path (``candidate_rows``) for
+            :meth:`PartitionScan.input_bytes`; memory then grows with the candidates (the
+            execution choice does this only for logs small enough to run on the worker).
     """
     scan = PartitionScan(max_file_size=max_file_size)
     grow = _Grow(scan)
@@ -248,6 +280,11 @@ def scan_partitions(state: StreamedState, *, min_file_size: int, max_file_size: 
         cand = keep & size_valid & ((size < min_file_size) | plan_ratio)
         if not cand.any():
             continue
+        if collect:
+            rows = pa.array(np.flatnonzero(cand), pa.int64())
+            scan.candidate_rows.append(pa.table({
+                "gid": pa.array(gid[cand], pa.int64()), "size": pa.array(size[cand], pa.int64()),
+                "dv": pa.array(has_dv[cand]), "path": table.column("path").take(rows)}))
         g_c, s_c = gid[cand], size[cand]
         scan.candidate_dv[np.unique(g_c[has_dv[cand]])] = True
         np.add.at(scan.candidates, g_c, 1)

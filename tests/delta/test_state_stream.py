@@ -312,3 +312,17 @@ def test_a_checkpoint_with_a_remove_of_a_live_file_falls_back(tmp_path):
     assert Snapshot.load(str(tmp_path)).distrusted
     with pytest.raises(StreamFallback):
         _streamed_sets(open_state(str(tmp_path)))
+
+
+def test_the_log_size_counts_a_v2_checkpoints_sidecars(tmp_path):
+    from airflow_delta_maint.app.execution import log_bytes
+
+    commits = [[{"commitInfo": {"timestamp": NOW, "operation": "WRITE"}}] +
+               [{"add": {"path": f"f{i}.parquet", "partitionValues": {}, "size": 10, "modificationTime": OLD,
+                         "dataChange": True}} for i in range(50)]]
+    write_history(tmp_path, False, 1000, commits, {1: "v2"})
+    log = tmp_path / "_delta_log"
+    sidecars = sum(p.stat().st_size for p in (log / "_sidecars").iterdir())
+    top = sum(p.stat().st_size for p in log.glob("*.checkpoint.*.parquet"))
+    assert sidecars > 0
+    assert log_bytes(str(tmp_path), all_commits=False) == top + sidecars

@@ -338,16 +338,11 @@ def _latest_configuration(storage: Storage, listing: LogListing, latest: int,
         return None
     for f in segment.checkpoint.files:
         if f.key.endswith(".parquet"):
-            import io
+            # the metaData column alone, one row group at a time (remote files by byte ranges)
+            from airflow_delta_maint.delta.log.state_stream import other_actions
 
-            import pyarrow.parquet as pq
-
-            pf = pq.ParquetFile(io.BytesIO(storage.read(f.key)))
-            if "metaData" not in pf.schema_arrow.names:
-                continue
-            col = pf.read(columns=["metaData"]).column("metaData")
-            for value in col.filter(col.is_valid()).to_pylist():
-                return {k: v for k, v in dict(value.get("configuration") or []).items() if v is not None}
+            for value in other_actions(storage, f.key, f.size, ("metaData",))["metaData"]:
+                return {k: v for k, v in dict(value.get("configuration") or {}).items() if v is not None}
         else:
             for action in parse_json_lines(storage.read(f.key), f.key):
                 if action.get("metaData") is not None:

@@ -54,7 +54,7 @@ from airflow_delta_maint.delta.protocol.actions import ADD, REMOVE, Metadata, Pr
 from airflow_delta_maint.delta.protocol.paths import canonical_paths
 from airflow_delta_maint.delta.storage.store import Storage
 
-__all__ = ["StreamFallback", "StreamedState", "open_state", "path_hashes", "sidecar_sizes"]
+__all__ = ["StreamFallback", "StreamedState", "open_state", "other_actions", "path_hashes", "sidecar_sizes"]
 
 #: checkpoint scans running at once in this process (the fleet's decision runs its tables' checks
 #: on threads: memory is then bounded by this many scans, not by the number of threads)
@@ -427,13 +427,15 @@ class StreamedState:
                     yield "remove", kept
 
 
-def _other_actions(storage: Storage, key: str, size: int | None) -> dict[str, list[dict]]:
-    """The non-file actions of a parquet checkpoint file, read one row group at a time."""
+def other_actions(storage: Storage, key: str, size: int | None,
+                  columns: Sequence[str] = _OTHER_COLUMNS) -> dict[str, list[dict]]:
+    """The non-file actions (``columns`` of them) of a parquet checkpoint file, read one row
+    group at a time; maps come back as dicts."""
     from airflow_delta_maint.delta.log.snapshot import _clean
 
     pf = _open_parquet(storage, key, size)
-    names = [c for c in _OTHER_COLUMNS if c in pf.schema_arrow.names]
-    out: dict[str, list[dict]] = {c: [] for c in _OTHER_COLUMNS}
+    names = [c for c in columns if c in pf.schema_arrow.names]
+    out: dict[str, list[dict]] = {c: [] for c in columns}
     if not names:
         return out
     try:
@@ -459,7 +461,7 @@ def sidecar_sizes(storage: Storage, checkpoint: Checkpoint) -> list[tuple[str, i
             actions = parse_json_lines(storage.read(f.key), f.key)
             found = [a["sidecar"] for a in actions if a.get("sidecar") is not None]
         else:
-            found = _other_actions(storage, f.key, f.size)["sidecar"]
+            found = other_actions(storage, f.key, f.size)["sidecar"]
         out.extend((sidecar_key(s["path"]), int(s.get("sizeInBytes") or 0)) for s in found)
     return out
 
@@ -485,7 +487,7 @@ def open_state(table: str | Storage, version: int | None = None,
         for f in segment.checkpoint.files:
             if f.key.endswith(".json"):
                 raise StreamFallback("a JSON checkpoint is read whole")
-            found = _other_actions(storage, f.key, f.size)
+            found = other_actions(storage, f.key, f.size)
             part_files.append((f.key, f.size))
             for p in found["protocol"]:
                 protocol_action = p

@@ -120,18 +120,24 @@ EXECUTIONS = ("spark", "local", "auto")
 
 
 def log_bytes(table: str, storage_options: Mapping[str, str] | None = None, *, all_commits: bool = True) -> int:
-    """Bytes of the log a job reads at most: the newest checkpoint and the commit files.
+    """Bytes of the log a job reads at most: the newest checkpoint (a V2 checkpoint's sidecars
+    included) and the commit files.
 
-    One listing of ``_delta_log``, no file read. With ``all_commits`` the commits before the
-    checkpoint count too (lite VACUUM may read them); without, only those after it (a snapshot).
+    One listing of ``_delta_log``; of a V2 checkpoint its sidecar actions are read (the top file's
+    non-file columns), since its file actions, the bulk, live in the sidecars. With ``all_commits``
+    the commits before the checkpoint count too (lite VACUUM may read them); without, only those
+    after it (a snapshot).
     """
     from airflow_delta_maint.delta.log.listing import list_log
+    from airflow_delta_maint.delta.log.state_stream import sidecar_sizes
     from airflow_delta_maint.delta.storage.store import Storage
 
-    listing = list_log(Storage(table, dict(storage_options or {})))
+    storage = Storage(table, dict(storage_options or {}))
+    listing = list_log(storage)
     checkpoint = listing.checkpoints[-1] if listing.checkpoints else None
     after = -1 if checkpoint is None or all_commits else checkpoint.version
-    return sum(f.size for f in (checkpoint.files if checkpoint else ())) + \
+    sidecars = sum(size for _, size in sidecar_sizes(storage, checkpoint)) if checkpoint is not None else 0
+    return sum(f.size for f in (checkpoint.files if checkpoint else ())) + sidecars + \
         sum(f.size for v, f in listing.commits.items() if v > after)
 
 
@@ -182,13 +188,28 @@ def choose_execution(requested: str, job: str, params: Mapping[str, Any], table:
 
 def rewrite_bytes(table: str, storage_options: Mapping[str, str] | None, params: Mapping[str, Any]) -> int | None:
     """Bytes of data files an OPTIMIZE with these options would rewrite, planned on this machine
-    from the log alone; None when the plan needs Spark (Z-order, liquid clustering)."""
+    from the log alone; None when the plan needs Spark (Z-order, liquid clustering).
+
+    Reads the log streamed (``streamed_plan_outline``): per-partition aggregates for the auto
+    policy, and the candidate files' rows only (small files, deletion vectors past the ratio) for
+    their bins; the whole snapshot only for what the stream does not plan (liquid clustering,
+    ``target_files``, ``rewrite_type_widened``, a distrusted checkpoint). It runs only once the log
+    is found to hold at most ``LOCAL_MAX_LOG_BYTES``, which also bounds the candidates it keeps.
+    Before that the execution choice reads nothing but the log's listing (its size)."""
     from airflow_delta_maint.delta.log.snapshot import Snapshot
+    from airflow_delta_maint.delta.log.state_stream import StreamFallback, open_state
     from airflow_delta_maint.delta.storage.store import Storage
 
-    from .jobs.optimize import auto_decision, plan_from_params
+    from .jobs.optimize import auto_decision, plan_from_params, streamed_plan_outline
 
-    snapshot = Snapshot.load(Storage(table, dict(storage_options or {})))
+    storage = Storage(table, dict(storage_options or {}))
+    try:
+        outline = streamed_plan_outline(open_state(storage), dict(params), candidates=True)
+    except StreamFallback:
+        outline = None
+    if outline is not None:
+        return outline.input_bytes if outline.layout == "binpack" else None
+    snapshot = Snapshot.load(storage)
     plan = plan_from_params(snapshot, dict(params), auto_decision(snapshot, dict(params)))
     return plan.input_bytes if plan.layout in ("binpack", "even") else None
 

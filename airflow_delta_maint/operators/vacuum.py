@@ -61,21 +61,16 @@ class VacuumOperator(DeltaMaintenanceOperator):
         table (a Spark job) can prove it has no orphan files. Bad input (an unsupported table, a
         bad mode or retention, lite mode on a log whose early commits were cleaned up) raises.
         """
-        from airflow_delta_maint.delta.protocol.features import check_supported
-        from airflow_delta_maint.delta.log.snapshot import Snapshot
-        from airflow_delta_maint.delta.plans.vacuum import lite_candidates, plan_vacuum
+        from airflow_delta_maint.delta.plans.vacuum import lite_check
 
-        mode = params.get("mode") or "full"
-        snapshot = Snapshot.load(self.table_uri, storage_options=self.worker_storage_options, paths_only=True)
-        check_supported(snapshot.protocol, "vacuum", snapshot.metadata)
-        plan = plan_vacuum(snapshot, params.get("retention_hours"), mode,
-                           bool(params.get("ignore_retention_check")), with_valid=False)
+        plan, found = lite_check(self.table_uri, self.worker_storage_options, params,
+                                 params.get("mode") or "full")
         if plan.lite is None:
             return None
         if plan.lite.empty:
             return (f"no commit left the retention window since the last VACUUM (watermark "
                     f"{plan.lite.watermark}, newest commit outside the window {plan.latest_outside})")
-        found = lite_candidates(plan, snapshot.storage, snapshot)
+        assert found is not None
         if found.files or found.watermark != plan.lite.watermark:
             return None  # files to delete, or a watermark to advance (else the log range to read grows)
         return (f"commits {plan.lite.start} to {plan.lite.end} removed no file that has expired and is no "

@@ -9,13 +9,15 @@ import logging
 import math
 import uuid
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from airflow_delta_maint.delta.errors import InvalidArgumentError
 from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.log.state_stream import StreamedState
 from airflow_delta_maint.delta.plans.auto_compaction import (DEFAULT_MAX_DELETED_ROWS_RATIO, DEFAULT_MAX_PARTITIONS,
-                                                             DEFAULT_MIN_NUM_FILES, AutoDecision, choose_partitions,
-                                                             partition_key, partition_label)
+                                                             DEFAULT_MIN_NUM_FILES, AutoDecision, PartitionCounts,
+                                                             PartitionKey, choose_partitions, partition_key,
+                                                             partition_label)
 from airflow_delta_maint.delta.plans.clustering import clustering_quality, is_clustered, tag_clustered_files
 from airflow_delta_maint.delta.plans.optimize import (DEFAULT_DV_RATIO, Bin, OptimizePlan, file_size_settings,
                                                       plan_optimize, size_percentiles)
@@ -122,8 +124,10 @@ class Skip(str):
     details: dict[str, Any]  # set on every instance nothing_to_do returns
 
 
-def auto_decision(snapshot: Snapshot, params: dict[str, Any]) -> AutoDecision | None:
-    """The auto-compaction policy's choice of partitions, or None when ``auto`` is off."""
+def auto_decision(snapshot: Snapshot, params: dict[str, Any],
+                  counts: Mapping[PartitionKey, PartitionCounts] | None = None) -> AutoDecision | None:
+    """The auto-compaction policy's choice of partitions, or None when ``auto`` is off; ``counts``:
+    the live files' numbers per partition when streamed from the log (see ``choose_partitions``)."""
     if not params.get("auto"):
         return None
     if params.get("predicate") or params.get("zorder_by") or params.get("rewrite_type_widened"):
@@ -136,7 +140,7 @@ def auto_decision(snapshot: Snapshot, params: dict[str, Any]) -> AutoDecision | 
         max_deleted_rows_ratio=float(params["max_deleted_rows_ratio"]) if params.get("max_deleted_rows_ratio")
         is not None else DEFAULT_MAX_DELETED_ROWS_RATIO,
         max_partitions=int(params.get("max_partitions") or DEFAULT_MAX_PARTITIONS),
-        all_partitions=bool(params.get("all_partitions")), whole_table=whole)
+        all_partitions=bool(params.get("all_partitions")), whole_table=whole, counts=counts)
 
 
 def purge_params(params: dict[str, Any]) -> dict[str, Any]:
@@ -176,31 +180,140 @@ def plan_from_params(snapshot: Snapshot, params: dict[str, Any], decision: AutoD
 
 
 def nothing_to_do(table: str, storage_options: dict[str, str] | None, params: dict[str, Any]) -> str | None:
-    """Without Spark: a reason when the plan is empty, else None. Bad input raises."""
+    """Without Spark: a reason when the plan is empty, else None. Bad input raises.
+
+    Reads the log in bounded memory (:func:`streamed_plan_outline`): the checkpoint's columns
+    ``add.path``, ``add.deletionVector``, ``add.partitionValues``, ``add.size``, ``add.stats``
+    (``numRecords`` of files with a deletion vector) and, with ``min_file_age``,
+    ``add.modificationTime``, one row group at a time; the commits after it; with ``auto`` or
+    ``skip_recent_partitions`` the newest commits' actions. The whole snapshot is loaded instead
+    for liquid clustering, ``target_files`` and ``rewrite_type_widened`` (their plans look at every
+    file), and when the streamed read cannot vouch for the state (see ``state_stream``).
+    """
+    from airflow_delta_maint.delta.log.state_stream import StreamFallback, open_state
+
     _check_engine_options(params)
-    snapshot = Snapshot.load(table, storage_options=storage_options)
-    check_supported(snapshot.protocol, "optimize", snapshot.metadata)
-    decision = auto_decision(snapshot, params)
-    plan = plan_from_params(snapshot, params, decision)
+    params = purge_params(params)
+    try:
+        state = open_state(table, storage_options=storage_options)
+        outline = streamed_plan_outline(state, params)
+    except StreamFallback:
+        outline = None
+    if outline is None:
+        snapshot = Snapshot.load(table, storage_options=storage_options)
+        check_supported(snapshot.protocol, "optimize", snapshot.metadata)
+        decision = auto_decision(snapshot, params)
+        outline = _outline(plan_from_params(snapshot, params, decision), decision)
+    return _skip_reason(outline, params)
+
+
+@dataclasses.dataclass
+class PlanOutline:
+    """What the skip check needs of a plan: whether it is empty, and what its reason names."""
+
+    version: int
+    is_empty: bool
+    layout: str
+    min_file_size: int
+    left_out: dict[str, Any]
+    decision: AutoDecision | None
+    #: the bytes the bins rewrite (known when asked for)
+    input_bytes: int | None = None
+
+
+def _outline(plan: OptimizePlan, decision: AutoDecision | None) -> PlanOutline:
+    return PlanOutline(plan.version, plan.is_empty, plan.layout, plan.min_file_size, plan.left_out, decision)
+
+
+def _skip_reason(plan: PlanOutline, params: dict[str, Any]) -> str | None:
+    version, decision = plan.version, plan.decision
     if plan.is_empty and decision is not None:
-        skip = Skip(f"auto compaction at version {snapshot.version}: {decision.reason()}")
+        skip = Skip(f"auto compaction at version {version}: {decision.reason()}")
         skip.details = {"autoCompaction": decision.metrics()}
         return skip
     if plan.is_empty and params.get("target_files"):
-        return (f"nothing to rewrite at version {snapshot.version}: every selected partition already is "
+        return (f"nothing to rewrite at version {version}: every selected partition already is "
                 f"{params['target_files']} files of even row counts")
     if plan.is_empty and params.get("rewrite_type_widened"):
-        return f"nothing to rewrite at version {snapshot.version}: no live file holds a widened column in its old type"
+        return f"nothing to rewrite at version {version}: no live file holds a widened column in its old type"
     if plan.is_empty and plan.left_out:
-        return (f"nothing to rewrite at version {snapshot.version} once young files and recently written "
+        return (f"nothing to rewrite at version {version} once young files and recently written "
                 f"partitions are left out ({plan.left_out})")
     if plan.is_empty and plan.layout == "hilbert":
-        return (f"nothing to cluster at version {snapshot.version}: no unclustered file and no more than one "
+        return (f"nothing to cluster at version {version}: no unclustered file and no more than one "
                 "ZCube below the minimum cube size")
     if plan.is_empty:
-        return (f"nothing to compact at version {snapshot.version}: no partition has two or more files "
+        return (f"nothing to compact at version {version}: no partition has two or more files "
                 f"below {plan.min_file_size} bytes or a file with deletion vectors to purge")
     return None
+
+
+def streamed_plan_outline(state: StreamedState, params: dict[str, Any], candidates: bool = False
+                          ) -> PlanOutline | None:
+    """The plan's outline from the log streamed in bounded memory (``partition_scan``), equal to
+    the one of the plan built from the whole snapshot; None when only the whole snapshot can tell
+    (liquid clustering by columns, ``target_files``, ``rewrite_type_widened``).
+
+    Raises what the in-memory check raises for bad input, in the same order: the shell snapshot
+    (no files) runs every validation of the policy and the plan first.
+
+    With ``candidates`` the outline carries ``input_bytes``: the bytes the plan's bins rewrite,
+    packed from the candidate files' sizes and paths (kept in memory, so for small logs only).
+    """
+    import time
+
+    from airflow_delta_maint.delta.plans.clustering import clustering_columns
+    from airflow_delta_maint.delta.plans.optimize import _partition_filter, validate_zorder
+    from airflow_delta_maint.delta.plans.partition_scan import scan_partitions
+    from airflow_delta_maint.delta.plans.recent_writes import LeftOut, recently_written_partitions
+
+    shell = state.shell()
+    check_supported(shell.protocol, "optimize", shell.metadata)
+    clustered = is_clustered(shell.protocol)
+    if params.get("target_files") is not None or params.get("rewrite_type_widened") or (
+            clustered and clustering_columns(shell.metadata.schema_string, shell.domains)):
+        return None
+    # every validation, in the order the in-memory check runs them, on a table without files
+    plan_from_params(shell, params, auto_decision(shell, params))
+    auto = bool(params.get("auto"))
+    whole = clustered or not shell.partition_columns
+    auto_min, _ = file_size_settings(shell, params.get("min_file_size"), params.get("max_file_size"))
+    clustered_auto = auto and clustered
+    min_size, max_size = file_size_settings(shell, None if clustered_auto else params.get("min_file_size"),
+                                            params.get("max_file_size"))
+    zorder_by = _zorder_columns(params.get("zorder_by"))
+    zorder = bool(validate_zorder(shell, zorder_by)) if zorder_by else False
+    min_age = params.get("min_file_age")
+    recent_commits = params.get("skip_recent_partitions")
+    now = int(time.time() * 1000)
+    recent = recently_written_partitions(shell, recent_commits, whole) if recent_commits else set()
+    max_ratio = params.get("max_deleted_rows_ratio")
+    scan = scan_partitions(
+        state, min_file_size=min_size, max_file_size=max_size, dv_ratio=params.get("dv_ratio", DEFAULT_DV_RATIO),
+        zorder=zorder, auto_min_file_size=auto_min if auto else None,
+        auto_ratio=float(max_ratio) if max_ratio is not None else DEFAULT_MAX_DELETED_ROWS_RATIO,
+        whole_table=whole, young_after_ms=now - int(min_age * 1000) if min_age else None, recent=recent or None,
+        collect=candidates and not zorder)
+    decision = auto_decision(shell, params, counts=scan.counts) if auto else None
+    matches = _partition_filter(shell, params.get("predicate"))
+    chosen = set(decision.chosen) if decision is not None else None
+
+    def selected(key: PartitionKey) -> bool:
+        if matches is not None and not matches(dict(key)):
+            return False
+        return chosen is None or key in chosen
+
+    left = LeftOut()
+    if scan.total_files and (min_age or recent_commits):
+        left.young_files = scan.young_files if min_age else 0
+        if recent:
+            left.recent_partition_files = scan.recent_partition_files
+            left.recent_partitions = sorted(partition_label(k) for k in recent)
+    outline = PlanOutline(state.version, scan.plan_is_empty(selected, zorder), "zorder" if zorder else "binpack",
+                          min_size, left.metrics() if left.any else {}, decision)
+    if candidates and not zorder:
+        outline.input_bytes = scan.input_bytes(selected)
+    return outline
 
 
 def _batches(bins: list[Bin], batch_bytes: int) -> list[list[Bin]]:

@@ -338,21 +338,33 @@ def _latest_configuration(storage: Storage, listing: LogListing, latest: int,
         return None
     for f in segment.checkpoint.files:
         if f.key.endswith(".parquet"):
-            import io
+            # the metaData column alone, one row group at a time (remote files by byte ranges)
+            from airflow_delta_maint.delta.log.state_stream import other_actions
 
-            import pyarrow.parquet as pq
-
-            pf = pq.ParquetFile(io.BytesIO(storage.read(f.key)))
-            if "metaData" not in pf.schema_arrow.names:
-                continue
-            col = pf.read(columns=["metaData"]).column("metaData")
-            for value in col.filter(col.is_valid()).to_pylist():
-                return {k: v for k, v in dict(value.get("configuration") or []).items() if v is not None}
+            for value in other_actions(storage, f.key, f.size, ("metaData",))["metaData"]:
+                return {k: v for k, v in dict(value.get("configuration") or {}).items() if v is not None}
         else:
             for action in parse_json_lines(storage.read(f.key), f.key):
                 if action.get("metaData") is not None:
                     return Metadata.from_action(action["metaData"]).configuration
     return None
+
+
+def _distrusted(storage: Storage) -> bool:
+    """Whether reading the latest state distrusts a derived log file, as ``Snapshot.load`` would
+    say; streamed in bounded memory (the checkpoint's paths and deletion vectors, one row group at
+    a time, see ``state_stream``), the whole snapshot loaded only when the stream cannot tell."""
+    from airflow_delta_maint.delta.log.state_stream import StreamFallback, open_state
+
+    try:
+        state = open_state(storage)
+        if state.distrusted:
+            return True
+        for _ in state.scan([]):
+            pass
+        return False
+    except StreamFallback:
+        return bool(Snapshot.load(storage).distrusted)
 
 
 def nothing_to_do(table: str | Storage, storage_options: Mapping[str, str] | None,
@@ -361,7 +373,8 @@ def nothing_to_do(table: str | Storage, storage_options: Mapping[str, str] | Non
 
     Lists the log from the last checkpoint and reads at most the newest metaData; when compaction
     files follow the checkpoint, the commits they cover are read too, so that one that disagrees
-    with them (which the run removes) counts as work. Cleaning up old compaction files is not
+    with them (which the run removes) counts as work, and the checkpoint's paths and deletion
+    vectors are streamed to check it (bounded memory, ``state_stream``). Cleaning up old compaction files is not
     considered: it happens on the next run that has work.
 
     Args:
@@ -401,7 +414,7 @@ def nothing_to_do(table: str | Storage, storage_options: Mapping[str, str] | Non
             return None
     if any(checkpoint_version is None or c.start > checkpoint_version for c in listing.compactions):
         # a compaction file that disagrees with its commits is work: the run removes it
-        if Snapshot.load(storage).distrusted:
+        if _distrusted(storage):
             return None
     return (f"no log compaction window is due: {since} commits since the last checkpoint, "
             f"every window of {window_len} commits up to version {latest} is written or cannot be")

@@ -279,6 +279,60 @@ def _without_rows(table: pa.Table, rows: list[int]) -> pa.Table:
     return pa.concat_tables(pieces) if pieces else table.schema.empty_table()
 
 
+def replay_segment(storage: Storage, segment: LogSegment, base: CheckpointData, verify: bool
+                   ) -> tuple[Replay, int | None, list[dict[str, str]]]:
+    """Replay the commits (and compaction files) of ``segment`` after its checkpoint on top of the
+    checkpoint's non-file actions (``base``; its file actions are not read): the replay, the
+    newest commit's timestamp, and the shadowed compaction files found to disagree with their
+    commits (with ``verify``). Raises ``_Untrusted`` naming a compaction file that is not a
+    reconciled state."""
+    root = storage.root
+    replay = Replay(root=root, protocol=base.protocol, metadata=base.metadata, txns=dict(base.txns),
+                    domains=dict(base.domains))
+    pending: dict[int, list[Compaction]] = {}
+    for c in segment.shadowed if verify else ():
+        pending.setdefault(c.start, []).append(c)
+    open_windows: list[tuple[Compaction, Replay]] = []
+    mismatches: list[dict[str, str]] = []
+    commit_ts = None
+    for start, end, f in segment.replay:
+        actions = parse_json_lines(_read(storage, f.key), f.key)
+        if start != end:
+            problem = actions_problem(actions, root)
+            if problem:
+                raise _Untrusted((f.key,), f"not a reconciliation of commits {start} to {end}: {problem}")
+        replay.apply_commit(actions, f.key, reconciled=start != end)
+        if start == end:
+            open_windows.extend((c, Replay(root=root)) for c in pending.pop(start, ()))
+            for comp, window in open_windows:
+                window.apply_commit(actions, f.key)
+                if comp.end == start:
+                    reason = _cross_check(storage, comp, window)
+                    if reason:
+                        log.warning("%s: %s disagrees with the commits it covers: %s; the commits are used",
+                                    root, comp.file.key, reason)
+                        mismatches.append({"file": comp.file.key, "reason": reason})
+            open_windows = [(c, w) for c, w in open_windows if c.end != start]
+        if start == end == segment.version:
+            for a in actions:
+                if a.get("commitInfo"):
+                    ci = a["commitInfo"]
+                    commit_ts = ci.get("inCommitTimestamp") or ci.get("timestamp")
+                    break
+    if commit_ts is None and segment.replay and segment.replay[-1][0] != segment.replay[-1][1]:
+        # the newest commit was replayed from a compaction file, which has no commitInfo
+        key = commit_key(segment.version)
+        try:
+            info: dict[str, Any] = next((a["commitInfo"] for a in parse_json_lines(storage.read(key), key)
+                         if a.get("commitInfo")), {})
+            commit_ts = info.get("inCommitTimestamp") or info.get("timestamp") or storage.head(key).mtime_ms
+        except FileNotFoundError:
+            commit_ts = segment.replay[-1][2].mtime_ms
+    if commit_ts is None and segment.replay:
+        commit_ts = segment.replay[-1][2].mtime_ms
+    return replay, commit_ts, mismatches
+
+
 class Snapshot:
     """The state of a Delta table at one version.
 
@@ -384,49 +438,7 @@ class Snapshot:
                 raise _Untrusted(cp_keys, f"the checkpoint is not a reconciled state: {problem}")
         else:
             cp = CheckpointData(ADD_SCHEMA.empty_table(), REMOVE_SCHEMA.empty_table(), None, None, {}, {})
-        replay = Replay(root=root, protocol=cp.protocol, metadata=cp.metadata, txns=dict(cp.txns),
-                        domains=dict(cp.domains))
-        pending: dict[int, list[Compaction]] = {}
-        for c in segment.shadowed if verify else ():
-            pending.setdefault(c.start, []).append(c)
-        open_windows: list[tuple[Compaction, Replay]] = []
-        mismatches: list[dict[str, str]] = []
-        commit_ts = None
-        for start, end, f in segment.replay:
-            actions = parse_json_lines(_read(storage, f.key), f.key)
-            if start != end:
-                problem = actions_problem(actions, root)
-                if problem:
-                    raise _Untrusted((f.key,), f"not a reconciliation of commits {start} to {end}: {problem}")
-            replay.apply_commit(actions, f.key, reconciled=start != end)
-            if start == end:
-                open_windows.extend((c, Replay(root=root)) for c in pending.pop(start, ()))
-                for comp, window in open_windows:
-                    window.apply_commit(actions, f.key)
-                    if comp.end == start:
-                        reason = _cross_check(storage, comp, window)
-                        if reason:
-                            log.warning("%s: %s disagrees with the commits it covers: %s; the commits are used",
-                                        root, comp.file.key, reason)
-                            mismatches.append({"file": comp.file.key, "reason": reason})
-                open_windows = [(c, w) for c, w in open_windows if c.end != start]
-            if start == end == segment.version:
-                for a in actions:
-                    if a.get("commitInfo"):
-                        ci = a["commitInfo"]
-                        commit_ts = ci.get("inCommitTimestamp") or ci.get("timestamp")
-                        break
-        if commit_ts is None and segment.replay and segment.replay[-1][0] != segment.replay[-1][1]:
-            # the newest commit was replayed from a compaction file, which has no commitInfo
-            key = commit_key(segment.version)
-            try:
-                info: dict[str, Any] = next((a["commitInfo"] for a in parse_json_lines(storage.read(key), key)
-                             if a.get("commitInfo")), {})
-                commit_ts = info.get("inCommitTimestamp") or info.get("timestamp") or storage.head(key).mtime_ms
-            except FileNotFoundError:
-                commit_ts = segment.replay[-1][2].mtime_ms
-        if commit_ts is None and segment.replay:
-            commit_ts = segment.replay[-1][2].mtime_ms
+        replay, commit_ts, mismatches = replay_segment(storage, segment, cp, verify)
         if replay.protocol is None:
             raise CorruptLogError(f"the log has no protocol action at version {segment.version}: {root}")
         if replay.metadata is None:
@@ -501,4 +513,4 @@ def _strip_nulls(d: dict) -> dict:
             for k, v in d.items() if v is not None}
 
 
-__all__ = ["CheckpointData", "Snapshot", "canonical_path", "read_checkpoint", "sidecar_key", "FileInfo"]
+__all__ = ["CheckpointData", "Snapshot", "canonical_path", "read_checkpoint", "replay_segment", "sidecar_key", "FileInfo"]

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from airflow_delta_maint.delta.errors import InvalidArgumentError
 from airflow_delta_maint.delta.log.listing import list_log, read_commit
 from airflow_delta_maint.delta.log.snapshot import Snapshot
 
-__all__ = ["AutoDecision", "DEFAULT_MAX_DELETED_ROWS_RATIO", "DEFAULT_MAX_PARTITIONS", "DEFAULT_MIN_NUM_FILES",
+__all__ = ["AutoDecision", "PartitionCounts", "DEFAULT_MAX_DELETED_ROWS_RATIO", "DEFAULT_MAX_PARTITIONS", "DEFAULT_MIN_NUM_FILES",
            "PartitionKey", "choose_partitions", "partition_key", "partition_label", "touched_partitions"]
 
 DEFAULT_MIN_NUM_FILES = 50
@@ -87,6 +87,17 @@ def touched_partitions(snapshot: Snapshot, max_commits: int = MAX_COMMITS_SCANNE
 
 
 @dataclass
+class PartitionCounts:
+    """What the policy weighs of one partition: its live files, those smaller than the minimum
+    size and their bytes, and those whose deletion vector is past the deleted-rows ratio."""
+
+    files: int = 0
+    small: int = 0
+    small_bytes: int = 0
+    deletes: int = 0
+
+
+@dataclass
 class AutoDecision:
     """The policy's verdict: chosen partitions (worst first) and why each other one was skipped."""
 
@@ -121,13 +132,35 @@ def _deleted_ratio_exceeded(add: dict, ratio: float) -> bool:
     return not records or (dv.get("cardinality") or 0) / records > ratio
 
 
+def _count(snapshot: Snapshot, min_file_size: int, ratio: float, whole_table: bool
+           ) -> dict[PartitionKey, PartitionCounts]:
+    counts: dict[PartitionKey, PartitionCounts] = {}
+    files = snapshot.files
+    columns = [c for c in ("partitionValues", "size", "deletionVector", "stats") if c in files.column_names]
+    for add in files.select(columns).to_pylist() if files.num_rows else []:
+        key = () if whole_table else partition_key(add.get("partitionValues"))
+        c = counts.get(key)
+        if c is None:
+            c = counts[key] = PartitionCounts()
+        c.files += 1
+        if add["size"] < min_file_size:
+            c.small += 1
+            c.small_bytes += add["size"]
+        if _deleted_ratio_exceeded(add, ratio):
+            c.deletes += 1
+    return counts
+
+
 def choose_partitions(snapshot: Snapshot, *, min_file_size: int, min_num_files: int = DEFAULT_MIN_NUM_FILES,
                       max_deleted_rows_ratio: float = DEFAULT_MAX_DELETED_ROWS_RATIO,
                       max_partitions: int = DEFAULT_MAX_PARTITIONS, all_partitions: bool = False,
-                      whole_table: bool = False) -> AutoDecision:
+                      whole_table: bool = False,
+                      counts: Mapping[PartitionKey, PartitionCounts] | None = None) -> AutoDecision:
     """Apply the policy to ``snapshot`` (see the module docstring).
 
-    ``whole_table`` treats the table as one partition (liquid clustering).
+    ``whole_table`` treats the table as one partition (liquid clustering). ``counts`` are the
+    live files' numbers per partition (keys ``()`` with ``whole_table``) when the caller counted
+    them already (streamed from the log); else they are counted from ``snapshot.files``.
     """
     if min_num_files < 1 or max_partitions < 1 or min_file_size <= 0:
         raise InvalidArgumentError(f"min num files ({min_num_files}), max partitions ({max_partitions}) and min file "
@@ -137,33 +170,22 @@ def choose_partitions(snapshot: Snapshot, *, min_file_size: int, min_num_files: 
     touched, last = (None, None) if all_partitions else touched_partitions(snapshot)
     if whole_table and touched is not None:
         touched = {()} if touched else set()
-    small: dict[PartitionKey, list[int]] = {}
-    deletes: dict[PartitionKey, int] = {}
-    seen: set[PartitionKey] = set()
-    files = snapshot.files
-    columns = [c for c in ("partitionValues", "size", "deletionVector", "stats") if c in files.column_names]
-    for add in files.select(columns).to_pylist() if files.num_rows else []:
-        key = () if whole_table else partition_key(add.get("partitionValues"))
-        if touched is not None and key not in touched:
-            continue
-        seen.add(key)
-        if add["size"] < min_file_size:
-            small.setdefault(key, []).append(add["size"])
-        if _deleted_ratio_exceeded(add, max_deleted_rows_ratio):
-            deletes[key] = deletes.get(key, 0) + 1
+    if counts is None:
+        counts = _count(snapshot, min_file_size, max_deleted_rows_ratio, whole_table)
+    seen = {k: c for k, c in counts.items() if c.files and (touched is None or k in touched)}
     decision = AutoDecision(considered=len(seen), last_optimize_version=last)
     eligible = []
-    for key in seen:
-        n = len(small.get(key, []))
-        if n >= min_num_files or deletes.get(key):
+    for key, c in seen.items():
+        n = c.small
+        if n >= min_num_files or c.deletes:
             eligible.append(key)
         else:
             decision.skipped[partition_label(key)] = (
                 f"{n} small files (fewer than {min_num_files}) and no file past the deleted-rows ratio")
-    eligible.sort(key=lambda k: (-len(small.get(k, [])), -sum(small.get(k, [])), partition_label(k)))
+    eligible.sort(key=lambda k: (-seen[k].small, -seen[k].small_bytes, partition_label(k)))
     for key in eligible[max_partitions:]:
         decision.skipped[partition_label(key)] = f"beyond the {max_partitions} worst partitions of this run"
     decision.chosen = eligible[:max_partitions]
-    decision.small_files = {partition_label(k): len(small.get(k, [])) for k in decision.chosen}
+    decision.small_files = {partition_label(k): seen[k].small for k in decision.chosen}
     return decision
 

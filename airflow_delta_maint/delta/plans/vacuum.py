@@ -24,7 +24,7 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -34,6 +34,7 @@ from airflow_delta_maint.delta.errors import DeltaError, InvalidArgumentError, M
 from airflow_delta_maint.delta.log.checkpoint import parse_interval_ms
 from airflow_delta_maint.delta.log.listing import LOG_DIR, LogListing, commit_key, list_log, parse_json_lines
 from airflow_delta_maint.delta.log.snapshot import Snapshot, maybe_noncanonical
+from airflow_delta_maint.delta.log.state_stream import StreamedState
 from airflow_delta_maint.delta.plans.vacuum_files import delete_files, hidden_name, is_hidden, partition_prefixes
 from airflow_delta_maint.delta.protocol.actions import Metadata
 from airflow_delta_maint.delta.protocol.deletion_vectors import dv_file_key
@@ -42,8 +43,8 @@ from airflow_delta_maint.delta.storage.store import FileInfo, Storage, normalize
 __all__ = [
     "DEFAULT_RETENTION_MS", "LAST_VACUUM_INFO", "LiteRange", "VacuumLiteUnavailableError", "VacuumPlan",
     "check_retention", "delete_files", "is_hidden", "key_for_log_path", "latest_commit_at_or_before",
-    "lite_candidates", "lite_range", "nothing_to_do", "plan_vacuum", "read_last_vacuum_info",
-    "select_candidates", "table_retention_ms", "valid_among", "valid_keys", "write_last_vacuum_info",
+    "lite_candidates", "lite_check", "lite_range", "nothing_to_do", "plan_vacuum", "read_last_vacuum_info",
+    "select_candidates", "table_retention_ms", "valid_among", "valid_among_streamed", "valid_keys", "write_last_vacuum_info",
 ]
 
 DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000
@@ -206,15 +207,42 @@ def valid_among(snapshot: Snapshot, cutoff_ms: int, keys: Iterable[str]) -> set[
     wanted = set(keys)
     if not wanted:
         return set()
-    storage = snapshot.storage
     lookup = pa.array(sorted(wanted), pa.string())
     found: set[str] = set()
     for table in _referencing(snapshot, cutoff_ms):
-        simple, odd = _split_simple(table.column("path"))
-        if len(simple):
-            found.update(simple.filter(pc.fill_null(pc.is_in(simple, value_set=lookup), False)).to_pylist())
-        found.update(k for k in _keys(storage, odd) if k in wanted)
-        found.update(k for k in _dv_keys(storage, table) if k in wanted)
+        found |= _found_in(snapshot.storage, table, lookup, wanted)
+    return found
+
+
+def valid_among_streamed(state: StreamedState, cutoff_ms: int, keys: Iterable[str]) -> set[str]:
+    """:func:`valid_among` on a state streamed from the log in bounded memory: reads the
+    checkpoint's ``add.path``, ``add.deletionVector``, ``remove.path``, ``remove.deletionVector``
+    and ``remove.deletionTimestamp``, one row group at a time (``state_stream``).
+
+    Raises:
+        StreamFallback: the streamed state cannot be vouched for; use :func:`valid_among`.
+    """
+    wanted = set(keys)
+    if not wanted:
+        return set()
+    lookup = pa.array(sorted(wanted), pa.string())
+    found: set[str] = set()
+    for kind, table in state.scan([], ["deletionTimestamp"]):
+        if kind == "remove":
+            deleted_at = pc.fill_null(table.column("deletionTimestamp"), 0)
+            table = table.filter(pc.greater_equal(deleted_at, cutoff_ms))
+        if table.num_rows:
+            found |= _found_in(state.storage, table, lookup, wanted)
+    return found
+
+
+def _found_in(storage: Storage, table: pa.Table, lookup: pa.Array, wanted: set[str]) -> set[str]:
+    found: set[str] = set()
+    simple, odd = _split_simple(table.column("path"))
+    if len(simple):
+        found.update(simple.filter(pc.fill_null(pc.is_in(simple, value_set=lookup), False)).to_pylist())
+    found.update(k for k in _keys(storage, odd) if k in wanted)
+    found.update(k for k in _dv_keys(storage, table) if k in wanted)
     return found
 
 
@@ -464,13 +492,15 @@ def _read_commits(storage: Storage, versions: Sequence[int], threads: int = 16) 
         return list(pool.map(read, versions))
 
 
-def lite_candidates(plan: VacuumPlan, storage: Storage, snapshot: Snapshot | None = None) -> LiteCandidates:
+def lite_candidates(plan: VacuumPlan, storage: Storage, snapshot: Snapshot | None = None,
+                    lookup: Callable[[set[str]], set[str]] | None = None) -> LiteCandidates:
     """Read lite mode's commits and pick the files to delete.
 
     A removed file (and its deletion vector file) is a candidate when it was deleted before the
     cutoff; a ``cdc`` file always is (its commit is older than the cutoff). Valid and hidden keys
     are left out: with ``snapshot``, the candidates are looked up in it (:func:`valid_among`;
-    the plan may then be built without its valid set), else in ``plan.valid``. When a removal
+    the plan may then be built without its valid set), with ``lookup`` by that function (the
+    keys of the set it is given that are valid), else in ``plan.valid``. When a removal
     in the range is not yet expired, the watermark stops before its commit so a later run reads
     that commit again.
     """
@@ -509,7 +539,10 @@ def lite_candidates(plan: VacuumPlan, storage: Storage, snapshot: Snapshot | Non
             cdc = action.get("cdc")
             if cdc is not None:
                 consider(key_for_log_path(storage, cdc["path"]), int(cdc.get("size") or 0), 0)
-    valid = valid_among(snapshot, plan.cutoff_ms, seen) if snapshot is not None else plan.valid
+    if lookup is not None:
+        valid = lookup(set(seen))
+    else:
+        valid = valid_among(snapshot, plan.cutoff_ms, seen) if snapshot is not None else plan.valid
     watermark = rng.end if first_young is None else first_young - 1
     if watermark < rng.start - 1:
         watermark = rng.start - 1
@@ -587,27 +620,58 @@ def nothing_to_do(table: str, storage_options: Mapping[str, str] | None = None,
     Raises:
         DeltaError: a missing or unsupported table, or a bad mode or retention, as the job would.
     """
-    from airflow_delta_maint.delta.protocol.features import check_supported
-
     params = dict(params or {})
     mode = params.get("mode", "full")
-    snapshot = Snapshot.load(table, storage_options=storage_options, paths_only=True)
-    check_supported(snapshot.protocol, "vacuum", snapshot.metadata)
-    plan = plan_vacuum(snapshot, params.get("retention_hours"), mode,
-                       bool(params.get("ignore_retention_check", False)), with_valid=False)
+    plan, found = lite_check(table, storage_options, params, mode)
     if mode != "lite":
         return None
     assert plan.lite is not None
     if plan.lite.empty:
         return (f"no commits left the retention window since the last VACUUM (watermark "
                 f"{plan.lite.watermark}, newest commit outside the window {plan.latest_outside})")
-    found = lite_candidates(plan, snapshot.storage, snapshot)
+    assert found is not None
     # a run that deletes nothing still moves the watermark, so that later runs read fewer commits
     if not found.files and found.watermark == plan.lite.watermark:
         return (f"commits {plan.lite.start} to {plan.lite.end} removed no file that has expired and is no "
                 "longer needed, and the watermark stays at version "
                 f"{plan.lite.watermark}")
     return None
+
+
+def lite_check(table: str, storage_options: Mapping[str, str] | None, params: Mapping[str, Any],
+               mode: str = "full") -> tuple[VacuumPlan, LiteCandidates | None]:
+    """The plan (no valid set) and, in lite mode with commits to read, lite mode's candidates,
+    on the worker in bounded memory.
+
+    Reads: the log listing, the protocol and metaData, the commits after the checkpoint, the
+    commits of lite mode's range (their remove and cdc actions), and the checkpoint's paths and
+    deletion vectors streamed (:func:`valid_among_streamed`) to look the candidates up; the whole
+    snapshot (paths only) when the streamed state cannot be vouched for.
+
+    Raises:
+        DeltaError: a missing or unsupported table, or a bad mode or retention, as the job would.
+    """
+    from airflow_delta_maint.delta.log.state_stream import StreamFallback, open_state
+    from airflow_delta_maint.delta.protocol.features import check_supported
+
+    retention = params.get("retention_hours")
+    ignore = bool(params.get("ignore_retention_check", False))
+    try:
+        state = open_state(table, storage_options=storage_options)
+        check_supported(state.protocol, "vacuum", state.metadata)
+        plan = plan_vacuum(state.shell(), retention, mode, ignore, with_valid=False)
+        if plan.lite is None or plan.lite.empty:
+            return plan, None
+        return plan, lite_candidates(plan, state.storage,
+                                     lookup=lambda keys: valid_among_streamed(state, plan.cutoff_ms, keys))
+    except StreamFallback:
+        pass
+    snapshot = Snapshot.load(table, storage_options=storage_options, paths_only=True)
+    check_supported(snapshot.protocol, "vacuum", snapshot.metadata)
+    plan = plan_vacuum(snapshot, retention, mode, ignore, with_valid=False)
+    if plan.lite is None or plan.lite.empty:
+        return plan, None
+    return plan, lite_candidates(plan, snapshot.storage, snapshot)
 
 
 __all__ += ["LiteCandidates", "remove_empty_dirs", "DeltaError"]

@@ -1,0 +1,525 @@
+"""The table state streamed in bounded memory, for the checks the Airflow worker runs.
+
+:class:`~airflow_delta_maint.delta.log.snapshot.Snapshot` holds every live file in one Arrow
+table (about 1.2 GiB per million files with statistics). The worker's checks need aggregates,
+not the files, so :func:`open_state` reads a table the other way round:
+
+1. the log segment is chosen as ``Snapshot.load`` chooses it (``compactions="verify"``);
+2. the checkpoint's non-file actions (protocol, metaData, txn, domainMetadata, sidecar) are read
+   column by column, one row group at a time;
+3. the commits after the checkpoint (few) are replayed in memory exactly as the snapshot replays
+   them (:func:`~airflow_delta_maint.delta.log.snapshot.replay_segment`);
+4. :meth:`StreamedState.scan` then streams the checkpoint's file actions (every part of a
+   multi-part checkpoint, every sidecar of a V2 one) one row group at a time, reading only the
+   columns the caller asks for, drops the rows the replayed commits superseded (a file removed
+   later, the old half of a deletion-vector update), and finally yields the replay's own live
+   adds and tombstones. Nothing is kept per file except a 64-bit hash of its path.
+
+The hashes check the reconciliation invariant of the checkpoint (one live add per path, no
+logical file both live and removed) and that no later add makes a path live twice, as the
+snapshot checks them. They are kept in memory up to a million files, then spilled to 64 bucket
+files in a temporary folder and checked one bucket at a time, so memory stays flat whatever the
+table's size. At most ``MAX_CONCURRENT_SCANS`` scans read checkpoints at once in a process (the
+fleet's decision runs checks on threads). Equal paths always hash equal, so no problem goes unseen; when the hashes show a
+possible problem (a real one, or a hash collision), when a compaction file is not a reconciled
+state, or when the checkpoint is a JSON file, the scan raises :class:`StreamFallback` and the
+caller loads the whole ``Snapshot`` instead, whose answer (or error) is then the answer. The
+streamed answers are thus always those of the in-memory snapshot.
+
+Reads: ``_delta_log`` listing, ``_last_checkpoint``, the checkpoint files' columns the caller
+names (remote files by byte ranges, never whole), the commits after the checkpoint.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from airflow_delta_maint.delta.errors import CorruptLogError
+from airflow_delta_maint.delta.log.listing import Checkpoint, LogSegment, build_segment, parse_json_lines
+from airflow_delta_maint.delta.log.reconciliation import added_problem
+from airflow_delta_maint.delta.log.snapshot import (ADD_SCHEMA, REMOVE_SCHEMA, CheckpointData, Snapshot, _drop_keys,
+                                                    _Untrusted, replay_segment, sidecar_key)
+from airflow_delta_maint.delta.protocol.actions import ADD, REMOVE, Metadata, Protocol
+from airflow_delta_maint.delta.protocol.paths import canonical_paths
+from airflow_delta_maint.delta.storage.store import Storage
+
+__all__ = ["StreamFallback", "StreamedState", "open_state", "other_actions", "path_hashes", "sidecar_sizes"]
+
+#: checkpoint scans running at once in this process (the fleet's decision runs its tables' checks
+#: on threads: memory is then bounded by this many scans, not by the number of threads)
+MAX_CONCURRENT_SCANS = 2
+_SCANS = threading.BoundedSemaphore(MAX_CONCURRENT_SCANS)
+#: rows per batch read from a checkpoint file; with a read buffer of ``READ_BUFFER`` bytes the
+#: pages are read and decoded as the batches need them, not a whole row group at once
+BATCH_ROWS = 16_384
+READ_BUFFER = 1 << 20
+#: hashes kept in memory before they are spilled to bucket files
+SPILL_AT = 1 << 20
+_BUCKET_BITS = 6
+_HASH_ROWS = 4096
+_MULT = np.uint64(0x100000001B3)
+_OTHER_COLUMNS = ("metaData", "protocol", "txn", "domainMetadata", "sidecar")
+
+
+class StreamFallback(Exception):
+    """The streamed read cannot vouch for the state: load the whole ``Snapshot`` instead."""
+
+
+# -- hashing paths ---------------------------------------------------------------------------------
+_POW: np.ndarray = np.ones(1, dtype=np.uint64)
+
+
+def _powers(n: int) -> np.ndarray:
+    global _POW
+    if len(_POW) < n:
+        size = max(n, 2 * len(_POW), 1024)
+        with np.errstate(over="ignore"):
+            _POW = np.cumprod(np.concatenate(([1], np.full(size - 1, _MULT))).astype(np.uint64), dtype=np.uint64)
+    return _POW
+
+
+def _mix(h: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser: spreads the polynomial hash over all bits."""
+    with np.errstate(over="ignore"):
+        h = h ^ (h >> np.uint64(30))
+        h = h * np.uint64(0xBF58476D1CE4E5B9)
+        h = h ^ (h >> np.uint64(27))
+        h = h * np.uint64(0x94D049BB133111EB)
+        return h ^ (h >> np.uint64(31))
+
+
+def path_hashes(strings: pa.Array) -> np.ndarray:
+    """A 64-bit hash of every string of an Arrow string array (no nulls), vectorised.
+
+    Equal strings hash equal; different ones collide with a chance of about 2^-64 per pair.
+    """
+    if isinstance(strings, pa.ChunkedArray):
+        strings = strings.combine_chunks()
+    if strings.type != pa.large_string():
+        strings = strings.cast(pa.large_string())
+    n = len(strings)
+    out = np.empty(n, dtype=np.uint64)
+    if n == 0:
+        return out
+    _, off_buf, data_buf = strings.buffers()
+    offsets = np.frombuffer(off_buf, dtype=np.int64, count=n + 1, offset=strings.offset * 8)
+    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    with np.errstate(over="ignore"):
+        for lo in range(0, n, _HASH_ROWS):
+            hi = min(n, lo + _HASH_ROWS)
+            offs = offsets[lo:hi + 1]
+            lengths = np.diff(offs)
+            start, end = int(offs[0]), int(offs[-1])
+            h = lengths.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+            if end > start:
+                chunk = data[start:end].astype(np.uint64) + np.uint64(1)
+                ends = np.repeat(offs[1:] - start, lengths)
+                from_end = ends - 1 - np.arange(end - start, dtype=np.int64)
+                weights = _powers(int(lengths.max()))[from_end]
+                nonempty = lengths > 0
+                starts = (offs[:-1] - start)[nonempty]
+                h[nonempty] += np.add.reduceat(chunk * weights, starts)
+            out[lo:hi] = _mix(h)
+    return out
+
+
+def _dv_ids(dv: pa.Array) -> pa.Array:
+    """``dv_unique_id`` of every row of a deletion-vector struct column ('' for none), vectorised."""
+    n = len(dv)
+    if dv.null_count == n:
+        return pa.array([""] * n, pa.string()) if n else pa.array([], pa.string())
+    names = {dv.type.field(i).name for i in range(dv.type.num_fields)}
+
+    def child(name: str, kind: pa.DataType) -> pa.Array:
+        return pc.struct_field(dv, name) if name in names else pa.nulls(n, kind)
+
+    storage_type = pc.cast(child("storageType", pa.string()), pa.string()).fill_null("None")
+    inline = pc.cast(child("pathOrInlineDv", pa.string()), pa.string()).fill_null("None")
+    offset = child("offset", pa.int32())
+    at = pc.if_else(offset.is_valid(), pc.binary_join_element_wise("@", pc.cast(offset, pa.string()), ""), "")
+    uid = pc.binary_join_element_wise(storage_type, inline, at, "")
+    return pc.if_else(dv.is_valid(), uid, "")
+
+
+class _HashSets:
+    """Hashes of the checkpoint's live paths, live (path, dv) keys and removed (path, dv) keys,
+    in memory up to ``SPILL_AT``, then in bucket files."""
+
+    def __init__(self) -> None:
+        self.parts: dict[str, list[np.ndarray]] = {"paths": [], "adds": [], "removes": []}
+        self.held = 0
+        self.folder: str | None = None
+        self.files: dict[tuple[str, int], Any] = {}
+
+    def add(self, kind: str, hashes: np.ndarray) -> None:
+        if not len(hashes):
+            return
+        self.parts[kind].append(hashes)
+        self.held += len(hashes)
+        if self.held >= SPILL_AT:
+            self._spill()
+
+    def _spill(self) -> None:
+        if self.folder is None:
+            self.folder = tempfile.mkdtemp(prefix="delta-state-")
+        for kind, parts in self.parts.items():
+            if not parts:
+                continue
+            hashes = np.concatenate(parts)
+            buckets = (hashes >> np.uint64(64 - _BUCKET_BITS)).astype(np.int64)
+            order = np.argsort(buckets, kind="stable")
+            hashes, buckets = hashes[order], buckets[order]
+            bounds = np.searchsorted(buckets, np.arange((1 << _BUCKET_BITS) + 1))
+            for b in range(1 << _BUCKET_BITS):
+                lo, hi = bounds[b], bounds[b + 1]
+                if hi > lo:
+                    handle = self.files.get((kind, b))
+                    if handle is None:
+                        handle = self.files[(kind, b)] = open(os.path.join(self.folder, f"{kind}-{b}"), "ab")
+                    hashes[lo:hi].tofile(handle)
+            parts.clear()
+        self.held = 0
+
+    def _buckets(self) -> Iterator[dict[str, np.ndarray]]:
+        if self.folder is None:
+            yield {k: np.concatenate(v) if v else np.zeros(0, np.uint64) for k, v in self.parts.items()}
+            return
+        self._spill()
+        for handle in self.files.values():
+            handle.close()
+        for b in range(1 << _BUCKET_BITS):
+            out = {}
+            for kind in self.parts:
+                name = os.path.join(self.folder, f"{kind}-{b}")
+                out[kind] = np.fromfile(name, dtype=np.uint64) if os.path.exists(name) else np.zeros(0, np.uint64)
+            yield out
+
+    def problem(self) -> bool:
+        """True when a path may be live twice, or a logical file may be both live and removed."""
+        try:
+            for bucket in self._buckets():
+                paths = bucket["paths"]
+                paths.sort()
+                if len(paths) > 1 and bool((paths[1:] == paths[:-1]).any()):
+                    return True
+                if len(bucket["removes"]) and len(bucket["adds"]) and \
+                        bool(np.isin(bucket["removes"], bucket["adds"]).any()):
+                    return True
+            return False
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        for handle in self.files.values():
+            handle.close()
+        self.files.clear()
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.folder = None
+
+
+# -- reading checkpoint files ------------------------------------------------------------------
+class _RangeReader(io.RawIOBase):
+    """A read-only, seekable file over an object in the store, read by byte ranges."""
+
+    def __init__(self, storage: Storage, key: str, size: int):
+        self.storage, self.key, self.size, self.pos = storage, key, size, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        self.pos = offset if whence == 0 else (self.pos + offset if whence == 1 else self.size + offset)
+        return self.pos
+
+    def read(self, n: int = -1) -> bytes:
+        end = self.size if n is None or n < 0 else min(self.size, self.pos + n)
+        if end <= self.pos:
+            return b""
+        data = self.storage.read_range(self.key, self.pos, end)
+        self.pos += len(data)
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
+
+
+def _open_parquet(storage: Storage, key: str, size: int | None = None) -> pq.ParquetFile:
+    try:
+        if storage.is_local:
+            path = storage.local_path(key)
+            if not os.path.isfile(path):
+                raise CorruptLogError(f"log file listed but missing or unreadable: {key}")
+            return pq.ParquetFile(path, memory_map=False, buffer_size=READ_BUFFER, pre_buffer=False)
+        if size is None:
+            try:
+                size = storage.head(key).size
+            except FileNotFoundError:
+                raise CorruptLogError(f"log file listed but missing or unreadable: {key}") from None
+        return pq.ParquetFile(_RangeReader(storage, key, size), buffer_size=READ_BUFFER, pre_buffer=False)
+    except (pa.ArrowException, OSError) as exc:
+        raise CorruptLogError(f"corrupt checkpoint {key}: {exc}") from None
+
+
+def _struct_child(schema: pa.Schema, top: str, child: str) -> bool:
+    if top not in schema.names:
+        return False
+    t = schema.field(top).type
+    return pa.types.is_struct(t) and t.get_field_index(child) >= 0
+
+
+def _flatten(batch: pa.RecordBatch, top: str, columns: Sequence[str], target: pa.StructType) -> pa.Table:
+    """The valid rows of struct column ``top`` as a table of ``columns`` (missing ones null)."""
+    idx = batch.schema.get_field_index(top)
+    if idx < 0:
+        return pa.schema([target.field(c) for c in columns]).empty_table()
+    arr = batch.column(idx)
+    if arr.null_count:
+        arr = arr.filter(arr.is_valid())
+    present = {arr.type.field(i).name for i in range(arr.type.num_fields)}
+    cols = []
+    for c in columns:
+        kind = target.field(c).type
+        cols.append(pc.struct_field(arr, c) if c in present else pa.nulls(len(arr), kind))
+    return pa.table(cols, names=list(columns))
+
+
+def _rows_from_actions(actions: Sequence[Mapping[str, Any]], columns: Sequence[str], target: pa.StructType) -> pa.Table:
+    if not actions:
+        return pa.schema([target.field(c) for c in columns]).empty_table()
+    arr = pa.array(list(actions), type=target)
+    return pa.table([pc.struct_field(arr, c) for c in columns], names=list(columns))
+
+
+@dataclass
+class StreamedState:
+    """A table's state at one version, with its files still in the log (see the module docstring).
+
+    Attributes:
+        version, protocol, metadata, txns, domains, domain_tombstones, commit_timestamp,
+        distrusted: as on ``Snapshot``.
+    """
+
+    storage: Storage
+    segment: LogSegment
+    protocol: Protocol
+    metadata: Metadata
+    txns: dict[str, dict]
+    domains: dict[str, dict]
+    domain_tombstones: dict[str, dict]
+    commit_timestamp: int | None
+    distrusted: list[dict[str, str]]
+    replay_files: dict[tuple[str, str], tuple[str, dict]]
+    part_files: list[tuple[str, int | None]] = field(default_factory=list)  # (key, size) of parquet files
+
+    @property
+    def version(self) -> int:
+        return self.segment.version
+
+    @property
+    def partition_columns(self) -> list[str]:
+        return list(self.metadata.partition_columns)
+
+    def shell(self) -> Snapshot:
+        """A ``Snapshot`` of this state without its files: for the checks' argument validation and
+        settings, which read the protocol, metadata and log but no file."""
+        snap = Snapshot(self.storage, self.segment, self.protocol, self.metadata, ADD_SCHEMA.empty_table(),
+                        REMOVE_SCHEMA.empty_table(), self.txns, self.domains, self.domain_tombstones,
+                        self.commit_timestamp)
+        snap.distrusted = list(self.distrusted)
+        return snap
+
+    def scan(self, add_columns: Sequence[str], remove_columns: Sequence[str] | None = None
+             ) -> Iterator[tuple[str, pa.Table]]:
+        """Yield ``("add", table)`` pieces of the live files and, with ``remove_columns``,
+        ``("remove", table)`` pieces of the tombstones, each with the columns asked for (``path``
+        and ``deletionVector`` always included). Raises :class:`StreamFallback` at the end when
+        the checkpoint or the replay on top of it may break the reconciliation invariant."""
+        root = self.storage.root
+        add_cols = list(dict.fromkeys(["path", "deletionVector", *add_columns]))
+        rem_cols = list(dict.fromkeys(["path", "deletionVector", *(remove_columns or ())]))
+        touched = set(self.replay_files)
+        spellings = {a["path"] for _, a in self.replay_files.values()}
+        new_adds = [a for kind, a in self.replay_files.values() if kind == "add"]
+        new_removes = [a for kind, a in self.replay_files.values() if kind == "remove"]
+        if added_problem(ADD_SCHEMA.empty_table(), new_adds, root):
+            raise StreamFallback("two live adds of one path among the commits after the checkpoint")
+        new_paths = pa.array(sorted({p for p in canonical_paths(pa.array([a["path"] for a in new_adds], pa.string()),
+                                                                         root).to_pylist()}), pa.string()) \
+            if new_adds else None
+        hashes = _HashSets()
+        scanning = bool(self.part_files)
+        if scanning:
+            _SCANS.acquire()
+        try:
+            for key, size in self.part_files:
+                pf = _open_parquet(self.storage, key, size)
+                schema = pf.schema_arrow
+                wanted = [f"add.{c}" for c in add_cols if _struct_child(schema, "add", c)]
+                wanted += [f"remove.{c}" for c in rem_cols if _struct_child(schema, "remove", c)]
+                if not wanted:
+                    continue
+                try:
+                    for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=wanted, use_threads=False):
+                        adds = _flatten(batch, "add", add_cols, ADD)
+                        removes = _flatten(batch, "remove", rem_cols, REMOVE)
+                        yield from self._checkpoint_rows(adds, removes, hashes, touched, spellings, new_paths,
+                                                         remove_columns is not None)
+                except (pa.ArrowException, OSError) as exc:
+                    raise CorruptLogError(f"corrupt checkpoint {key}: {exc}") from None
+            if hashes.problem():
+                raise StreamFallback("the checkpoint may hold a path live twice, or a file both live and removed")
+        finally:
+            hashes.close()
+            if scanning:
+                _SCANS.release()
+        if new_adds:
+            yield "add", _rows_from_actions(new_adds, add_cols, ADD)
+        if remove_columns is not None and new_removes:
+            yield "remove", _rows_from_actions(new_removes, rem_cols, REMOVE)
+
+    def _checkpoint_rows(self, adds: pa.Table, removes: pa.Table, hashes: _HashSets, touched: set,
+                         spellings: set[str], new_paths: pa.Array | None, want_removes: bool
+                         ) -> Iterator[tuple[str, pa.Table]]:
+        root = self.storage.root
+        if adds.num_rows:
+            keys = canonical_paths(adds.column("path"), root)
+            if keys.null_count:
+                raise StreamFallback("an add action without a path")
+            hashes.add("paths", path_hashes(keys))
+            hashes.add("adds", path_hashes(pc.binary_join_element_wise(
+                keys, _dv_ids(adds.column("deletionVector").combine_chunks()), "\x00")))
+            kept = _drop_keys(adds, touched, spellings, root)
+            if new_paths is not None and kept.num_rows:
+                kept_keys = canonical_paths(kept.column("path"), root)
+                if pc.any(pc.is_in(kept_keys, value_set=new_paths)).as_py():
+                    raise StreamFallback("a later add makes a checkpoint path live twice")
+            if kept.num_rows:
+                yield "add", kept
+        if removes.num_rows:
+            keys = canonical_paths(removes.column("path"), root)
+            if keys.null_count:
+                raise StreamFallback("a remove action without a path")
+            hashes.add("removes", path_hashes(pc.binary_join_element_wise(
+                keys, _dv_ids(removes.column("deletionVector").combine_chunks()), "\x00")))
+            if want_removes:
+                kept = _drop_keys(removes, touched, spellings, root)
+                if kept.num_rows:
+                    yield "remove", kept
+
+
+def other_actions(storage: Storage, key: str, size: int | None,
+                  columns: Sequence[str] = _OTHER_COLUMNS) -> dict[str, list[dict]]:
+    """The non-file actions (``columns`` of them) of a parquet checkpoint file, read one row
+    group at a time; maps come back as dicts."""
+    from airflow_delta_maint.delta.log.snapshot import _clean
+
+    pf = _open_parquet(storage, key, size)
+    names = [c for c in columns if c in pf.schema_arrow.names]
+    out: dict[str, list[dict]] = {c: [] for c in columns}
+    if not names:
+        return out
+    try:
+        for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=names, use_threads=False):
+            for name in names:
+                col = batch.column(batch.schema.get_field_index(name))
+                if col.null_count == len(col):
+                    continue
+                out[name].extend(_clean(v) for v in col.filter(col.is_valid()).to_pylist())
+    except (pa.ArrowException, OSError) as exc:
+        raise CorruptLogError(f"corrupt checkpoint {key}: {exc}") from None
+    return out
+
+
+def sidecar_sizes(storage: Storage, checkpoint: Checkpoint) -> list[tuple[str, int]]:
+    """(key, size in bytes) of every sidecar of a V2 checkpoint, from its sidecar actions (the top
+    file's non-file columns only); [] for other checkpoints."""
+    if checkpoint.kind != "v2":
+        return []
+    out: list[tuple[str, int]] = []
+    for f in checkpoint.files:
+        if f.key.endswith(".json"):
+            actions = parse_json_lines(storage.read(f.key), f.key)
+            found = [a["sidecar"] for a in actions if a.get("sidecar") is not None]
+        else:
+            found = other_actions(storage, f.key, f.size)["sidecar"]
+        out.extend((sidecar_key(s["path"]), int(s.get("sizeInBytes") or 0)) for s in found)
+    return out
+
+
+def open_state(table: str | Storage, version: int | None = None,
+               storage_options: Mapping[str, str] | None = None) -> StreamedState:
+    """The state at ``version`` (default: the latest), its files left in the log for
+    :meth:`StreamedState.scan`.
+
+    Raises:
+        StreamFallback: the log needs what only ``Snapshot.load`` does (a distrusted derived
+            file, a JSON checkpoint).
+        DeltaError: a missing table or version, or a corrupt log, as ``Snapshot.load`` raises it.
+    """
+    storage = table if isinstance(table, Storage) else Storage(table, storage_options)
+    segment = build_segment(storage, version, use_compactions=True, prefer_commits=True, exclude=frozenset())
+    protocol_action = metadata_action = None
+    txns: dict[str, dict] = {}
+    domains: dict[str, dict] = {}
+    part_files: list[tuple[str, int | None]] = []
+    if segment.checkpoint is not None:
+        sidecars: list[str] = []
+        for f in segment.checkpoint.files:
+            if f.key.endswith(".json"):
+                raise StreamFallback("a JSON checkpoint is read whole")
+            found = other_actions(storage, f.key, f.size)
+            part_files.append((f.key, f.size))
+            for p in found["protocol"]:
+                protocol_action = p
+            for m in found["metaData"]:
+                metadata_action = m
+            for t in found["txn"]:
+                txns[t["appId"]] = t
+            for d in found["domainMetadata"]:
+                domains[d["domain"]] = d
+            sidecars.extend(s["path"] for s in found["sidecar"])
+        for path in sidecars:
+            key = sidecar_key(path)
+            if key.endswith(".json"):
+                raise StreamFallback("a JSON sidecar is read whole")
+            part_files.append((key, None))
+    base = CheckpointData(ADD_SCHEMA.empty_table(), REMOVE_SCHEMA.empty_table(), protocol_action, metadata_action,
+                          txns, domains)
+    try:
+        replay, commit_ts, mismatches = replay_segment(storage, segment, base, verify=True)
+    except _Untrusted as exc:
+        raise StreamFallback(exc.reason) from None
+    root = storage.root
+    if replay.protocol is None:
+        raise CorruptLogError(f"the log has no protocol action at version {segment.version}: {root}")
+    if replay.metadata is None:
+        raise CorruptLogError(f"the log has no metaData action at version {segment.version}: {root}")
+    try:
+        protocol = Protocol.from_action(replay.protocol)
+        metadata = Metadata.from_action(replay.metadata)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CorruptLogError(f"invalid protocol or metaData action: {exc}") from None
+    live_domains = {d: v for d, v in replay.domains.items() if not v.get("removed")}
+    domain_tombstones = {d: v for d, v in replay.domains.items() if v.get("removed")}
+    return StreamedState(storage, segment, protocol, metadata, replay.txns, live_domains, domain_tombstones,
+                         commit_ts, mismatches, replay.files, part_files)

@@ -21,6 +21,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from airflow_delta_maint.hooks.delta_spark_jars import IVY_SETTINGS  # the hook's: Maven Central only
+
 REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / ".cache" / "delta-spark"
 # the jar release for pyspark 4.2.0; the delta-spark Python package of the test extra is the same release
@@ -33,16 +35,6 @@ DELTA_SESSION_CONF = {
 }
 
 log = logging.getLogger(__name__)
-
-
-IVY_SETTINGS = """\
-<ivysettings>
-  <settings defaultResolver="central"/>
-  <resolvers>
-    <ibiblio name="central" m2compatible="true" root="https://repo1.maven.org/maven2/"/>
-  </resolvers>
-</ivysettings>
-"""
 
 
 def ivy_conf() -> dict[str, str]:

@@ -439,15 +439,7 @@ class Snapshot:
         else:
             cp = CheckpointData(ADD_SCHEMA.empty_table(), REMOVE_SCHEMA.empty_table(), None, None, {}, {})
         replay, commit_ts, mismatches = replay_segment(storage, segment, cp, verify)
-        if replay.protocol is None:
-            raise CorruptLogError(f"the log has no protocol action at version {segment.version}: {root}")
-        if replay.metadata is None:
-            raise CorruptLogError(f"the log has no metaData action at version {segment.version}: {root}")
-        try:
-            protocol = Protocol.from_action(replay.protocol)
-            metadata = Metadata.from_action(replay.metadata)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise CorruptLogError(f"invalid protocol or metaData action: {exc}") from None
+        protocol, metadata = table_config(replay, segment.version, root)
 
         touched = set(replay.files)
         spellings = {a["path"] for _, a in replay.files.values()}
@@ -514,3 +506,15 @@ def _strip_nulls(d: dict) -> dict:
 
 
 __all__ = ["CheckpointData", "Snapshot", "canonical_path", "read_checkpoint", "replay_segment", "sidecar_key", "FileInfo"]
+
+
+def table_config(replay: Any, version: int, root: str) -> tuple[Protocol, Metadata]:
+    """The protocol and metaData a replayed segment ends with; a missing or invalid one is a corrupt log."""
+    if replay.protocol is None:
+        raise CorruptLogError(f"the log has no protocol action at version {version}: {root}")
+    if replay.metadata is None:
+        raise CorruptLogError(f"the log has no metaData action at version {version}: {root}")
+    try:
+        return Protocol.from_action(replay.protocol), Metadata.from_action(replay.metadata)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CorruptLogError(f"invalid protocol or metaData action: {exc}") from None

@@ -49,7 +49,7 @@ from airflow_delta_maint.delta.errors import CorruptLogError
 from airflow_delta_maint.delta.log.listing import Checkpoint, LogSegment, build_segment, parse_json_lines
 from airflow_delta_maint.delta.log.reconciliation import added_problem
 from airflow_delta_maint.delta.log.snapshot import (ADD_SCHEMA, REMOVE_SCHEMA, CheckpointData, Snapshot, _drop_keys,
-                                                    _Untrusted, replay_segment, sidecar_key)
+                                                    _Untrusted, replay_segment, sidecar_key, table_config)
 from airflow_delta_maint.delta.protocol.actions import ADD, REMOVE, Metadata, Protocol
 from airflow_delta_maint.delta.protocol.paths import canonical_paths
 from airflow_delta_maint.delta.storage.store import Storage
@@ -510,15 +510,7 @@ def open_state(table: str | Storage, version: int | None = None,
     except _Untrusted as exc:
         raise StreamFallback(exc.reason) from None
     root = storage.root
-    if replay.protocol is None:
-        raise CorruptLogError(f"the log has no protocol action at version {segment.version}: {root}")
-    if replay.metadata is None:
-        raise CorruptLogError(f"the log has no metaData action at version {segment.version}: {root}")
-    try:
-        protocol = Protocol.from_action(replay.protocol)
-        metadata = Metadata.from_action(replay.metadata)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise CorruptLogError(f"invalid protocol or metaData action: {exc}") from None
+    protocol, metadata = table_config(replay, segment.version, root)
     live_domains = {d: v for d, v in replay.domains.items() if not v.get("removed")}
     domain_tombstones = {d: v for d, v in replay.domains.items() if v.get("removed")}
     return StreamedState(storage, segment, protocol, metadata, replay.txns, live_domains, domain_tombstones,

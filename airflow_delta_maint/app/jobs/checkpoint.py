@@ -1,4 +1,10 @@
-"""Write a checkpoint of the table's latest version (no Spark)."""
+"""Write a checkpoint of the table's latest version.
+
+Small tables: the whole state in memory and one checkpoint file written by the driver (no Spark).
+Large ones (see :mod:`airflow_delta_maint.app.state_reading`): the state streamed, the checkpoint's
+parts (or a V2 checkpoint's sidecars) written by parallel tasks and published once by the driver
+(:mod:`airflow_delta_maint.delta.log.checkpoint_parts`).
+"""
 
 from __future__ import annotations
 
@@ -6,12 +12,16 @@ import argparse
 from typing import Any
 
 from airflow_delta_maint.delta.log.checkpoint import write_checkpoint
+from airflow_delta_maint.delta.log.checkpoint_parts import write_checkpoint_in_parts
 from airflow_delta_maint.delta.log.cleanup import cleanup_expired_log
 from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.log.state_stream import StreamedState, StreamFallback
 from airflow_delta_maint.delta.protocol.features import check_checkpoint_allowed, check_supported
+from airflow_delta_maint.delta.storage.store import Storage
 
 from ..context import JobContext
 from ..engines import DELTA_SPARK, add_engine_argument, check_engine
+from ..state_reading import fell_back, streamed_state
 
 NAME = "checkpoint"
 
@@ -23,18 +33,54 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_engine_argument(parser)
 
 
+def write_in_parts(ctx: JobContext, state: StreamedState) -> dict[str, Any]:
+    """A checkpoint of a streamed state, its parts written by the job's tasks (Spark, or threads
+    under local execution)."""
+    def run_slices(writer, slices):
+        if not slices:
+            return []
+        tasks = ctx.tasks(f"checkpoint {ctx.storage.root}")
+        return tasks.map_slices(writer, slices, len(slices), "checkpoint parts")
+
+    return write_checkpoint_in_parts(state, run_slices=run_slices)
+
+
+def checkpoint_version(ctx: JobContext, storage: Storage, version: int) -> dict[str, Any]:
+    """Write a checkpoint of ``version`` the way the log's size asks for (the expired-log cleanup's
+    checkpoint too)."""
+    state = streamed_state(storage, version, "checkpoint")
+    if state is not None:
+        try:
+            return write_in_parts(ctx, state)
+        except StreamFallback as exc:
+            fell_back("checkpoint", exc)
+    return write_checkpoint(Snapshot.load(storage, version))
+
+
 def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     engine = check_engine(NAME, getattr(args, "engine", None))
-    snapshot = Snapshot.load(ctx.storage, args.version, paths_only=engine == DELTA_SPARK)
+    state = streamed_state(ctx.storage, args.version, "checkpoint") if engine != DELTA_SPARK else None
+    snapshot = state.shell() if state is not None else \
+        Snapshot.load(ctx.storage, args.version, paths_only=engine == DELTA_SPARK)
     ctx.version_read = snapshot.version
     check_supported(snapshot.protocol, "checkpoint", snapshot.metadata)
-    latest = Snapshot.load(ctx.storage, paths_only=True) if args.version is not None else snapshot
+    if args.version is None:
+        latest = snapshot
+    else:
+        latest_state = streamed_state(ctx.storage, None, "checkpoint") if state is not None else None
+        latest = latest_state.shell() if latest_state is not None else Snapshot.load(ctx.storage, paths_only=True)
     if args.version is not None:
         check_checkpoint_allowed(latest.protocol, latest.metadata, snapshot.version)
     if engine == DELTA_SPARK:
         from ..engines import delta_spark
 
         result = delta_spark.checkpoint(ctx, args.version, latest.version)
+    elif state is not None:
+        try:
+            result = write_in_parts(ctx, state)
+        except StreamFallback as exc:
+            fell_back("checkpoint", exc)
+            result = write_checkpoint(Snapshot.load(ctx.storage, snapshot.version))
     else:
         result = write_checkpoint(snapshot)
     metrics = {"status": "skipped" if result["already_existed"] else "committed",
@@ -47,7 +93,9 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
             planned = cleanup_expired_log(ctx.storage, dry_run=True)
             metrics["expired_log_cleanup"] = cleanup = delta_spark.cleanup_expired_log(ctx, planned, None)
         else:
-            metrics["expired_log_cleanup"] = cleanup = cleanup_expired_log(ctx.storage)
+            metrics["expired_log_cleanup"] = cleanup = cleanup_expired_log(
+                ctx.storage, snapshot=latest if state is not None else None,
+                checkpoint_writer=lambda v: checkpoint_version(ctx, ctx.storage, v))
         if cleanup["status"] == "committed":
             metrics["status"] = "committed"
     return metrics

@@ -1,7 +1,9 @@
 """Delete expired log files: commits, checkpoints, checksums and sidecars older than the log retention.
 
-Planning and deleting run on the driver with the core alone; no Spark starts. The rules are
-those of :mod:`airflow_delta_maint.delta.log.cleanup`.
+Planning and deleting run on the driver with the core alone; no Spark starts, except for the
+parts of a large table's missing boundary checkpoint (see the checkpoint job). The decisions read
+the protocol, metadata and version only: a large log's are streamed, never loaded whole. The rules
+are those of :mod:`airflow_delta_maint.delta.log.cleanup`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from airflow_delta_maint.delta.log.snapshot import Snapshot
 
 from ..context import JobContext
 from ..engines import DELTA_SPARK, add_engine_argument, check_engine
+from ..state_reading import streamed_state
+from .checkpoint import checkpoint_version
 
 NAME = "cleanup-log"
 DRY_RUN_LIST_CAP = 1000
@@ -56,12 +60,15 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     if engine == DELTA_SPARK and keep:
         raise InvalidArgumentError("cleanup-log with the delta-spark engine does not take --keep-versions (native "
                                    "engine only)")
-    snapshot = Snapshot.load(ctx.storage, paths_only=True)
+    # the decisions need the protocol, metadata and version only: a large log's are streamed
+    state = streamed_state(ctx.storage, None, "cleanup-log")
+    snapshot = state.shell() if state is not None else Snapshot.load(ctx.storage, paths_only=True)
     ctx.version_read = snapshot.version
     # the delta-spark engine: our core plans the same cleanup (a dry run), delta-spark deletes
     metrics = cleanup_expired_log(ctx.storage, retention=args.retention,
                                   dry_run=bool(args.dry_run or engine == DELTA_SPARK),
-                                  keep_versions=keep, snapshot=snapshot)
+                                  keep_versions=keep, snapshot=snapshot,
+                                  checkpoint_writer=lambda v: checkpoint_version(ctx, ctx.storage, v))
     if engine == DELTA_SPARK and not args.dry_run:
         from ..engines import delta_spark
 

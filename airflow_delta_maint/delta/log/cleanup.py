@@ -31,7 +31,7 @@ import logging
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from airflow_delta_maint.delta.errors import InvalidArgumentError, MissingVersionError
 from airflow_delta_maint.delta.log.checkpoint import parse_interval_ms, write_checkpoint
@@ -344,8 +344,13 @@ def _expired_sidecars(storage: Storage, listing: LogListing, boundary: int, cuto
 
 def cleanup_expired_log(storage: Storage, *, retention: str | None = None, dry_run: bool = False,
                         now_ms: int | None = None, keep_versions: Iterable[int] = (),
-                        snapshot: Snapshot | None = None) -> dict[str, Any]:
+                        snapshot: Snapshot | None = None,
+                        checkpoint_writer: Callable[[int], dict[str, Any]] | None = None) -> dict[str, Any]:
     """Plan and run expired log cleanup; returns the run's metrics.
+
+    ``snapshot`` needs only the protocol, metadata and version (a streamed state's shell will do);
+    ``checkpoint_writer(version)`` writes the boundary checkpoint when one is missing (default:
+    ``write_checkpoint`` of the loaded snapshot at that version).
 
     Metrics: ``status`` (``committed`` when files were deleted or a checkpoint written,
     ``skipped``, ``dry_run``), ``version_read``, ``cutoff_timestamp``, ``cutoffCommitVersion``,
@@ -380,10 +385,14 @@ def cleanup_expired_log(storage: Storage, *, retention: str | None = None, dry_r
         metrics["files_to_delete_by_kind"] = plan.counts()
         return metrics
     if plan.checkpoint_to_write is not None:
-        at = Snapshot.load(storage, plan.checkpoint_to_write)
-        check_supported(at.protocol, "checkpoint", at.metadata)
-        check_checkpoint_allowed(snapshot.protocol, snapshot.metadata, plan.checkpoint_to_write)
-        result = write_checkpoint(at)
+        if checkpoint_writer is not None:
+            check_checkpoint_allowed(snapshot.protocol, snapshot.metadata, plan.checkpoint_to_write)
+            result = checkpoint_writer(plan.checkpoint_to_write)
+        else:
+            at = Snapshot.load(storage, plan.checkpoint_to_write)
+            check_supported(at.protocol, "checkpoint", at.metadata)
+            check_checkpoint_allowed(snapshot.protocol, snapshot.metadata, plan.checkpoint_to_write)
+            result = write_checkpoint(at)
         metrics["checkpointWritten"] = result["version"]
         log.info("wrote a checkpoint of version %d (%s) before cleaning up", result["version"], result["path"])
         # the boundary must be a complete checkpoint now

@@ -1,0 +1,35 @@
+"""How a job on the driver reads the table's state: whole in memory, or streamed from the log.
+
+Small logs are loaded whole (``Snapshot.load``), as before; from
+:func:`~airflow_delta_maint.delta.log.state_size.stream_min_files` checkpointed files on, the jobs
+open the state streamed (:func:`~airflow_delta_maint.delta.log.state_stream.open_state`) and hand
+the work per file to Spark tasks. Whatever the stream cannot vouch for (``StreamFallback``) is done
+on the whole ``Snapshot`` instead, with the same answers.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from airflow_delta_maint.delta.log.state_size import use_streamed_state
+from airflow_delta_maint.delta.log.state_stream import StreamedState, StreamFallback, open_state
+from airflow_delta_maint.delta.storage.store import Storage
+
+log = logging.getLogger("delta_maint.state")
+
+
+def streamed_state(storage: Storage, version: int | None = None, what: str = "the job") -> StreamedState | None:
+    """The streamed state when the log is large and the stream can read it; None to load the
+    whole ``Snapshot`` (a small log, or one the stream cannot vouch for)."""
+    if not use_streamed_state(storage):
+        return None
+    try:
+        return open_state(storage, version)
+    except StreamFallback as exc:
+        log.info("%s reads the whole state in memory: %s", what, exc)
+        return None
+
+
+def fell_back(what: str, exc: StreamFallback) -> None:
+    """Log that a streamed job goes on with the whole ``Snapshot``."""
+    log.info("%s reads the whole state in memory: %s", what, exc)

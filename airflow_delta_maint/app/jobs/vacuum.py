@@ -2,7 +2,11 @@
 
 Full mode lists the table root with Spark (the driver lists the top folders, Spark tasks list
 the subtrees; under local execution threads of this process, or one stream on local disk), keeps untracked files younger than the cutoff and everything the snapshot still
-references, and deletes the rest in parallel Spark tasks. Lite mode reads the candidates from
+references, and deletes the rest in parallel Spark tasks. On a large table (see
+:mod:`airflow_delta_maint.app.state_reading`) neither the listing nor the valid set comes to the
+driver: the valid keys are streamed from the log to parquet and anti-joined with the listing in
+Spark (:mod:`airflow_delta_maint.app.runners.vacuum_antijoin`); lite mode looks its candidates up
+in the streamed state. Lite mode reads the candidates from
 the log instead of listing. Both commit ``VACUUM START`` and ``VACUUM END`` (no file actions,
 so they never conflict with writers) and then record the watermark in ``_last_vacuum_info``.
 """
@@ -10,6 +14,7 @@ so they never conflict with writers) and then record the watermark in ``_last_va
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import functools
 import logging
@@ -22,20 +27,23 @@ from typing import Any, Sequence
 from airflow_delta_maint.delta.errors import CommitFailedError, InvalidArgumentError
 from airflow_delta_maint.delta.log.listing import list_log
 from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.log.state_stream import StreamedState, StreamFallback
 from airflow_delta_maint.delta.log.transaction import ConflictError, Transaction, winning_commits
 from airflow_delta_maint.delta.plans.vacuum import (
-    VacuumPlan, lite_candidates, plan_vacuum, remove_empty_dirs, table_retention_ms, valid_keys,
-    write_last_vacuum_info,
+    VacuumPlan, lite_candidates, plan_vacuum, remove_empty_dirs, table_retention_ms, valid_among, valid_among_streamed,
+    valid_keys, write_last_vacuum_info,
 )
 from airflow_delta_maint.delta.plans.vacuum_files import Subtree, delete_files_parallel, list_folder, list_subtree
 from airflow_delta_maint.delta.plans.vacuum_inventory import Inventory, check_fresh, inventory_files, read_inventory
 from airflow_delta_maint.delta.plans.vacuum_keep import kept_version_keys
 from airflow_delta_maint.delta.plans.vacuum_prefetch import PrefetchedListing
+from airflow_delta_maint.delta.plans.vacuum_valid_stream import write_valid_keys
 from airflow_delta_maint.delta.protocol.features import check_supported
 from airflow_delta_maint.delta.storage.store import FileInfo, Storage
 
 from ..context import JobContext
 from ..engines import DELTA_SPARK, add_engine_argument, check_engine
+from ..state_reading import fell_back, streamed_state
 from .cleanup_log import parse_versions
 from airflow_delta_maint.app.runners.vacuum_tasks import DELETE_BATCH, TASK_THREADS, delete_partition, list_partition, split_keys, summarize
 
@@ -309,7 +317,8 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     # a full VACUUM of an object-store table starts listing it now: reading the log waits on the store too
     prefetch = PrefetchedListing(storage) if args.mode == "full" and not args.inventory and not storage.is_local \
         else None
-    snapshot = Snapshot.load(storage, paths_only=True)
+    state = streamed_state(storage, None, "VACUUM")
+    snapshot = state.shell() if state is not None else Snapshot.load(storage, paths_only=True)
     ctx.version_read = snapshot.version
     check_supported(snapshot.protocol, "vacuum", snapshot.metadata)
     listing_log = list_log(storage)
@@ -317,6 +326,18 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
                        listing=listing_log, with_valid=False)
     keep_versions = parse_versions(args.keep_versions)
     kept = kept_version_keys(storage, keep_versions, snapshot.version) if keep_versions else set()
+    lookup = None
+    if state is not None and plan.mode == "full" and not args.inventory and ctx.spark_allowed and not ctx.connect:
+        if prefetch is not None:
+            prefetch.cancel()
+        try:
+            return _full_at_scale(ctx, args, state, plan, keep_versions, kept)
+        except StreamFallback as exc:
+            fell_back("VACUUM", exc)
+    if state is not None and plan.mode == "lite":
+        lookup = functools.partial(_valid_among, state, plan.cutoff_ms)
+    elif state is not None:  # full mode the stream cannot serve: the whole state, at the version planned from
+        snapshot = Snapshot.load(storage, state.version, paths_only=True)
     inventory = None
     if args.inventory:
         if plan.mode != "full":
@@ -357,7 +378,7 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
         metrics.update(numFilesListed=found.files, sizeOfFilesListed=found.bytes)
     else:
         assert plan.lite is not None
-        lite = lite_candidates(plan, storage, snapshot)
+        lite = lite_candidates(plan, storage, snapshot if lookup is None else None, lookup=lookup)
         files = lite.files
         dirs_vacuumed = 1
         watermark = lite.watermark
@@ -410,6 +431,96 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
                    numDeletedFiles=deleted, numVacuumedDirectories=dirs_vacuumed,
                    numDeletedDirectories=removed_dirs, lastVacuumWatermark=watermark)
     return metrics
+
+
+def _valid_among(state: StreamedState, cutoff_ms: int, keys: set[str]) -> set[str]:
+    """Lite mode's lookup of its candidates in a large table's state, streamed; the whole state
+    when the stream cannot vouch for it."""
+    try:
+        return valid_among_streamed(state, cutoff_ms, keys)
+    except StreamFallback as exc:
+        fell_back("VACUUM lite", exc)
+        return valid_among(Snapshot.load(state.storage, state.version, paths_only=True), cutoff_ms, keys)
+
+
+def _full_at_scale(ctx: JobContext, args: argparse.Namespace, state: StreamedState, plan: VacuumPlan,
+                   keep_versions: list[int], kept: set[str]) -> dict[str, Any]:
+    """Full mode on a large table: the valid set streamed to parquet while Spark lists the table,
+    the files to delete found by an anti-join and deleted by Spark tasks
+    (:mod:`airflow_delta_maint.app.runners.vacuum_antijoin`). Same metrics as the in-memory path.
+
+    Raises:
+        StreamFallback: the streamed state cannot be vouched for (before anything is deleted).
+    """
+    from ..runners import vacuum_antijoin as aj
+
+    storage = state.storage
+    snapshot = state.shell()
+    spark = ctx.spark("VACUUM")
+    scratch = aj.scratch_folder()
+    listing_job = _Background(aj.list_into_spark, spark, storage, plan.partition_columns)
+    frames: list[Any] = []
+    try:
+        try:
+            write_valid_keys(state, plan.cutoff_ms, scratch)
+        except BaseException:
+            with contextlib.suppress(BaseException):
+                listing_job.join().frame.unpersist()
+            raise
+        found = listing_job.join()
+        frames.append(found.frame)
+        untracked, valid_count = aj.untracked_files(spark, found, scratch, plan.cutoff_ms, kept)
+        frames.append(untracked.frame)
+        retention_hours = plan.retention_ms / 3_600_000
+        metrics: dict[str, Any] = {"version_read": snapshot.version, "mode": plan.mode,
+                                   "retention_hours": retention_hours, "cutoff_timestamp": plan.cutoff_ms,
+                                   "numValidFiles": valid_count}
+        log.info("VACUUM full of %s at version %d (large table: anti-join in Spark): %d files are untracked and "
+                 "older than the cutoff", storage.root, snapshot.version, untracked.files)
+        metrics.update(numFilesListed=found.files, sizeOfFilesListed=found.bytes)
+        if keep_versions:
+            metrics.update(keepVersions=keep_versions, numFilesKeptForVersions=untracked.kept_for_versions)
+        metrics.update(numFilesToDelete=untracked.files, sizeOfDataToDelete=untracked.bytes)
+        dirs_vacuumed = len(found.dirs) + 1
+        watermark = plan.latest_outside
+        if args.dry_run:
+            listed = aj.first_keys(untracked, DRY_RUN_LIST_CAP)
+            metrics.update(status="dry_run", numFilesDeleted=0, numDeletedFiles=0, numVacuumedDirectories=0,
+                           files_to_delete=listed, files_to_delete_truncated=untracked.files > DRY_RUN_LIST_CAP)
+            return metrics
+        if not untracked.files:
+            if watermark is not None and watermark != (plan.lite.watermark if plan.lite else None):
+                write_last_vacuum_info(storage, watermark)
+            metrics.update(status="skipped", numFilesDeleted=0, numDeletedFiles=0, numVacuumedDirectories=0,
+                           numDeletedDirectories=0, reason="no file to delete")
+            return metrics
+        start_version, base = _commit_marker(snapshot, "VACUUM START", plan.commit_parameters(),
+                                             {"numFilesToDelete": untracked.files,
+                                              "sizeOfDataToDelete": untracked.bytes}, plan)
+        metrics["version_vacuum_start"] = start_version
+        try:
+            deleted = aj.delete_untracked(spark, storage, untracked)
+            emptied = [f"{d}/" for d in aj.emptied_folders(untracked)] if storage.is_local else []
+            removed_dirs = remove_empty_dirs(storage, emptied, plan.cutoff_ms, plan.partition_columns,
+                                             walk=False, listed_dirs=found.dirs)
+        except BaseException:
+            _commit_marker(base, "VACUUM END", {"status": "FAILED"}, {})
+            raise
+        end_version, _ = _commit_marker(base, "VACUUM END", {"status": "COMPLETED"},
+                                        {"numDeletedFiles": deleted, "numVacuumedDirectories": dirs_vacuumed})
+        if watermark is not None:
+            write_last_vacuum_info(storage, watermark)
+        log.info("deleted %d files (%d bytes planned) and %d empty folders; committed VACUUM END at version %d",
+                 deleted, untracked.bytes, removed_dirs, end_version)
+        metrics.update(status="committed", version_committed=end_version, numFilesDeleted=deleted,
+                       numDeletedFiles=deleted, numVacuumedDirectories=dirs_vacuumed,
+                       numDeletedDirectories=removed_dirs, lastVacuumWatermark=watermark)
+        return metrics
+    finally:
+        for frame in frames:
+            with contextlib.suppress(Exception):
+                frame.unpersist()
+        aj.remove_scratch(scratch)
 
 
 def _run_delta_spark(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:

@@ -12,7 +12,8 @@ from typing import Any, Iterable, Iterator, Sequence
 from airflow_delta_maint.delta.plans.vacuum_files import Subtree, delete_files_parallel, list_subtree
 from airflow_delta_maint.delta.storage.store import Storage
 
-__all__ = ["DELETE_BATCH", "ListingSummary", "TASK_THREADS", "delete_partition", "list_partition", "split_keys", "summarize"]
+__all__ = ["DELETE_BATCH", "ListingSummary", "TASK_THREADS", "delete_partition", "delete_rows", "list_partition", "list_rows",
+           "split_keys", "summarize"]
 
 DELETE_BATCH = 500
 TASK_THREADS = 4
@@ -59,3 +60,24 @@ def delete_partition(keys: Iterable[str], storage: Storage, counter: Any) -> Ite
     """Spark task: delete its keys on a few threads; report progress through an accumulator;
     yield how many were deleted."""
     yield delete_files_parallel(storage, list(keys), TASK_THREADS, DELETE_BATCH, counter.add)
+
+
+def list_rows(prefixes: Iterable[str], storage: Storage, partition_columns: Sequence[str]
+              ) -> Iterator[tuple[str, str, int, int]]:
+    """Spark task: list the subtrees under ``prefixes`` and yield one row per visible file
+    ``("f", key, size, mtime)`` and folder ``("d", key, 0, mtime)``, for a listing that stays in
+    Spark (VACUUM's anti-join) instead of coming back to the driver."""
+    prefixes = list(prefixes)
+    threads = 1 if storage.is_local else max(1, min(TASK_THREADS, len(prefixes)))
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        for found in pool.map(lambda p: list_subtree(storage, p, partition_columns), prefixes):
+            for key, size, mtime in zip(found.keys, found.sizes, found.mtimes):
+                yield "f", key, size, mtime
+            for key, mtime in found.dirs.items():
+                yield "d", key, 0, mtime
+
+
+def delete_rows(rows: Iterable[Any], storage: Storage, counter: Any) -> Iterator[int]:
+    """Spark task: delete the keys of its rows (first field) on a few threads; yield how many went."""
+    keys = [r[0] for r in rows]
+    yield delete_files_parallel(storage, keys, TASK_THREADS, DELETE_BATCH, counter.add)

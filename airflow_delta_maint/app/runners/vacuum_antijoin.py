@@ -1,0 +1,161 @@
+"""VACUUM full of a large table as a distributed anti-join: the listing and the valid set stay in
+Spark, never in the driver's memory.
+
+The driver streams the valid keys from the log into parquet files in a scratch folder
+(:func:`~airflow_delta_maint.delta.plans.vacuum_valid_stream.write_valid_keys`); Spark tasks list
+the table's subtrees into a DataFrame of files and folders
+(:func:`~airflow_delta_maint.app.runners.vacuum_tasks.list_rows`); the files older than the cutoff
+that no valid key names (a left anti-join) are the files to delete, which Spark tasks delete. The
+driver holds the folders (for removing emptied ones), the counts and at most
+``DRY_RUN_LIST_CAP`` keys of a dry run.
+
+The scratch folder must be readable by the executors: a local temporary folder serves a local or
+single-machine cluster; elsewhere set ``DELTA_MAINT_SCRATCH_DIR`` to a folder every machine
+mounts. pyspark is imported inside the functions only.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import shutil
+import tempfile
+import uuid
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+from airflow_delta_maint.delta.plans.vacuum_files import Subtree, list_folder
+from airflow_delta_maint.delta.storage.store import Storage
+
+from .vacuum_tasks import delete_rows, list_rows
+
+__all__ = ["SCRATCH_ENV", "ScaledListing", "Untracked", "delete_untracked", "list_into_spark", "scratch_folder",
+           "untracked_files"]
+
+SCRATCH_ENV = "DELTA_MAINT_SCRATCH_DIR"
+log = logging.getLogger("delta_maint.vacuum")
+_LISTING_SCHEMA = "kind string, key string, size long, mtime long"
+
+
+def scratch_folder() -> str:
+    """A fresh folder for this run's temporary files (under ``DELTA_MAINT_SCRATCH_DIR`` when set)."""
+    base = os.environ.get(SCRATCH_ENV) or None
+    if base:
+        os.makedirs(base, exist_ok=True)
+    return tempfile.mkdtemp(prefix="delta-vacuum-", dir=base)
+
+
+def remove_scratch(folder: str) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def top_folders(storage: Storage, partition_columns: Sequence[str], parallelism: int) -> tuple[Subtree, list[str]]:
+    """The files of the top folders (listed on the driver) and the subtrees left for the tasks:
+    one or two levels more while there are fewer folders than twice the parallelism."""
+    top = Subtree()
+    frontier = [""]
+    for _ in range(3):
+        nxt: list[str] = []
+        for prefix in frontier:
+            dirs, files = list_folder(storage, prefix, partition_columns)
+            for f in files:
+                top.add(f)
+            top.dirs.update(dirs)
+            nxt.extend(dirs)
+        frontier = nxt
+        if len(frontier) >= 2 * parallelism or not frontier:
+            break
+    return top, frontier
+
+
+@dataclass
+class ScaledListing:
+    """The listing as a persisted DataFrame ``(kind, key, size, mtime)``, and what the driver keeps."""
+
+    frame: Any
+    files: int
+    bytes: int
+    dirs: dict[str, int]
+
+
+def list_into_spark(spark: Any, storage: Storage, partition_columns: Sequence[str]) -> ScaledListing:
+    """List every visible file and folder under the table root into a DataFrame (Spark tasks)."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    sc = spark.sparkContext
+    parallelism = max(1, sc.defaultParallelism)
+    top, frontier = top_folders(storage, partition_columns, parallelism)
+    top_rows = [("f", k, s, m) for k, s, m in zip(top.keys, top.sizes, top.mtimes)]
+    top_rows += [("d", k, 0, m) for k, m in top.dirs.items()]
+    rdd = sc.parallelize(top_rows, 1)
+    if frontier:
+        task = functools.partial(list_rows, storage=storage, partition_columns=list(partition_columns))
+        listed = sc.parallelize(frontier, max(1, min(len(frontier), parallelism * 4))).mapPartitions(task)
+        rdd = rdd.union(listed)
+    frame = spark.createDataFrame(rdd, _LISTING_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
+    totals = frame.where(F.col("kind") == "f").agg(F.count("*").alias("n"), F.sum("size").alias("b")).first()
+    dirs = {r["key"]: int(r["mtime"]) for r in frame.where(F.col("kind") == "d").select("key", "mtime").collect()}
+    files, size = int(totals["n"] or 0), int(totals["b"] or 0)
+    log.info("listed %d files (%d bytes) in %d folders with Spark", files, size, len(dirs) + 1)
+    return ScaledListing(frame, files, size, dirs)
+
+
+@dataclass
+class Untracked:
+    """The files to delete as a persisted DataFrame ``(key, size)``, with their count and bytes."""
+
+    frame: Any
+    files: int
+    bytes: int
+    kept_for_versions: int
+
+
+def untracked_files(spark: Any, listing: ScaledListing, valid_folder: str, cutoff_ms: int,
+                    kept: Iterable[str] = ()) -> tuple[Untracked, int]:
+    """The listed files older than the cutoff that no valid key (nor a kept version) names; and
+    how many distinct valid keys there are."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    valid = spark.read.parquet(valid_folder).select("key")
+    valid_count = valid.distinct().count()
+    old = listing.frame.where((F.col("kind") == "f") & (F.col("mtime") < cutoff_ms)).select("key", "size")
+    untracked = old.join(valid, "key", "left_anti")
+    kept = sorted(set(kept))
+    before = None
+    if kept:
+        untracked = untracked.persist(StorageLevel.MEMORY_AND_DISK)
+        before = untracked.count()
+        kept_frame = spark.createDataFrame([(k,) for k in kept], "key string")
+        untracked = untracked.join(kept_frame, "key", "left_anti")
+    untracked = untracked.persist(StorageLevel.MEMORY_AND_DISK)
+    totals = untracked.agg(F.count("*").alias("n"), F.sum("size").alias("b")).first()
+    files = int(totals["n"] or 0)
+    return Untracked(untracked, files, int(totals["b"] or 0), (before - files) if before is not None else 0), \
+        valid_count
+
+
+def first_keys(untracked: Untracked, limit: int) -> list[str]:
+    """The first ``limit`` keys to delete, in key order (a dry run's list)."""
+    return [r["key"] for r in untracked.frame.select("key").orderBy("key").limit(limit).collect()]
+
+
+def emptied_folders(untracked: Untracked) -> list[str]:
+    """The folders that held a file to delete (the driver removes them once empty)."""
+    from pyspark.sql import functions as F
+
+    parent = F.regexp_extract(F.col("key"), r"^(.*)/[^/]*$", 1)
+    return [r["d"] for r in untracked.frame.select(parent.alias("d")).distinct().collect() if r["d"]]
+
+
+def delete_untracked(spark: Any, storage: Storage, untracked: Untracked) -> int:
+    """Delete the files in Spark tasks; how many were deleted."""
+    sc = spark.sparkContext
+    counter = sc.accumulator(0)
+    sc.setJobGroup(f"delta-maint-{uuid.uuid4().hex[:8]}", f"VACUUM {storage.root}: deleting", interruptOnCancel=True)
+    task = functools.partial(delete_rows, storage=storage, counter=counter)
+    deleted = sum(untracked.frame.select("key").rdd.mapPartitions(task).collect())
+    log.info("deleted %d / %d files in Spark tasks", deleted, untracked.files)
+    return int(deleted)

@@ -1,0 +1,118 @@
+"""The driver's jobs on large tables (the threshold forced down so that small tables take that
+path) answer exactly as on the in-memory path: checkpoint, expired-log cleanup and VACUUM full and
+lite, run in-process through the application's entry point on the session's SparkSession."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from airflow_delta_maint.app.cli import run
+from airflow_delta_maint.delta.log.listing import list_log
+from airflow_delta_maint.delta.log.snapshot import Snapshot, read_checkpoint
+from airflow_delta_maint.delta.log.state_size import STREAM_MIN_FILES_ENV
+from airflow_delta_maint.delta.storage.store import Storage
+from tests.app.test_vacuum import aged_table, make_old, make_young, rows
+
+pytestmark = pytest.mark.spark
+VOLATILE = ("started_at", "duration_s", "finished_at", "cutoff_timestamp")
+
+
+def _stable(m: dict) -> dict:
+    return {k: v for k, v in m.items() if k not in VOLATILE}
+
+
+def _run_both(monkeypatch, path: Path, argv: list[str]) -> tuple[dict, dict]:
+    """The job on a copy of the table in memory (``<path>-memory``) and on another streamed
+    (``<path>-streamed``); both metrics."""
+    small, large = Path(str(path) + "-memory"), Path(str(path) + "-streamed")
+    shutil.rmtree(small, ignore_errors=True)
+    shutil.rmtree(large, ignore_errors=True)
+    shutil.copytree(path, small, copy_function=shutil.copy2)
+    shutil.copytree(path, large, copy_function=shutil.copy2)
+    monkeypatch.setenv(STREAM_MIN_FILES_ENV, str(10**12))
+    code, a = run([argv[0], str(small), "--json", *argv[1:]])
+    assert code == 0, a
+    monkeypatch.setenv(STREAM_MIN_FILES_ENV, "0")
+    code, b = run([argv[0], str(large), "--json", *argv[1:]])
+    assert code == 0, b
+    a["table"] = b["table"] = None
+    return _stable(a), _stable(b)
+
+
+def _with_checkpoint(tmp_path: Path) -> Path:
+    path = aged_table(tmp_path, versions=6)
+    code, m = run(["checkpoint", str(path), "--json"])
+    assert code == 0, m
+    from deltalake import DeltaTable, write_deltalake
+    import pyarrow as pa
+
+    DeltaTable(str(path)).delete("id % 5 = 1")
+    write_deltalake(str(path), pa.table({"id": [900, 901], "p": ["p0", "p1"]}), mode="append", partition_by=["p"])
+    return path
+
+
+def test_checkpoint_in_parts_reads_back_as_the_in_memory_one(tmp_path, spark, monkeypatch):
+    import airflow_delta_maint.app.jobs.checkpoint as job
+
+    used = []
+    monkeypatch.setattr(job, "write_in_parts", lambda ctx, state, _f=job.write_in_parts: used.append(1) or
+                        _f(ctx, state))
+    path = _with_checkpoint(tmp_path)
+    a, b = _run_both(monkeypatch, path, ["checkpoint"])
+    assert used == [1]
+    assert a["checkpoint"]["kind"] == "classic" and b["checkpoint"]["kind"] == "multipart"
+    assert a["checkpoint"]["num_add_files"] == b["checkpoint"]["num_add_files"]
+    assert a["checkpoint_version"] == b["checkpoint_version"]
+    version = a["checkpoint_version"]
+    read = []
+    for side in ("memory", "streamed"):
+        storage = Storage(str(path) + "-" + side)
+        cp = [c for c in list_log(storage, version).checkpoints if c.version == version][0]
+        data = read_checkpoint(storage, cp)
+        read.append((sorted(json.dumps(x, sort_keys=True, default=str) for x in data.adds.to_pylist()),
+                     sorted(json.dumps(x, sort_keys=True, default=str) for x in data.removes.to_pylist()),
+                     data.protocol, data.metadata, data.txns, data.domains))
+    assert read[0] == read[1]
+    assert rows(Path(str(path) + "-streamed")) == rows(path)
+
+
+def test_vacuum_full_by_anti_join_deletes_what_the_in_memory_run_deletes(tmp_path, spark, monkeypatch):
+    import airflow_delta_maint.app.jobs.vacuum as job
+
+    used = []
+    original = job._full_at_scale
+    monkeypatch.setattr(job, "_full_at_scale", lambda *a, **k: used.append(1) or original(*a, **k))
+    path = _with_checkpoint(tmp_path)
+    make_old(path, "orphan-top.parquet", "p=p1/orphan-a.parquet", "p=p2/deep/orphan-b.parquet", "empty/old.bin")
+    make_young(path, "p=p0/young.parquet")
+    before = rows(path)
+    a, b = _run_both(monkeypatch, path, ["vacuum", "--dry-run"])
+    assert used == [1]
+    assert a == b and a["numFilesToDelete"] >= 4
+    a, b = _run_both(monkeypatch, path, ["vacuum", "--keep-versions", "0"])
+    assert a == b and a["status"] == "committed"
+    trees = [sorted(str(p.relative_to(root)) for p in root.rglob("*") if "_delta_log" not in str(p))
+             for root in (Path(str(path) + "-memory"), Path(str(path) + "-streamed"))]
+    assert trees[0] == trees[1]
+    assert rows(Path(str(path) + "-streamed")) == before
+
+
+def test_vacuum_lite_looks_candidates_up_in_the_streamed_state(tmp_path, spark, monkeypatch):
+    path = _with_checkpoint(tmp_path)
+    a, b = _run_both(monkeypatch, path, ["vacuum", "--mode", "lite", "--dry-run"])
+    assert a == b and a["numFilesToDelete"] > 0
+    a, b = _run_both(monkeypatch, path, ["vacuum", "--mode", "lite"])
+    assert a == b and a["status"] == "committed"
+
+
+def test_expired_log_cleanup_decides_alike(tmp_path, spark, monkeypatch):
+    path = _with_checkpoint(tmp_path)
+    for argv in (["cleanup-log", "--retention", "interval 1 day", "--dry-run"],
+                 ["cleanup-log", "--retention", "interval 1 day"]):
+        a, b = _run_both(monkeypatch, path, argv)
+        assert a == b
+    assert Snapshot.load(str(path) + "-streamed").version == Snapshot.load(str(path) + "-memory").version

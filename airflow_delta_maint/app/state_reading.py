@@ -15,6 +15,8 @@ from airflow_delta_maint.delta.log.state_size import use_streamed_state
 from airflow_delta_maint.delta.log.state_stream import StreamedState, StreamFallback, open_state
 from airflow_delta_maint.delta.storage.store import Storage
 
+from .context import JobContext
+
 log = logging.getLogger("delta_maint.state")
 
 
@@ -33,3 +35,12 @@ def streamed_state(storage: Storage, version: int | None = None, what: str = "th
 def fell_back(what: str, exc: StreamFallback) -> None:
     """Log that a streamed job goes on with the whole ``Snapshot``."""
     log.info("%s reads the whole state in memory: %s", what, exc)
+
+
+def warm_up_spark(ctx: JobContext) -> None:
+    """Start the job's SparkSession in the background (the driver streams the log meanwhile);
+    nothing under local execution, on Spark Connect or when it is already up."""
+    if ctx.spark_allowed and not ctx.connect and ctx._spark is None:
+        from .spark_session import start_in_background
+
+        start_in_background(ctx.master)

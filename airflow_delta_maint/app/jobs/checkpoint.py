@@ -21,7 +21,7 @@ from airflow_delta_maint.delta.storage.store import Storage
 
 from ..context import JobContext
 from ..engines import DELTA_SPARK, add_engine_argument, check_engine
-from ..state_reading import fell_back, streamed_state
+from ..state_reading import fell_back, streamed_state, warm_up_spark
 
 NAME = "checkpoint"
 
@@ -36,6 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def write_in_parts(ctx: JobContext, state: StreamedState) -> dict[str, Any]:
     """A checkpoint of a streamed state, its parts written by the job's tasks (Spark, or threads
     under local execution)."""
+    warm_up_spark(ctx)
+
     def run_slices(writer, slices):
         if not slices:
             return []

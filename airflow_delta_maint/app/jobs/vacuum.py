@@ -456,9 +456,9 @@ def _full_at_scale(ctx: JobContext, args: argparse.Namespace, state: StreamedSta
 
     storage = state.storage
     snapshot = state.shell()
-    spark = ctx.spark("VACUUM")
     scratch = aj.scratch_folder()
-    listing_job = _Background(aj.list_into_spark, spark, storage, plan.partition_columns)
+    # Spark starts and lists the table while the driver streams the valid keys
+    listing_job = _Background(lambda: aj.list_into_spark(ctx.spark("VACUUM"), storage, plan.partition_columns))
     frames: list[Any] = []
     try:
         try:
@@ -468,6 +468,7 @@ def _full_at_scale(ctx: JobContext, args: argparse.Namespace, state: StreamedSta
                 listing_job.join().frame.unpersist()
             raise
         found = listing_job.join()
+        spark = ctx.spark("VACUUM")
         frames.append(found.frame)
         untracked, valid_count = aj.untracked_files(spark, found, scratch, plan.cutoff_ms, kept)
         frames.append(untracked.frame)

@@ -115,23 +115,34 @@ class Untracked:
 def untracked_files(spark: Any, listing: ScaledListing, valid_folder: str, cutoff_ms: int,
                     kept: Iterable[str] = ()) -> tuple[Untracked, int]:
     """The listed files older than the cutoff that no valid key (nor a kept version) names; and
-    how many distinct valid keys there are."""
+    how many distinct valid keys there are.
+
+    One shuffle does both: the valid keys and the old listed files are grouped by key (valid keys
+    combined map-side), each key flagged valid, listed or both; the anti-join is the keys listed
+    and not valid.
+    """
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    valid = spark.read.parquet(valid_folder).select("key")
-    valid_count = valid.distinct().count()
-    old = listing.frame.where((F.col("kind") == "f") & (F.col("mtime") < cutoff_ms)).select("key", "size")
-    untracked = old.join(valid, "key", "left_anti")
+    valid = spark.read.parquet(valid_folder).select(
+        "key", F.lit(True).alias("valid"), F.lit(None).cast("long").alias("size"))
+    old = listing.frame.where((F.col("kind") == "f") & (F.col("mtime") < cutoff_ms)).select(
+        "key", F.lit(False).alias("valid"), "size")
+    grouped = valid.unionByName(old).groupBy("key").agg(
+        F.max("valid").alias("valid"), F.max("size").alias("size"),
+        F.max(F.col("size").isNotNull()).alias("listed")).persist(StorageLevel.MEMORY_AND_DISK)
+    counts = grouped.agg(F.sum(F.col("valid").cast("long")).alias("valid")).first()
+    valid_count = int(counts["valid"] or 0)
+    untracked = grouped.where(F.col("listed") & ~F.col("valid")).select("key", "size")
     kept = sorted(set(kept))
     before = None
     if kept:
-        untracked = untracked.persist(StorageLevel.MEMORY_AND_DISK)
         before = untracked.count()
         kept_frame = spark.createDataFrame([(k,) for k in kept], "key string")
-        untracked = untracked.join(kept_frame, "key", "left_anti")
+        untracked = untracked.join(F.broadcast(kept_frame), "key", "left_anti")
     untracked = untracked.persist(StorageLevel.MEMORY_AND_DISK)
     totals = untracked.agg(F.count("*").alias("n"), F.sum("size").alias("b")).first()
+    grouped.unpersist()
     files = int(totals["n"] or 0)
     return Untracked(untracked, files, int(totals["b"] or 0), (before - files) if before is not None else 0), \
         valid_count

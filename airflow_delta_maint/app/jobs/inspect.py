@@ -1,4 +1,8 @@
-"""Report a table's health without Spark: files, sizes, small files, tombstones, log state."""
+"""Report a table's health without Spark: files, sizes, small files, tombstones, log state.
+
+A large table's files are streamed from the log into aggregates
+(:mod:`airflow_delta_maint.delta.health.state_summary`) rather than loaded; the report is the same.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +12,15 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 
-from airflow_delta_maint.delta.health.score import health_inputs, health_score
+from airflow_delta_maint.delta.health.score import health_inputs, health_score, inputs_from_aggregates
+from airflow_delta_maint.delta.health.state_summary import summarize_state
 from airflow_delta_maint.delta.log.history import last_operation_version, log_state
 from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.log.state_stream import StreamedState, StreamFallback
 from airflow_delta_maint.delta.protocol.features import check_supported, table_features
 
 from ..context import JobContext
+from ..state_reading import fell_back, streamed_state
 
 NAME = "inspect"
 DEFAULT_SMALL_FILE_BYTES = 128 * 1024 * 1024
@@ -95,7 +102,71 @@ def inspect_table(snapshot: Snapshot, small_file_bytes: int = DEFAULT_SMALL_FILE
     return report
 
 
+def inspect_streamed(state: StreamedState, small_file_bytes: int = DEFAULT_SMALL_FILE_BYTES) -> dict[str, Any]:
+    """:func:`inspect_table` of a streamed state, from aggregates (no file list).
+
+    Raises:
+        StreamFallback: the streamed state cannot be vouched for.
+    """
+    shell = state.shell()
+    check_supported(shell.protocol, "inspect")
+    summary = summarize_state(state, small_file_bytes, _HIST_EDGES)
+    readers, writers = table_features(shell.protocol)
+    storage = state.storage
+    log_now = log_state(storage)
+    at_latest = shell.version == log_now.latest_version
+    last_optimize = last_operation_version(storage, ["OPTIMIZE"], shell.version, max_commits=10_000, stop_at=0)
+    histogram = []
+    for i, lo in enumerate(_HIST_EDGES):
+        label = f"[{_label(lo)}, {_label(_HIST_EDGES[i + 1])})" if i + 1 < len(_HIST_EDGES) else f">= {_label(lo)}"
+        histogram.append({"bucket": label, "files": summary.bucket_files[i], "bytes": summary.bucket_bytes[i]})
+    health = inputs_from_aggregates(
+        shell, log_now if at_latest else None, num_files=summary.num_files, size_bytes=summary.size_bytes,
+        target_file_bytes=int(small_file_bytes), num_small_files=summary.num_small_files,
+        small_files_bytes=summary.small_files_bytes,
+        excess_small_files=summary.excess_small_files(int(small_file_bytes)) if summary.num_small_files else 0,
+        num_records=summary.num_records, deleted_rows=summary.deleted_rows,
+        tombstone_bytes=summary.tombstone_gone_bytes)
+    checkpoint = shell.segment.checkpoint_version
+    return {
+        "table": storage.root,
+        "version": shell.version,
+        "protocol": {"min_reader_version": shell.protocol.min_reader_version,
+                     "min_writer_version": shell.protocol.min_writer_version,
+                     "reader_features": sorted(readers), "writer_features": sorted(writers)},
+        "partition_columns": shell.partition_columns,
+        "properties": shell.properties,
+        "num_files": summary.num_files,
+        "size_bytes": summary.size_bytes,
+        "avg_file_bytes": int(summary.size_bytes / summary.num_files) if summary.num_files else 0,
+        "small_file_bytes": small_file_bytes,
+        "num_small_files": summary.num_small_files,
+        "small_files_bytes": summary.small_files_bytes,
+        "num_files_with_deletion_vectors": summary.dv_files,
+        "file_size_histogram": histogram,
+        "num_tombstones": summary.num_tombstones,
+        "tombstone_bytes": summary.tombstone_total_bytes,
+        "last_checkpoint_version": checkpoint,
+        "commits_since_checkpoint": shell.version - (checkpoint if checkpoint is not None else -1),
+        "last_compaction_end": log_now.last_compaction_end if at_latest else None,
+        "commits_since_compaction": log_now.commits_since_compaction if at_latest else None,
+        "last_optimize_version": last_optimize,
+        "commits_since_optimize": shell.version - last_optimize if last_optimize is not None else None,
+        "distrusted_log_files": list(state.distrusted),
+        "health": health_score(health),
+    }
+
+
 def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
+    state = streamed_state(ctx.storage, args.version, "inspect") if not args.files else None
+    if state is not None:
+        ctx.version_read = state.version
+        try:
+            report = inspect_streamed(state, args.small_file_bytes)
+            report.pop("table")
+            return {"status": "skipped", "version_read": state.version, **report}
+        except StreamFallback as exc:
+            fell_back("inspect", exc)
     snapshot = Snapshot.load(ctx.storage, args.version)
     ctx.version_read = snapshot.version
     report = inspect_table(snapshot, args.small_file_bytes, args.files)

@@ -154,6 +154,18 @@ def health_inputs(snapshot: Snapshot, target_file_bytes: int, state: LogState | 
             removed_at = pc.fill_null(snapshot.tombstones.column("deletionTimestamp"), cutoff)
             gone = pc.and_(gone, pc.greater_equal(removed_at, cutoff))
         tombstone_bytes = int(pc.sum(pc.fill_null(snapshot.tombstones.column("size").filter(gone), 0)).as_py() or 0)
+    return inputs_from_aggregates(
+        snapshot, state, num_files=int(len(sizes)), size_bytes=int(sizes.sum()), target_file_bytes=int(target_file_bytes),
+        num_small_files=int(len(small)), small_files_bytes=int(small.sum()),
+        excess_small_files=_excess_small_files(snapshot.files, is_small, sizes, int(target_file_bytes)),
+        num_records=records, deleted_rows=deleted, tombstone_bytes=tombstone_bytes)
+
+
+def inputs_from_aggregates(snapshot: Snapshot, state: LogState | None, **files: int) -> HealthInputs:
+    """The score's inputs from the files' aggregates (``num_files``, ``size_bytes``,
+    ``target_file_bytes``, ``num_small_files``, ``small_files_bytes``, ``excess_small_files``,
+    ``num_records``, ``deleted_rows``, ``tombstone_bytes``) and the log: ``snapshot`` needs its
+    version, segment and metadata only (a streamed state's shell will do)."""
     checkpoint = snapshot.segment.checkpoint_version
     since_checkpoint = snapshot.version - (checkpoint if checkpoint is not None else -1)
     uncovered = since_checkpoint
@@ -165,11 +177,7 @@ def health_inputs(snapshot: Snapshot, target_file_bytes: int, state: LogState | 
     except Exception:  # a bad property: the default window, as readers would use
         interval = compaction_interval({})
     return HealthInputs(
-        num_files=int(len(sizes)), size_bytes=int(sizes.sum()), target_file_bytes=int(target_file_bytes),
-        num_small_files=int(len(small)), small_files_bytes=int(small.sum()),
-        excess_small_files=_excess_small_files(snapshot.files, is_small, sizes, int(target_file_bytes)),
-        num_records=records,
-        deleted_rows=deleted, tombstone_bytes=tombstone_bytes, commits_since_checkpoint=int(since_checkpoint),
+        **files, commits_since_checkpoint=int(since_checkpoint),
         checkpoint_interval=_int_property(conf, "delta.checkpointInterval", DEFAULT_CHECKPOINT_INTERVAL),
         uncovered_commits=int(uncovered), compaction_interval=interval)
 

@@ -132,12 +132,62 @@ def _process_peaks() -> tuple[int, int]:
     return max((hwm(p) for p in jvm), default=0), max((hwm(p) for p in workers), default=0)
 
 
+#: the stages timed in a child (module, function): cumulative seconds of each, as the driver sees them
+STAGES = [
+    ("airflow_delta_maint.app.state_reading", "streamed_state"),
+    ("airflow_delta_maint.delta.log.checkpoint_parts", "_verified_live_files"),
+    ("airflow_delta_maint.delta.log.checkpoint_parts", "_slices"),
+    ("airflow_delta_maint.delta.log.checkpoint_parts", "publish_checkpoint_parts"),
+    ("airflow_delta_maint.app.runners.tasks", "SparkTasks.map_slices"),
+    ("airflow_delta_maint.delta.plans.vacuum_valid_stream", "write_valid_keys"),
+    ("airflow_delta_maint.app.runners.vacuum_antijoin", "list_into_spark"),
+    ("airflow_delta_maint.app.runners.vacuum_antijoin", "untracked_files"),
+    ("airflow_delta_maint.app.runners.vacuum_antijoin", "delete_untracked"),
+    ("airflow_delta_maint.delta.health.state_summary", "summarize_state"),
+    ("airflow_delta_maint.delta.log.snapshot", "Snapshot.load"),
+    ("airflow_delta_maint.delta.log.checkpoint", "write_checkpoint"),
+    ("airflow_delta_maint.delta.plans.vacuum", "valid_keys"),
+]
+
+
+def _time_stages() -> dict[str, float]:
+    """Wrap the :data:`STAGES` so that their cumulative wall time is recorded (callers that imported
+    a function by name before this ran are not seen: run before the application is imported)."""
+    import functools
+    import importlib
+
+    spent: dict[str, float] = {}
+    for module_name, qualname in STAGES:
+        module = importlib.import_module(module_name)
+        owner: object = module
+        *path, name = qualname.split(".")
+        for part in path:
+            owner = getattr(owner, part)
+        fn = getattr(owner, name)
+        is_class_method = isinstance(owner.__dict__.get(name), classmethod) if isinstance(owner, type) else False
+        raw = fn.__func__ if is_class_method else fn
+
+        def wrap(raw=raw, label=qualname):
+            @functools.wraps(raw)
+            def timed(*args, **kwargs):
+                started = time.perf_counter()
+                try:
+                    return raw(*args, **kwargs)
+                finally:
+                    spent[label] = spent.get(label, 0.0) + time.perf_counter() - started
+            return timed
+
+        setattr(owner, name, classmethod(wrap()) if is_class_method else wrap())
+    return spent
+
+
 def child(job: str, impl: str, table: str, cap_gib: float | None) -> None:
     if cap_gib:
         cap = int(cap_gib * (1 << 30))
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     os.environ["DELTA_MAINT_STREAM_MIN_FILES"] = str(10**15) if impl == "before" else os.environ.get(
         "DELTA_MAINT_STREAM_MIN_FILES", "")
+    spent = _time_stages()
     from airflow_delta_maint.app.cli import run
 
     started = time.perf_counter()
@@ -154,7 +204,8 @@ def child(job: str, impl: str, table: str, cap_gib: float | None) -> None:
         summary["kind"] = metrics["checkpoint"].get("kind")
         summary["adds"] = metrics["checkpoint"].get("num_add_files")
     print("\n" + json.dumps({"status": status, "seconds": elapsed, "rss": _peak_rss(), "jvm_rss": jvm,
-                             "worker_rss": workers, "result": summary}), flush=True)
+                             "worker_rss": workers, "result": summary,
+                             "stages": {k: round(v, 1) for k, v in spent.items()}}), flush=True)
     os._exit(0)  # the JVM goes with the process; no slow shutdown in the timing
 
 

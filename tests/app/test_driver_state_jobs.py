@@ -116,3 +116,21 @@ def test_expired_log_cleanup_decides_alike(tmp_path, spark, monkeypatch):
         a, b = _run_both(monkeypatch, path, argv)
         assert a == b
     assert Snapshot.load(str(path) + "-streamed").version == Snapshot.load(str(path) + "-memory").version
+
+
+def test_a_checkpoint_the_stream_cannot_vouch_for_falls_back_to_the_whole_state(tmp_path, spark, monkeypatch):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = _with_checkpoint(tmp_path)
+    cp = next((path / "_delta_log").glob("*.checkpoint.parquet"))
+    table = pq.read_table(cp)
+    adds = table.filter(table.column("add").is_valid())
+    pq.write_table(pa.concat_tables([table, adds.slice(0, 1)]), cp)  # one file live twice
+    make_old(path, "orphan.parquet")
+    a, b = _run_both(monkeypatch, path, ["vacuum", "--dry-run"])
+    assert a == b and "orphan.parquet" in a["files_to_delete"]
+    a, b = _run_both(monkeypatch, path, ["inspect"])
+    assert a == b and a["distrusted_log_files"]
+    a, b = _run_both(monkeypatch, path, ["checkpoint"])
+    assert a == b and a["checkpoint"]["kind"] == "classic"

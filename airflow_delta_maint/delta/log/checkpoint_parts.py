@@ -20,7 +20,8 @@ without ever holding it:
 
 Read back, the checkpoint holds exactly the actions the in-memory writer writes. Until the last
 file is written, a reader sees no checkpoint (an incomplete multi-part set and unreferenced sidecars
-are ignored); a failed run leaves only such files, which :func:`discard_parts` deletes.
+are ignored). A failed run deletes the parts it wrote (:func:`discard_parts`); sidecars its tasks
+wrote before the failure stay unreferenced until expired-log cleanup removes them.
 """
 
 from __future__ import annotations
@@ -404,6 +405,8 @@ def write_checkpoint_in_parts(state: StreamedState, *, now_ms: int | None = None
             results = list(plan.writer(plan.slices))
         else:
             results = list(run_slices(plan.writer, plan.slices))
+    except CommitFailedError:  # a part of that name was someone else's: leave every part alone
+        raise
     except BaseException:
         discard_parts(state.storage, [{"key": plan.writer.output_key(s.index)} for s in plan.slices]
                       if plan.writer.layout == "multipart" else results)

@@ -28,6 +28,7 @@ IVY_SETTINGS = """\
 </ivysettings>
 """
 IVY_SETTINGS_KEY = "spark.jars.ivySettings"
+PACKAGES_KEY = "spark.jars.packages"
 
 
 def carries_delta_spark(conf: Mapping[str, Any], packages: str | None) -> bool:
@@ -58,7 +59,9 @@ def add_delta_spark(conf: dict[str, Any], packages: str | None, configured_packa
         cache_dir: where the Ivy settings file is written.
     """
     if not carries_delta_spark(conf, packages):
-        packages = ",".join(filter(None, [packages, configured_packages or DEFAULT_PACKAGE]))
+        # spark-submit's --packages replaces the conf's spark.jars.packages: keep both (hadoop-aws, ...)
+        packages = ",".join(filter(None, [str(conf.pop(PACKAGES_KEY, "") or "").strip(" ,"), packages,
+                                          configured_packages or DEFAULT_PACKAGE]))
     if IVY_SETTINGS_KEY not in conf:
         conf[IVY_SETTINGS_KEY] = str(ivy_settings_file(cache_dir))
     extensions = [e.strip() for e in str(conf.get("spark.sql.extensions") or "").split(",") if e.strip()]

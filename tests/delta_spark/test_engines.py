@@ -190,6 +190,75 @@ def test_vacuum_dry_run(spark, vacuum_source, tmp_path):
     assert runs[NATIVE]["m"]["files_to_delete"] == runs[DELTA_SPARK]["m"]["files_to_delete"]
 
 
+
+@pytest.fixture(scope="module")
+def clustered_source(spark, tmp_path_factory) -> Path:
+    """A table delta-spark created with CLUSTER BY (v): several small appends, none clustered yet."""
+    path = tmp_path_factory.mktemp("engines") / "clustered"
+    spark.sql(f"CREATE TABLE delta.`{path}` (id BIGINT, v BIGINT, s STRING) USING delta CLUSTER BY (v)")
+    for i in range(4):
+        spark.sql(f"SELECT id, id * 7919 % 1000 AS v, CONCAT('row-', id) AS s FROM range({i * 500}, {i * 500 + 500})") \
+            .repartition(3).write.format("delta").mode("append").save(str(path))
+    return path
+
+
+def test_optimize_full_on_a_clustered_table(spark, clustered_source, tmp_path):
+    """--full (OPTIMIZE ... FULL on delta-spark) reclusters every file of a liquid-clustered table on both."""
+    runs = _both(spark, clustered_source, tmp_path, "optimize", "--full")
+    for engine, r in runs.items():
+        m, before, after = r["m"], r["before"], r["after"]
+        assert m["status"] == "committed", (engine, m)
+        assert m["numRemovedFiles"] == before["files"] == 12, engine  # every file, clustered or not
+        assert after["files"] == before["files"] - m["numRemovedFiles"] + m["numAddedFiles"], engine
+        assert after["bytes"] == before["bytes"] - m["numRemovedBytes"] + m["numAddedBytes"], engine
+        assert after["version"] == m["version_committed"]
+    assert runs[DELTA_SPARK]["m"]["statement"].endswith(" FULL")
+    assert "deltaSparkClusteringStats" in runs[DELTA_SPARK]["m"]
+    # the new files are clustered on both: delta-spark's own clustering provider sees them as such
+    for r in runs.values():
+        files = spark.sql(f"DESCRIBE DETAIL delta.`{r['path']}`").collect()[0]
+        assert files["clusteringColumns"] == ["v"]
+
+
+def _inventory(path: Path, leave_out: set[str]) -> Path:
+    """A parquet inventory of every object under ``path`` (delta-spark's columns, full paths) but ``leave_out``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [(f"file:{p}", p.stat().st_size, False, int(p.stat().st_mtime * 1000))
+            for p in sorted(path.rglob("*")) if p.is_file() and str(p.relative_to(path)) not in leave_out]
+    rows += [(f"file:{p}", 0, True, int(p.stat().st_mtime * 1000)) for p in sorted(path.rglob("*")) if p.is_dir()]
+    out = path.parent / f"{path.name}-inventory.parquet"
+    pq.write_table(pa.table({"path": [r[0] for r in rows], "length": pa.array([r[1] for r in rows], pa.int64()),
+                             "isDir": [r[2] for r in rows], "modificationTime": pa.array([r[3] for r in rows], pa.int64())}),
+                   out)
+    return out
+
+
+def test_vacuum_using_an_inventory(spark, vacuum_source, tmp_path):
+    """--inventory (USING INVENTORY on delta-spark): the same files deleted on both; an old orphan the
+    inventory does not list stays on both."""
+    unlisted = "p=2/part-99998-unlisted.c000.snappy.parquet"
+    out = {}
+    for engine in ENGINES:
+        path = tmp_path / engine
+        shutil.copytree(vacuum_source, path)
+        shutil.copy(next((path / "p=2").glob("*.parquet")), path / unlisted)
+        os.utime(path / unlisted, (time.time() - OLD_S, time.time() - OLD_S))
+        inventory = _inventory(path, {unlisted})
+        rows, files = _rows(spark, path), _data_files(path)
+        code, m = run_job_with_engine("vacuum", str(path), engine, ["--retention-hours", "24",
+                                      "--ignore-retention-check", "--inventory", str(inventory)], spark=spark)
+        assert code == 0 and m["status"] == "committed", (engine, m)
+        assert _rows(spark, path) == rows
+        after = _data_files(path)
+        assert unlisted in after and "p=1/part-99999-orphan.c000.snappy.parquet" not in after, engine
+        assert len(files - after) == m["numFilesDeleted"] > 0, engine
+        out[engine] = (m, after)
+    assert "USING INVENTORY (SELECT path, length, isDir, modificationTime FROM parquet." in out[DELTA_SPARK][0]["statement"]
+    assert out[NATIVE][1] == out[DELTA_SPARK][1]
+    assert out[NATIVE][0]["numFilesDeleted"] == out[DELTA_SPARK][0]["numFilesDeleted"]
+
 def test_checkpoint(spark, source, tmp_path):
     """Also: both runs go to the maintenance history, which says which engine did the work."""
     history = tmp_path / "history"

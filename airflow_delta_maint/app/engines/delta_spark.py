@@ -30,6 +30,7 @@ from airflow_delta_maint.delta.protocol.schema import parse_schema
 from airflow_delta_maint.delta.storage.store import FileInfo, Storage
 
 from . import DEFAULT_PACKAGE, DELTA_CATALOG, DELTA_EXTENSION, DELTA_SPARK, EngineSetupError
+from .hadoop_store import prepare_hadoop_store
 
 log = logging.getLogger("delta_maint.delta_spark")
 
@@ -89,9 +90,11 @@ def check_session(spark: Any) -> str:
 
 
 def session(ctx: Any) -> Any:
-    """The job's SparkSession, checked for the engine (:func:`check_session`)."""
+    """The job's SparkSession, checked for the engine (:func:`check_session`) and for the table's store
+    (:func:`~.hadoop_store.prepare_hadoop_store`)."""
     spark = ctx.spark("the delta-spark engine")
     check_session(spark)
+    prepare_hadoop_store(spark, hadoop_path(ctx.table), ctx.storage_options or {})
     return spark
 
 

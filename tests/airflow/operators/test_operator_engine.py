@@ -31,6 +31,19 @@ def test_engine_reaches_the_command_line_and_the_hook(small_table):
     assert lc.get_hook().engine == "delta-spark"
 
 
+
+def test_packages_in_the_conf_are_kept_beside_delta_spark(small_table):
+    """spark-submit's --packages replaces the conf's spark.jars.packages: the hook puts both in --packages."""
+    op = OptimizeOperator(task_id="o", table_uri=str(small_table), engine="delta-spark",
+                          conf={"spark.jars.packages": "org.apache.hadoop:hadoop-aws:3.5.0"})
+    hook = op.get_hook()
+    assert hook._packages == "org.apache.hadoop:hadoop-aws:3.5.0,io.delta:delta-spark_2.13:4.4.0"
+    assert "spark.jars.packages" not in hook._conf
+    # a conf that already names delta-spark is left as it is
+    own = OptimizeOperator(task_id="p", table_uri=str(small_table), engine="delta-spark",
+                           conf={"spark.jars.packages": "io.delta:delta-spark_2.13:4.4.0"}).get_hook()
+    assert own._packages is None and own._conf["spark.jars.packages"] == "io.delta:delta-spark_2.13:4.4.0"
+
 def test_the_deployment_default_comes_from_the_provider_setting(small_table, monkeypatch):
     monkeypatch.setenv("AIRFLOW__DELTA_MAINT__ENGINE", "delta-spark")
     op = VacuumOperator(task_id="v", table_uri=str(small_table), mode="lite")

@@ -3,7 +3,8 @@
 Synthetic logs (cached under ``benchmarks/out/worker_checks/``, no data files): a checkpoint at
 version 1 holding N add actions with JSON statistics over 10,000 partitions, written directly
 with pyarrow in row groups of 100,000 rows, once as a multi-part classic checkpoint (parts of
-500,000 adds) and once as a V2 checkpoint whose adds live in sidecars (500,000 each); then
+500,000 adds) and once as a V2 checkpoint whose adds live in sidecars (500,000 each), its top-level
+file parquet (``v2``) or JSON (``v2json``, the same sidecars); then
 1,000 commits, each appending 2 files and removing 1 file of the checkpoint (every tenth commit
 instead replaces a checkpoint file's deletion vector: a remove and an add of the same path).
 
@@ -162,7 +163,7 @@ def _write_commits(log: Path, files: int) -> None:
 
 
 def generate(files: int, kind: str) -> Path:
-    """The log of ``files`` checkpointed adds as a ``multipart`` or ``v2`` checkpoint (cached)."""
+    """The log of ``files`` checkpointed adds as a ``multipart``, ``v2`` or ``v2json`` checkpoint (cached)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -194,15 +195,20 @@ def generate(files: int, kind: str) -> Path:
             else:
                 _write_adds(full, lo, hi, schema)
             sidecars.append({"path": name, "sizeInBytes": full.stat().st_size, "modificationTime": NOW_MS})
-        header = _header_rows(schema).drop_columns(["add", "remove"])
-        top = pa.concat_tables([header, pa.table({c: pa.nulls(len(sidecars) + 1, header.schema.field(c).type)
-                                                  for c in header.column_names})])
-        top = top.append_column("checkpointMetadata", pa.array(
-            [None, None, {"version": 1}] + [None] * len(sidecars), pa.struct([("version", pa.int64())])))
-        top = top.append_column("sidecar", pa.array(
-            [None, None, None] + sidecars, pa.struct([("path", pa.string()), ("sizeInBytes", pa.int64()),
-                                                      ("modificationTime", pa.int64())])))
-        pq.write_table(top, log / f"{1:020d}.checkpoint.{uuid.uuid4()}.parquet")
+        if kind == "v2json":  # the top-level file as JSON lines: protocol, metaData, checkpointMetadata, sidecars
+            lines = [{"protocol": PROTOCOL}, {"metaData": METADATA}, {"checkpointMetadata": {"version": 1}}]
+            lines += [{"sidecar": s} for s in sidecars]
+            (log / f"{1:020d}.checkpoint.{uuid.uuid4()}.json").write_text("".join(json.dumps(x) + "\n" for x in lines))
+        else:
+            header = _header_rows(schema).drop_columns(["add", "remove"])
+            top = pa.concat_tables([header, pa.table({c: pa.nulls(len(sidecars) + 1, header.schema.field(c).type)
+                                                      for c in header.column_names})])
+            top = top.append_column("checkpointMetadata", pa.array(
+                [None, None, {"version": 1}] + [None] * len(sidecars), pa.struct([("version", pa.int64())])))
+            top = top.append_column("sidecar", pa.array(
+                [None, None, None] + sidecars, pa.struct([("path", pa.string()), ("sizeInBytes", pa.int64()),
+                                                          ("modificationTime", pa.int64())])))
+            pq.write_table(top, log / f"{1:020d}.checkpoint.{uuid.uuid4()}.parquet")
         hint = {"version": 1, "size": files + 3 + len(sidecars)}
     _write_commits(log, files)
     (log / "_last_checkpoint").write_text(json.dumps(hint))
@@ -338,7 +344,7 @@ def measure(check: str, impl: str, table: Path, cap_gib: float | None) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--files", type=int, nargs="+", default=[1_000_000])
-    parser.add_argument("--kinds", nargs="+", default=["multipart", "v2"])
+    parser.add_argument("--kinds", nargs="+", default=["multipart", "v2", "v2json"])
     parser.add_argument("--checks", nargs="+", default=list(CHECKS))
     parser.add_argument("--before", nargs="*", default=["optimize", "optimize_auto", "vacuum_lite", "log_distrust"],
                         help="checks also measured on the in-memory path")

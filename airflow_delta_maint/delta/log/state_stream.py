@@ -50,6 +50,7 @@ import pyarrow.parquet as pq
 from airflow_delta_maint.delta.errors import CorruptLogError
 from airflow_delta_maint.delta.log.listing import Checkpoint, LogSegment, build_segment, parse_json_lines
 from airflow_delta_maint.delta.log.reconciliation import added_problem
+from airflow_delta_maint.delta.log.state_memory import state_too_large
 from airflow_delta_maint.delta.log.snapshot import (ADD_SCHEMA, REMOVE_SCHEMA, CheckpointData, Snapshot, _drop_keys,
                                                     _Untrusted, replay_segment, sidecar_key, table_config)
 from airflow_delta_maint.delta.protocol.actions import ADD, REMOVE, Metadata, Protocol
@@ -279,6 +280,8 @@ def _open_parquet(storage: Storage, key: str, size: int | None = None) -> pq.Par
             except FileNotFoundError:
                 raise CorruptLogError(f"log file listed but missing or unreadable: {key}") from None
         return pq.ParquetFile(_RangeReader(storage, key, size), buffer_size=READ_BUFFER, pre_buffer=False)
+    except MemoryError:  # pyarrow's ArrowMemoryError too: out of memory, not a corrupt file
+        raise
     except (pa.ArrowException, OSError) as exc:
         raise CorruptLogError(f"corrupt checkpoint {key}: {exc}") from None
 
@@ -387,6 +390,8 @@ class StreamedState:
                         removes = _flatten(batch, "remove", rem_cols, REMOVE)
                         yield from self._checkpoint_rows(adds, removes, hashes, touched, spellings, new_paths,
                                                          remove_columns is not None)
+                except MemoryError:
+                    raise state_too_large(self.storage, self.segment) from None
                 except (pa.ArrowException, OSError) as exc:
                     raise CorruptLogError(f"corrupt checkpoint {key}: {exc}") from None
             if hashes.problem():
@@ -448,6 +453,8 @@ def other_actions(storage: Storage, key: str, size: int | None,
                 if col.null_count == len(col):
                     continue
                 out[name].extend(_clean(v) for v in col.filter(col.is_valid()).to_pylist())
+    except MemoryError:
+        raise
     except (pa.ArrowException, OSError) as exc:
         raise CorruptLogError(f"corrupt checkpoint {key}: {exc}") from None
     return out
@@ -505,11 +512,14 @@ def open_state(table: str | Storage, version: int | None = None,
     if segment.checkpoint is not None:
         sidecars: list[str] = []
         for f in segment.checkpoint.files:
-            if f.key.endswith(".json"):
-                found = json_manifest_actions(storage, f.key)
-            else:
-                found = other_actions(storage, f.key, f.size)
-                part_files.append((f.key, f.size))
+            try:
+                if f.key.endswith(".json"):
+                    found = json_manifest_actions(storage, f.key)
+                else:
+                    found = other_actions(storage, f.key, f.size)
+                    part_files.append((f.key, f.size))
+            except MemoryError:
+                raise state_too_large(storage, segment) from None
             for p in found["protocol"]:
                 protocol_action = p
             for m in found["metaData"]:

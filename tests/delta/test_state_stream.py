@@ -4,9 +4,9 @@ The property test draws random histories of a (partitioned or not) table: append
 deletion-vector updates (remove and add of one path), re-adds of removed paths, OPTIMIZE commits,
 and checkpoints written as a classic file, a multi-part checkpoint or a V2 checkpoint with
 sidecars (its top-level file parquet or JSON), some of them corrupt (a file live twice). Every
-check is then compared: the live files and tombstones the stream yields, OPTIMIZE's skip reason under several option sets (auto policy,
-predicate, Z-order, young files, recent partitions), VACUUM lite's valid-set lookup and log
-compaction's distrust check.
+check is then compared: the live files and tombstones the stream yields, OPTIMIZE's skip reason
+under several option sets (auto policy, predicate, Z-order, young files, recent partitions,
+``target_files``), VACUUM lite's valid-set lookup and log compaction's distrust check.
 """
 
 from __future__ import annotations
@@ -150,10 +150,12 @@ def histories(draw):
 
 
 def write_history(root: Path, partitioned: bool, target: int, commits: list[list[dict]],
-                  checkpoints: dict[int, str]) -> None:
+                  checkpoints: dict[int, str], first: list[dict] | None = None) -> None:
+    """Commits 0 (``first``, else a table with deletion vectors) to N, with the checkpoints asked for."""
     log = root / "_delta_log"
     log.mkdir(parents=True)
-    first = [{"commitInfo": {"timestamp": NOW, "operation": "CREATE TABLE"}}, PROTOCOL, metadata(partitioned, target)]
+    first = first or [{"commitInfo": {"timestamp": NOW, "operation": "CREATE TABLE"}}, PROTOCOL,
+                      metadata(partitioned, target)]
     (log / f"{0:020d}.json").write_text("".join(json.dumps(a) + "\n" for a in first))
     for version, actions in enumerate(commits, 1):
         (log / f"{version:020d}.json").write_text("".join(json.dumps(a) + "\n" for a in actions))
@@ -197,6 +199,13 @@ OPTION_SETS = [
     {"min_file_age": 3600, "min_file_size": 600},
     {"skip_recent_partitions": 2, "min_file_size": 600},
     {"min_file_size": -1},
+    {"target_files": 2},
+    {"target_files": 1, "predicate": "p = 'a'"},
+    {"target_files": 3, "min_file_age": 3600},
+    {"target_files": 2, "skip_recent_partitions": 2},
+    {"target_files": 2, "auto": True, "min_num_files": 1},
+    {"target_files": 0},
+    {"rewrite_type_widened": True},
 ]
 
 

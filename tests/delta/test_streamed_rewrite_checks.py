@@ -263,3 +263,38 @@ def test_the_clustering_check_counts_cubes_below_the_minimum(tmp_path, monkeypat
     assert nothing_to_do(two_cubes, None, {}) is None
     assert nothing_to_do(two_cubes, None, {"min_cube_size": 10}) is not None  # both cubes are finished
     assert nothing_to_do(unclustered, None, {}) is None
+
+
+class _RemoteFiles:
+    """A remote store over local bytes that counts what is read and refuses whole reads."""
+
+    is_local = False
+
+    def __init__(self, files: dict[str, bytes]):
+        self.files, self.ranges = files, []
+
+    def head(self, key: str):
+        if key not in self.files:
+            raise FileNotFoundError(key)
+        return type("Info", (), {"size": len(self.files[key])})()
+
+    def read_range(self, key: str, start: int, end: int) -> bytes:
+        self.ranges.append((key, start, end))
+        return self.files[key][start:end]
+
+    def read(self, key: str) -> bytes:
+        raise AssertionError("a whole data file was read")
+
+
+def test_a_remote_files_schema_is_read_from_its_footer_by_ranges(tmp_path, monkeypatch):
+    from airflow_delta_maint.delta.protocol import type_widening
+
+    columns = {f"c{i}": pa.array(range(5000), pa.int32()) for i in range(300)}
+    pq.write_table(pa.table(columns), tmp_path / "wide.parquet")
+    pq.write_table(pa.table({"id": pa.array(range(100_000), pa.int64())}), tmp_path / "long.parquet")
+    store = _RemoteFiles({name: (tmp_path / name).read_bytes() for name in ("wide.parquet", "long.parquet")})
+    monkeypatch.setattr(type_widening, "FOOTER_GUESS", 4096)
+    assert type_widening.footer_schema(store, "wide.parquet") == pq.read_schema(tmp_path / "wide.parquet")
+    assert len(store.ranges) == 2  # the footer of 300 columns is larger than the first guess
+    assert type_widening.footer_schema(store, "long.parquet").field("id").type == pa.int64()
+    assert len(store.ranges) == 3 and sum(e - s for _, s, e in store.ranges[-1:]) <= 4096

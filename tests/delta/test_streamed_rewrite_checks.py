@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import random
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq

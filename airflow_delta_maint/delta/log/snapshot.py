@@ -415,12 +415,11 @@ class Snapshot:
                     f"cannot read {storage.root} at version {version if version is not None else 'latest'}: "
                     f"{last['file']} is not trustworthy ({last['reason']}) and the log files it stands for "
                     f"are gone ({exc})") from None
+            out_of_memory = False
             try:
                 snap = cls._from_segment(storage, segment, paths_only, verify=compactions == "verify")
-            except MemoryError:
-                from airflow_delta_maint.delta.log.state_memory import state_too_large
-
-                raise state_too_large(storage, segment) from None
+            except MemoryError:  # told once the except block is left and the partial state freed
+                out_of_memory = True
             except _Untrusted as exc:
                 for key in exc.keys:
                     log.warning("%s: distrusting %s: %s; reading the log files it stands for instead",
@@ -428,6 +427,10 @@ class Snapshot:
                     distrusted.append({"file": key, "reason": exc.reason})
                 exclude.update(exc.keys)
                 continue
+            if out_of_memory:
+                from airflow_delta_maint.delta.log.state_memory import state_too_large
+
+                raise state_too_large(storage, segment)
             snap.distrusted = distrusted + snap.distrusted
             log.debug("loaded %s at version %d: %d files in %.2fs", storage.root, snap.version,
                       snap.files.num_rows, time.perf_counter() - started)

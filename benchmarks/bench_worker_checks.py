@@ -3,7 +3,8 @@
 Synthetic logs (cached under ``benchmarks/out/worker_checks/``, no data files): a checkpoint at
 version 1 holding N add actions with JSON statistics over 10,000 partitions, written directly
 with pyarrow in row groups of 100,000 rows, once as a multi-part classic checkpoint (parts of
-500,000 adds) and once as a V2 checkpoint whose adds live in sidecars (500,000 each); then
+500,000 adds) and once as a V2 checkpoint whose adds live in sidecars (500,000 each), its top-level
+file parquet (``v2``) or JSON (``v2json``, the same sidecars); then
 1,000 commits, each appending 2 files and removing 1 file of the checkpoint (every tenth commit
 instead replaces a checkpoint file's deletion vector: a remove and an add of the same path).
 
@@ -19,7 +20,11 @@ every commit is read and every removed file looked up in the valid set), ``log_d
 (log compaction's check of the state, run when compaction files follow the checkpoint),
 ``compact_log`` (LogCompactionOperator's whole check), ``execution`` (the execution choice
 under ``auto``), ``commit_count`` (the sensor's and trigger's commit counting, Airflow imported),
-``fleet`` (MaintainTablesOperator's decision: OPTIMIZE and VACUUM lite), ``delta_rs``
+``fleet`` (MaintainTablesOperator's decision: OPTIMIZE and VACUUM lite), ``optimize_clustered``
+(the skip check of a liquid-clustered table: the log with one more commit that clusters it by
+``id``, no file clustered yet), ``optimize_target_files`` (``--target-files 1``),
+``optimize_type_widened`` (``--rewrite-type-widened`` on the log with one more commit that widens
+``id`` from integer to long; the first 256 adds' data files exist, in the old type), ``delta_rs``
 (``DeltaTable(path)`` and ``get_add_actions()``).
 
 Run: ``.venv/bin/python -m benchmarks.bench_worker_checks --files 1000000 10000000``; prints a
@@ -55,7 +60,17 @@ METADATA = {"id": "bench-worker-checks", "format": {"provider": "parquet", "opti
             "schemaString": json.dumps(SCHEMA), "partitionColumns": ["p"],
             "configuration": {"delta.enableDeletionVectors": "true"}, "createdTime": 1}
 CHECKS = ("optimize", "optimize_auto", "vacuum_lite", "log_distrust", "compact_log", "execution", "commit_count",
-          "fleet")
+          "fleet", "optimize_clustered", "optimize_target_files", "optimize_type_widened")
+#: OPTIMIZE skip checks with options, and the variant of the log each runs on (None: the log itself)
+OPTIMIZE_CHECKS: dict[str, tuple[dict, str | None]] = {
+    "optimize": ({}, None),
+    "optimize_auto": ({"auto": True}, None),
+    "optimize_clustered": ({}, "clustered"),
+    "optimize_target_files": ({"target_files": 1}, None),
+    "optimize_type_widened": ({"rewrite_type_widened": True}, "widened"),
+}
+#: data files written (with ``id`` in its old type) for the first adds of the widened variant
+WIDENED_DATA_FILES = 256
 
 
 # -- generation ---------------------------------------------------------------------------------
@@ -162,7 +177,7 @@ def _write_commits(log: Path, files: int) -> None:
 
 
 def generate(files: int, kind: str) -> Path:
-    """The log of ``files`` checkpointed adds as a ``multipart`` or ``v2`` checkpoint (cached)."""
+    """The log of ``files`` checkpointed adds as a ``multipart``, ``v2`` or ``v2json`` checkpoint (cached)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -194,19 +209,67 @@ def generate(files: int, kind: str) -> Path:
             else:
                 _write_adds(full, lo, hi, schema)
             sidecars.append({"path": name, "sizeInBytes": full.stat().st_size, "modificationTime": NOW_MS})
-        header = _header_rows(schema).drop_columns(["add", "remove"])
-        top = pa.concat_tables([header, pa.table({c: pa.nulls(len(sidecars) + 1, header.schema.field(c).type)
-                                                  for c in header.column_names})])
-        top = top.append_column("checkpointMetadata", pa.array(
-            [None, None, {"version": 1}] + [None] * len(sidecars), pa.struct([("version", pa.int64())])))
-        top = top.append_column("sidecar", pa.array(
-            [None, None, None] + sidecars, pa.struct([("path", pa.string()), ("sizeInBytes", pa.int64()),
-                                                      ("modificationTime", pa.int64())])))
-        pq.write_table(top, log / f"{1:020d}.checkpoint.{uuid.uuid4()}.parquet")
+        if kind == "v2json":  # the top-level file as JSON lines: protocol, metaData, checkpointMetadata, sidecars
+            lines = [{"protocol": PROTOCOL}, {"metaData": METADATA}, {"checkpointMetadata": {"version": 1}}]
+            lines += [{"sidecar": s} for s in sidecars]
+            (log / f"{1:020d}.checkpoint.{uuid.uuid4()}.json").write_text("".join(json.dumps(x) + "\n" for x in lines))
+        else:
+            header = _header_rows(schema).drop_columns(["add", "remove"])
+            top = pa.concat_tables([header, pa.table({c: pa.nulls(len(sidecars) + 1, header.schema.field(c).type)
+                                                      for c in header.column_names})])
+            top = top.append_column("checkpointMetadata", pa.array(
+                [None, None, {"version": 1}] + [None] * len(sidecars), pa.struct([("version", pa.int64())])))
+            top = top.append_column("sidecar", pa.array(
+                [None, None, None] + sidecars, pa.struct([("path", pa.string()), ("sizeInBytes", pa.int64()),
+                                                          ("modificationTime", pa.int64())])))
+            pq.write_table(top, log / f"{1:020d}.checkpoint.{uuid.uuid4()}.parquet")
         hint = {"version": 1, "size": files + 3 + len(sidecars)}
     _write_commits(log, files)
     (log / "_last_checkpoint").write_text(json.dumps(hint))
     print(f"generated {root.name} in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    return root
+
+
+def variant(table: Path, name: str) -> Path:
+    """The log of ``table`` (hard links) with one more commit that makes it a liquid-clustered
+    table (``clustered``: clustering by ``id``, no file clustered yet) or a table whose ``id`` was
+    widened from integer to long (``widened``: the first adds' data files written in the old type)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root = table.parent / f"{table.name}-{name}"
+    version = COMMITS + 2
+    log = root / "_delta_log"
+    if (log / f"{version:020d}.json").exists():
+        return root
+    shutil.rmtree(root, ignore_errors=True)
+    for src in (table / "_delta_log").rglob("*"):
+        dst = log / src.relative_to(table / "_delta_log")
+        if src.is_dir():
+            dst.mkdir(parents=True, exist_ok=True)
+        else:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            os.link(src, dst)
+    actions: list[dict] = [{"commitInfo": {"timestamp": NOW_MS, "operation": "ALTER TABLE"}}]
+    if name == "clustered":
+        actions += [{"protocol": {"minReaderVersion": 3, "minWriterVersion": 7,
+                                  "readerFeatures": ["deletionVectors"],
+                                  "writerFeatures": ["deletionVectors", "clustering", "domainMetadata"]}},
+                    {"metaData": dict(METADATA, partitionColumns=[])},
+                    {"domainMetadata": {"domain": "delta.clustering", "removed": False,
+                                        "configuration": json.dumps({"clusteringColumns": [["id"]]})}}]
+    else:
+        fields = [dict(f, metadata={"delta.typeChanges": [{"fromType": "integer", "toType": "long"}]})
+                  if f["name"] == "id" else f for f in SCHEMA["fields"]]
+        actions += [{"protocol": {"minReaderVersion": 3, "minWriterVersion": 7,
+                                  "readerFeatures": ["deletionVectors", "typeWidening"],
+                                  "writerFeatures": ["deletionVectors", "typeWidening"]}},
+                    {"metaData": dict(METADATA, schemaString=json.dumps(dict(SCHEMA, fields=fields)))}]
+        for i in range(WIDENED_DATA_FILES):
+            path = root / _path(i)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(pa.table({"id": pa.array([i], pa.int32()), "amount": pa.array([0.5])}), path)
+    (log / f"{version:020d}.json").write_text("\n".join(json.dumps(a) for a in actions) + "\n")
     return root
 
 
@@ -218,14 +281,10 @@ def run_check(check: str, impl: str, table: str) -> object:
         return DeltaTable(table).get_add_actions(flatten=True).num_rows
     if impl == "before":
         return _before(check, table)
-    if check == "optimize":
+    if check in OPTIMIZE_CHECKS:
         from airflow_delta_maint.app.jobs.optimize import nothing_to_do
 
-        return nothing_to_do(table, None, {})
-    if check == "optimize_auto":
-        from airflow_delta_maint.app.jobs.optimize import nothing_to_do
-
-        return nothing_to_do(table, None, {"auto": True})
+        return nothing_to_do(table, None, OPTIMIZE_CHECKS[check][0])
     if check == "vacuum_lite":
         from airflow_delta_maint.delta.plans.vacuum import nothing_to_do as vacuum_check
 
@@ -261,10 +320,10 @@ def _before(check: str, table: str) -> object:
     from airflow_delta_maint.delta.log.snapshot import Snapshot
     from airflow_delta_maint.delta.protocol.features import check_supported
 
-    if check in ("optimize", "optimize_auto"):
+    if check in OPTIMIZE_CHECKS:
         from airflow_delta_maint.app.jobs.optimize import _outline, _skip_reason, auto_decision, plan_from_params
 
-        params = {"auto": True} if check == "optimize_auto" else {}
+        params = OPTIMIZE_CHECKS[check][0]
         snapshot = Snapshot.load(table)
         check_supported(snapshot.protocol, "optimize", snapshot.metadata)
         decision = auto_decision(snapshot, params)
@@ -338,9 +397,10 @@ def measure(check: str, impl: str, table: Path, cap_gib: float | None) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--files", type=int, nargs="+", default=[1_000_000])
-    parser.add_argument("--kinds", nargs="+", default=["multipart", "v2"])
+    parser.add_argument("--kinds", nargs="+", default=["multipart", "v2", "v2json"])
     parser.add_argument("--checks", nargs="+", default=list(CHECKS))
-    parser.add_argument("--before", nargs="*", default=["optimize", "optimize_auto", "vacuum_lite", "log_distrust"],
+    parser.add_argument("--before", nargs="*", default=["optimize", "optimize_auto", "vacuum_lite", "log_distrust",
+                                                        "optimize_clustered", "optimize_target_files"],
                         help="checks also measured on the in-memory path")
     parser.add_argument("--delta-rs", action="store_true", help="also measure delta-rs (multipart logs)")
     parser.add_argument("--cap-gib", type=float, default=12.0, help="address-space cap of the in-memory runs")
@@ -360,8 +420,9 @@ def main() -> None:
             table = generate(files, kind)
             for check in args.checks:
                 runs = [("after", None)] + ([("before", args.cap_gib)] if check in (args.before or []) else [])
+                on = OPTIMIZE_CHECKS.get(check, ({}, None))[1]
                 for impl, cap in runs:
-                    r = measure(check, impl, table, cap)
+                    r = measure(check, impl, variant(table, on) if on else table, cap)
                     r.update(files=files, kind=kind)
                     rows.append(r)
                     print(json.dumps(r), file=sys.stderr, flush=True)
@@ -371,6 +432,8 @@ def main() -> None:
                 rows.append(r)
                 print(json.dumps(r), file=sys.stderr, flush=True)
             if args.clean:
+                for on in ("clustered", "widened"):
+                    shutil.rmtree(table.parent / f"{table.name}-{on}", ignore_errors=True)
                 shutil.rmtree(table, ignore_errors=True)
     print("| files | checkpoint | check | code path | peak RSS | check time | result |")
     print("|---:|---|---|---|---:|---:|---|")

@@ -46,6 +46,11 @@ class InconsistentStateError(CorruptLogError):
     files reconstruct the version, and by every writer before it writes."""
 
 
+class StateTooLargeError(DeltaError, MemoryError):
+    """The table state did not fit in this process's memory (the log is not corrupt); a
+    ``MemoryError``, so code that handles running out of memory still does."""
+
+
 class StorageError(DeltaError):
     """The object store refused or failed a request: missing bucket or container, rejected
     credentials, permission denied, unreachable endpoint, bad storage option."""

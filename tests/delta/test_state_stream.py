@@ -3,10 +3,10 @@
 The property test draws random histories of a (partitioned or not) table: appends, removes,
 deletion-vector updates (remove and add of one path), re-adds of removed paths, OPTIMIZE commits,
 and checkpoints written as a classic file, a multi-part checkpoint or a V2 checkpoint with
-sidecars, some of them corrupt (a file live twice). Every check is then compared: the live files
-and tombstones the stream yields, OPTIMIZE's skip reason under several option sets (auto policy,
-predicate, Z-order, young files, recent partitions), VACUUM lite's valid-set lookup and log
-compaction's distrust check.
+sidecars (its top-level file parquet or JSON), some of them corrupt (a file live twice). Every
+check is then compared: the live files and tombstones the stream yields, OPTIMIZE's skip reason
+under several option sets (auto policy, predicate, Z-order, young files, recent partitions,
+``target_files``), VACUUM lite's valid-set lookup and log compaction's distrust check.
 """
 
 from __future__ import annotations
@@ -145,15 +145,17 @@ def histories(draw):
                                           "operationParameters": {"predicate": "[]"}}})
         commits.append(actions)
         if rnd.random() < 0.3:
-            checkpoints[version] = rnd.choice(["classic", "multipart", "v2", "corrupt"])
+            checkpoints[version] = rnd.choice(["classic", "multipart", "v2", "v2json", "corrupt"])
     return partitioned, rnd.choice([500, 1_000, 5_000]), commits, checkpoints
 
 
 def write_history(root: Path, partitioned: bool, target: int, commits: list[list[dict]],
-                  checkpoints: dict[int, str]) -> None:
+                  checkpoints: dict[int, str], first: list[dict] | None = None) -> None:
+    """Commits 0 (``first``, else a table with deletion vectors) to N, with the checkpoints asked for."""
     log = root / "_delta_log"
     log.mkdir(parents=True)
-    first = [{"commitInfo": {"timestamp": NOW, "operation": "CREATE TABLE"}}, PROTOCOL, metadata(partitioned, target)]
+    first = first or [{"commitInfo": {"timestamp": NOW, "operation": "CREATE TABLE"}}, PROTOCOL,
+                      metadata(partitioned, target)]
     (log / f"{0:020d}.json").write_text("".join(json.dumps(a) + "\n" for a in first))
     for version, actions in enumerate(commits, 1):
         (log / f"{version:020d}.json").write_text("".join(json.dumps(a) + "\n" for a in actions))
@@ -163,8 +165,8 @@ def write_history(root: Path, partitioned: bool, target: int, commits: list[list
         write_checkpoint(Snapshot.load(str(root), version=version), now_ms=NOW)
         if kind == "multipart":
             split_checkpoint(root, version, 3)
-        elif kind == "v2":
-            make_v2_checkpoint(root, version, sidecars=2)
+        elif kind in ("v2", "v2json"):
+            make_v2_checkpoint(root, version, sidecars=2, json_manifest=kind == "v2json")
         elif kind == "corrupt":
             key = log / f"{version:020d}.checkpoint.parquet"
             table = pq.read_table(key)
@@ -197,6 +199,13 @@ OPTION_SETS = [
     {"min_file_age": 3600, "min_file_size": 600},
     {"skip_recent_partitions": 2, "min_file_size": 600},
     {"min_file_size": -1},
+    {"target_files": 2},
+    {"target_files": 1, "predicate": "p = 'a'"},
+    {"target_files": 3, "min_file_age": 3600},
+    {"target_files": 2, "skip_recent_partitions": 2},
+    {"target_files": 2, "auto": True, "min_num_files": 1},
+    {"target_files": 0},
+    {"rewrite_type_widened": True},
 ]
 
 
@@ -326,3 +335,44 @@ def test_the_log_size_counts_a_v2_checkpoints_sidecars(tmp_path):
     top = sum(p.stat().st_size for p in log.glob("*.checkpoint.*.parquet"))
     assert sidecars > 0
     assert log_bytes(str(tmp_path), all_commits=False) == top + sidecars
+
+
+def _json_v2_table(tmp_path: Path) -> Path:
+    commits = [[{"commitInfo": {"timestamp": NOW, "operation": "WRITE"}}] +
+               [{"add": {"path": f"p={i % 3}/f{v}-{i}.parquet", "partitionValues": {"p": str(i % 3)}, "size": 10,
+                         "modificationTime": OLD, "dataChange": True}} for i in range(30)] for v in range(1, 3)]
+    commits.append([{"commitInfo": {"timestamp": NOW, "operation": "DELETE"}},
+                    {"remove": {"path": "p=0/f1-0.parquet", "deletionTimestamp": NOW, "dataChange": True}}])
+    write_history(tmp_path, True, 1000, commits, {2: "v2json"})
+    return tmp_path
+
+
+def test_a_json_v2_checkpoint_streams_its_sidecars(tmp_path, monkeypatch):
+    root = str(_json_v2_table(tmp_path))
+    snapshot = Snapshot.load(root)
+    assert snapshot.segment.checkpoint is not None and snapshot.segment.checkpoint.files[0].key.endswith(".json")
+    state = open_state(root)
+    assert [k.rsplit("/", 2)[-2] for k, _ in state.part_files] == ["_sidecars", "_sidecars"]
+    assert state.metadata == snapshot.metadata and state.protocol == snapshot.protocol
+    assert _streamed_sets(state) == (_file_set(snapshot.files), _file_set(snapshot.tombstones))
+
+    def no_snapshot(*args, **kwargs):
+        raise AssertionError("the check loaded the whole snapshot")
+
+    monkeypatch.setattr(Snapshot, "load", no_snapshot)
+    assert nothing_to_do(root, None, {"min_file_size": 5}) is not None
+    assert nothing_to_do(root, None, {}) is None
+
+
+def test_a_json_checkpoint_with_file_actions_of_its_own_falls_back(tmp_path):
+    root = _json_v2_table(tmp_path)
+    log = root / "_delta_log"
+    top = next(log.glob("*.checkpoint.*.json"))
+    extra = {"add": {"path": "inline.parquet", "partitionValues": {"p": "1"}, "size": 10, "modificationTime": OLD,
+                     "dataChange": False}}
+    top.write_text(top.read_text() + json.dumps(extra) + "\n")
+    snapshot = Snapshot.load(str(root))
+    assert "inline.parquet" in snapshot.paths
+    with pytest.raises(StreamFallback):
+        open_state(str(root))
+    assert _answer(nothing_to_do, str(root), None, {}) == _answer(_reference, str(root), {})

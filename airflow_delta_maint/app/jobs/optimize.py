@@ -19,10 +19,13 @@ from airflow_delta_maint.delta.plans.auto_compaction import (DEFAULT_MAX_DELETED
                                                              PartitionKey, choose_partitions, partition_key,
                                                              partition_label)
 from airflow_delta_maint.delta.plans.clustering import clustering_quality, is_clustered, tag_clustered_files
+from airflow_delta_maint.delta.plans.clustering_scan import ClusteringWork
+from airflow_delta_maint.delta.plans.even_split_scan import EvenSplitCheck
 from airflow_delta_maint.delta.plans.optimize import (DEFAULT_DV_RATIO, Bin, OptimizePlan, file_size_settings,
                                                       plan_optimize, size_percentiles)
 from airflow_delta_maint.delta.plans.partition_reservation import DEFAULT_LEASE_SECONDS, reserve_partitions
 from airflow_delta_maint.delta.plans.recent_writes import leave_out
+from airflow_delta_maint.delta.plans.type_widening_scan import OldTypeFiles
 from airflow_delta_maint.delta.protocol.features import check_supported, table_features
 from airflow_delta_maint.delta.protocol.row_tracking import row_tracking
 from airflow_delta_maint.delta.storage.store import Storage
@@ -186,9 +189,11 @@ def nothing_to_do(table: str, storage_options: dict[str, str] | None, params: di
     ``add.path``, ``add.deletionVector``, ``add.partitionValues``, ``add.size``, ``add.stats``
     (``numRecords`` of files with a deletion vector) and, with ``min_file_age``,
     ``add.modificationTime``, one row group at a time; the commits after it; with ``auto`` or
-    ``skip_recent_partitions`` the newest commits' actions. The whole snapshot is loaded instead
-    for liquid clustering, ``target_files`` and ``rewrite_type_widened`` (their plans look at every
-    file), and when the streamed read cannot vouch for the state (see ``state_stream``).
+    ``skip_recent_partitions`` the newest commits' actions. Liquid clustering also reads
+    ``add.tags``, ``add.clusteringProvider``; ``target_files`` ``add.stats`` of every file
+    (``numRecords``); ``rewrite_type_widened`` the footers of selected data files until one holds
+    an old type. The whole snapshot is loaded instead when the streamed read cannot vouch for the
+    state (see ``state_stream``).
     """
     from airflow_delta_maint.delta.log.state_stream import StreamFallback, open_state
 
@@ -251,14 +256,17 @@ def _skip_reason(plan: PlanOutline, params: dict[str, Any]) -> str | None:
 def streamed_plan_outline(state: StreamedState, params: dict[str, Any], candidates: bool = False
                           ) -> PlanOutline | None:
     """The plan's outline from the log streamed in bounded memory (``partition_scan``), equal to
-    the one of the plan built from the whole snapshot; None when only the whole snapshot can tell
-    (liquid clustering by columns, ``target_files``, ``rewrite_type_widened``).
+    the one of the plan built from the whole snapshot. Liquid clustering, ``target_files`` and
+    ``rewrite_type_widened`` add their own aggregate to the same pass (``clustering_scan``,
+    ``even_split_scan``, ``type_widening_scan``).
 
     Raises what the in-memory check raises for bad input, in the same order: the shell snapshot
     (no files) runs every validation of the policy and the plan first.
 
     With ``candidates`` the outline carries ``input_bytes``: the bytes the plan's bins rewrite,
-    packed from the candidate files' sizes and paths (kept in memory, so for small logs only).
+    packed from the candidate files' sizes and paths (kept in memory, so for small logs only); None
+    is returned then for liquid clustering, ``target_files`` and ``rewrite_type_widened``, whose
+    bytes only the whole plan tells.
     """
     import time
 
@@ -270,8 +278,11 @@ def streamed_plan_outline(state: StreamedState, params: dict[str, Any], candidat
     shell = state.shell()
     check_supported(shell.protocol, "optimize", shell.metadata)
     clustered = is_clustered(shell.protocol)
-    if params.get("target_files") is not None or params.get("rewrite_type_widened") or (
-            clustered and clustering_columns(shell.metadata.schema_string, shell.domains)):
+    target_files = params.get("target_files")
+    widened = bool(params.get("rewrite_type_widened"))
+    clustering = clustered and not widened and target_files is None and \
+        bool(clustering_columns(shell.metadata.schema_string, shell.domains))
+    if candidates and (target_files is not None or widened or clustering):
         return None
     # every validation, in the order the in-memory check runs them, on a table without files
     plan_from_params(shell, params, auto_decision(shell, params))
@@ -288,20 +299,24 @@ def streamed_plan_outline(state: StreamedState, params: dict[str, Any], candidat
     now = int(time.time() * 1000)
     recent = recently_written_partitions(shell, recent_commits, whole) if recent_commits else set()
     max_ratio = params.get("max_deleted_rows_ratio")
+    matches = _partition_filter(shell, params.get("predicate"))
+
+    def matched(key: PartitionKey) -> bool:
+        return matches is None or bool(matches(dict(key)))
+
+    work = _rewrite_check(shell, params, clustering, matched)
     scan = scan_partitions(
         state, min_file_size=min_size, max_file_size=max_size, dv_ratio=params.get("dv_ratio", DEFAULT_DV_RATIO),
         zorder=zorder, auto_min_file_size=auto_min if auto else None,
         auto_ratio=float(max_ratio) if max_ratio is not None else DEFAULT_MAX_DELETED_ROWS_RATIO,
         whole_table=whole, young_after_ms=now - int(min_age * 1000) if min_age else None, recent=recent or None,
-        collect=candidates and not zorder)
+        collect=candidates and not zorder, one_partition=clustering, visit=work,
+        visit_columns=work.columns if work is not None else ())
     decision = auto_decision(shell, params, counts=scan.counts) if auto else None
-    matches = _partition_filter(shell, params.get("predicate"))
     chosen = set(decision.chosen) if decision is not None else None
 
     def selected(key: PartitionKey) -> bool:
-        if matches is not None and not matches(dict(key)):
-            return False
-        return chosen is None or key in chosen
+        return matched(key) and (chosen is None or key in chosen)
 
     left = LeftOut()
     if scan.total_files and (min_age or recent_commits):
@@ -309,11 +324,35 @@ def streamed_plan_outline(state: StreamedState, params: dict[str, Any], candidat
         if recent:
             left.recent_partition_files = scan.recent_partition_files
             left.recent_partitions = sorted(partition_label(k) for k in recent)
-    outline = PlanOutline(state.version, scan.plan_is_empty(selected, zorder), "zorder" if zorder else "binpack",
-                          min_size, left.metrics() if left.any else {}, decision)
+    if isinstance(work, ClusteringWork):
+        empty, layout = work.is_empty(chosen), "hilbert"
+    elif isinstance(work, EvenSplitCheck):
+        empty, layout = work.is_empty(scan.keys, selected), "even"
+    elif isinstance(work, OldTypeFiles):
+        empty, layout = work.is_empty, "binpack"
+    else:
+        empty, layout = scan.plan_is_empty(selected, zorder), "zorder" if zorder else "binpack"
+    outline = PlanOutline(state.version, empty, layout, min_size, left.metrics() if left.any else {}, decision)
     if candidates and not zorder:
         outline.input_bytes = scan.input_bytes(selected)
     return outline
+
+
+def _rewrite_check(shell: Snapshot, params: dict[str, Any], clustering: bool,
+                   matched: Callable[[PartitionKey], bool]) -> ClusteringWork | EvenSplitCheck | OldTypeFiles | None:
+    """The streamed aggregate of a plan that looks at more than sizes and deletion vectors."""
+    from airflow_delta_maint.delta.plans.clustering import DEFAULT_MIN_CUBE_SIZE, clustering_columns
+
+    if params.get("target_files") is not None:
+        return EvenSplitCheck(int(params["target_files"]))
+    if params.get("rewrite_type_widened"):
+        return OldTypeFiles(shell.storage, shell.metadata, matched)
+    if clustering:
+        min_cube = params.get("min_cube_size")
+        return ClusteringWork([c.name for c in clustering_columns(shell.metadata.schema_string, shell.domains)],
+                              full=bool(params.get("full")),
+                              min_cube_size=DEFAULT_MIN_CUBE_SIZE if min_cube is None else int(min_cube))
+    return None
 
 
 def _batches(bins: list[Bin], batch_bytes: int) -> list[list[Bin]]:

@@ -396,6 +396,8 @@ def _recover_stats(snapshot: Snapshot) -> pa.Table:
             if add is None or add.get_field_index("stats_parsed") < 0:
                 continue
             got = pf.read(columns=["add.path", "add.stats_parsed"]).column("add").combine_chunks()
+        except MemoryError:  # pyarrow's ArrowMemoryError too: not an unreadable file
+            raise
         except (pa.ArrowException, OSError, KeyError, FileNotFoundError):
             continue
         for row in got.filter(got.is_valid()).to_pylist():
@@ -471,6 +473,8 @@ def _count_actions(storage: Storage, checkpoint: Checkpoint) -> tuple[int, int] 
                 paths = pf.read(columns=["add.path"]).column(0)
                 adds += len(paths) - paths.null_count
             actions += pf.metadata.num_rows
+        except MemoryError:  # pyarrow's ArrowMemoryError too: not an unreadable file
+            raise
         except (pa.ArrowException, OSError, KeyError, FileNotFoundError):
             return None
     return actions, adds

@@ -101,6 +101,8 @@ def _read_parquet_actions(storage: Storage, key: str, paths_only: bool = False) 
             names = [c for c in names if c not in ("add", "remove")] + [
                 c for c in _PATH_COLUMNS if _has_field(pf.schema_arrow, c)]
         return pf.read(columns=names)
+    except MemoryError:  # pyarrow's ArrowMemoryError too: out of memory, not a corrupt file
+        raise
     except (pa.ArrowException, OSError) as exc:
         raise CorruptLogError(f"corrupt checkpoint {key}: {exc}") from None
 
@@ -376,6 +378,8 @@ class Snapshot:
         checkpoint, the commits), with a warning naming it, and the read is refused with a
         ``CorruptLogError`` naming it when those are gone. The state returned always holds one
         live add per path and no file both live and removed (else ``InconsistentStateError``).
+        A state that does not fit in memory raises ``StateTooLargeError`` (a ``MemoryError``),
+        never a corruption error.
 
         Args:
             table: the table path or URI, or its Storage.
@@ -411,8 +415,11 @@ class Snapshot:
                     f"cannot read {storage.root} at version {version if version is not None else 'latest'}: "
                     f"{last['file']} is not trustworthy ({last['reason']}) and the log files it stands for "
                     f"are gone ({exc})") from None
+            out_of_memory = False
             try:
                 snap = cls._from_segment(storage, segment, paths_only, verify=compactions == "verify")
+            except MemoryError:  # told once the except block is left and the partial state freed
+                out_of_memory = True
             except _Untrusted as exc:
                 for key in exc.keys:
                     log.warning("%s: distrusting %s: %s; reading the log files it stands for instead",
@@ -420,6 +427,10 @@ class Snapshot:
                     distrusted.append({"file": key, "reason": exc.reason})
                 exclude.update(exc.keys)
                 continue
+            if out_of_memory:
+                from airflow_delta_maint.delta.log.state_memory import state_too_large
+
+                raise state_too_large(storage, segment)
             snap.distrusted = distrusted + snap.distrusted
             log.debug("loaded %s at version %d: %d files in %.2fs", storage.root, snap.version,
                       snap.files.num_rows, time.perf_counter() - started)

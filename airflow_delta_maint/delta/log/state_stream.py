@@ -6,7 +6,8 @@ not the files, so :func:`open_state` reads a table the other way round:
 
 1. the log segment is chosen as ``Snapshot.load`` chooses it (``compactions="verify"``);
 2. the checkpoint's non-file actions (protocol, metaData, txn, domainMetadata, sidecar) are read
-   column by column, one row group at a time;
+   column by column, one row group at a time (a V2 checkpoint's top-level JSON file, which holds
+   only those when its file actions live in sidecars, is read whole);
 3. the commits after the checkpoint (few) are replayed in memory exactly as the snapshot replays
    them (:func:`~airflow_delta_maint.delta.log.snapshot.replay_segment`);
 4. :meth:`StreamedState.scan` then streams the checkpoint's file actions (every part of a
@@ -20,10 +21,11 @@ logical file both live and removed) and that no later add makes a path live twic
 snapshot checks them. They are kept in memory up to a million files, then spilled to 64 bucket
 files in a temporary folder and checked one bucket at a time, so memory stays flat whatever the
 table's size. At most ``MAX_CONCURRENT_SCANS`` scans read checkpoints at once in a process (the
-fleet's decision runs checks on threads). Equal paths always hash equal, so no problem goes unseen; when the hashes show a
-possible problem (a real one, or a hash collision), when a compaction file is not a reconciled
-state, or when the checkpoint is a JSON file, the scan raises :class:`StreamFallback` and the
-caller loads the whole ``Snapshot`` instead, whose answer (or error) is then the answer. The
+fleet's decision runs checks on threads). Equal paths always hash equal, so no problem goes
+unseen; when the hashes show a possible problem (a real one, or a hash collision), when a
+compaction file is not a reconciled state, or when a JSON checkpoint file holds file actions
+itself, the scan raises :class:`StreamFallback` and the caller loads the whole ``Snapshot``
+instead, whose answer (or error) is then the answer. The
 streamed answers are thus always those of the in-memory snapshot.
 
 Reads: ``_delta_log`` listing, ``_last_checkpoint``, the checkpoint files' columns the caller
@@ -48,13 +50,15 @@ import pyarrow.parquet as pq
 from airflow_delta_maint.delta.errors import CorruptLogError
 from airflow_delta_maint.delta.log.listing import Checkpoint, LogSegment, build_segment, parse_json_lines
 from airflow_delta_maint.delta.log.reconciliation import added_problem
+from airflow_delta_maint.delta.log.state_memory import state_too_large
 from airflow_delta_maint.delta.log.snapshot import (ADD_SCHEMA, REMOVE_SCHEMA, CheckpointData, Snapshot, _drop_keys,
                                                     _Untrusted, replay_segment, sidecar_key, table_config)
 from airflow_delta_maint.delta.protocol.actions import ADD, REMOVE, Metadata, Protocol
 from airflow_delta_maint.delta.protocol.paths import canonical_paths
 from airflow_delta_maint.delta.storage.store import Storage
 
-__all__ = ["StreamFallback", "StreamedState", "open_state", "other_actions", "path_hashes", "sidecar_sizes"]
+__all__ = ["StreamFallback", "StreamedState", "json_manifest_actions", "open_state", "other_actions", "path_hashes",
+           "sidecar_sizes"]
 
 #: checkpoint scans running at once in this process (the fleet's decision runs its tables' checks
 #: on threads: memory is then bounded by this many scans, not by the number of threads)
@@ -276,6 +280,8 @@ def _open_parquet(storage: Storage, key: str, size: int | None = None) -> pq.Par
             except FileNotFoundError:
                 raise CorruptLogError(f"log file listed but missing or unreadable: {key}") from None
         return pq.ParquetFile(_RangeReader(storage, key, size), buffer_size=READ_BUFFER, pre_buffer=False)
+    except MemoryError:  # pyarrow's ArrowMemoryError too: out of memory, not a corrupt file
+        raise
     except (pa.ArrowException, OSError) as exc:
         raise CorruptLogError(f"corrupt checkpoint {key}: {exc}") from None
 
@@ -384,6 +390,8 @@ class StreamedState:
                         removes = _flatten(batch, "remove", rem_cols, REMOVE)
                         yield from self._checkpoint_rows(adds, removes, hashes, touched, spellings, new_paths,
                                                          remove_columns is not None)
+                except MemoryError:
+                    raise state_too_large(self.storage, self.segment) from None
                 except (pa.ArrowException, OSError) as exc:
                     raise CorruptLogError(f"corrupt checkpoint {key}: {exc}") from None
             if hashes.problem():
@@ -445,9 +453,28 @@ def other_actions(storage: Storage, key: str, size: int | None,
                 if col.null_count == len(col):
                     continue
                 out[name].extend(_clean(v) for v in col.filter(col.is_valid()).to_pylist())
+    except MemoryError:
+        raise
     except (pa.ArrowException, OSError) as exc:
         raise CorruptLogError(f"corrupt checkpoint {key}: {exc}") from None
     return out
+
+
+def json_manifest_actions(storage: Storage, key: str) -> dict[str, list[dict]]:
+    """The non-file actions of a V2 checkpoint's top-level JSON file, read whole (it holds the
+    protocol, metaData, txn, domainMetadata and sidecar actions: small when its file actions live
+    in sidecars).
+
+    Raises:
+        StreamFallback: the file holds add or remove actions itself, which a JSON file cannot
+            give one row group at a time.
+    """
+    from airflow_delta_maint.delta.log.snapshot import _read
+
+    actions = parse_json_lines(_read(storage, key), key)
+    if any(a.get("add") is not None or a.get("remove") is not None for a in actions):
+        raise StreamFallback("a JSON checkpoint with file actions of its own is read whole")
+    return {c: [a[c] for a in actions if a.get(c) is not None] for c in _OTHER_COLUMNS}
 
 
 def sidecar_sizes(storage: Storage, checkpoint: Checkpoint) -> list[tuple[str, int]]:
@@ -473,7 +500,7 @@ def open_state(table: str | Storage, version: int | None = None,
 
     Raises:
         StreamFallback: the log needs what only ``Snapshot.load`` does (a distrusted derived
-            file, a JSON checkpoint).
+            file, a JSON checkpoint or sidecar holding file actions).
         DeltaError: a missing table or version, or a corrupt log, as ``Snapshot.load`` raises it.
     """
     storage = table if isinstance(table, Storage) else Storage(table, storage_options)
@@ -485,10 +512,14 @@ def open_state(table: str | Storage, version: int | None = None,
     if segment.checkpoint is not None:
         sidecars: list[str] = []
         for f in segment.checkpoint.files:
-            if f.key.endswith(".json"):
-                raise StreamFallback("a JSON checkpoint is read whole")
-            found = other_actions(storage, f.key, f.size)
-            part_files.append((f.key, f.size))
+            try:
+                if f.key.endswith(".json"):
+                    found = json_manifest_actions(storage, f.key)
+                else:
+                    found = other_actions(storage, f.key, f.size)
+                    part_files.append((f.key, f.size))
+            except MemoryError:
+                raise state_too_large(storage, segment) from None
             for p in found["protocol"]:
                 protocol_action = p
             for m in found["metaData"]:

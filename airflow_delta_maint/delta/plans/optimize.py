@@ -250,16 +250,23 @@ def plan_clustering(snapshot: Snapshot, *, full: bool = False, max_file_size: in
     return plan
 
 
+def stats_num_records(stats: str | None) -> int | None:
+    """``numRecords`` of a file's JSON statistics; None when missing or unreadable."""
+    try:
+        parsed = json.loads(stats) if stats else None
+        records = parsed.get("numRecords") if isinstance(parsed, dict) else None
+        return int(records) if records is not None else None
+    except (ValueError, TypeError, OverflowError):
+        return None
+
+
 def live_rows(add: dict) -> int:
     """Rows of a file its deletion vector leaves (``numRecords`` minus the vector's cardinality).
 
     Raises:
         InvalidArgumentError: the file has no ``numRecords`` statistic.
     """
-    try:
-        records = json.loads(add["stats"]).get("numRecords") if add.get("stats") else None
-    except ValueError:
-        records = None
+    records = stats_num_records(add.get("stats"))
     if records is None:
         raise InvalidArgumentError(f"--target-files needs every file's numRecords statistic to split rows evenly, "
                                    f"and {add['path']} has none")
@@ -374,18 +381,21 @@ def plan_optimize(snapshot: Snapshot, *, predicate: str | None = None, zorder_by
         with_dv = files.column("deletionVector").is_valid()
         files = files.filter(pc.or_(small, with_dv))
     groups: dict[tuple, list[dict]] = {}
-    adds = files.to_pylist()
-    if rewrite_type_widened:
-        old = {a["path"] for a in files_with_old_types(snapshot.storage, snapshot.metadata,
-                                                       [{"path": a["path"]} for a in adds])}
-        adds = [a for a in adds if a["path"] in old]
-    for add in adds:
+    adds = []
+    for add in files.to_pylist():
         pv = dict(add["partitionValues"] or [])
         add["partitionValues"] = pv
         if matches is not None and not matches(pv):
             continue
         if partitions is not None and partition_key(pv) not in partitions:
             continue
+        adds.append(add)
+    if rewrite_type_widened:  # the footers of the selected files only
+        old = {a["path"] for a in files_with_old_types(snapshot.storage, snapshot.metadata,
+                                                       [{"path": a["path"]} for a in adds])}
+        adds = [a for a in adds if a["path"] in old]
+    for add in adds:
+        pv = add["partitionValues"]
         if not zorder and not rewrite_type_widened and add["size"] >= min_size \
                 and not _dv_ratio_exceeded(add, dv_ratio):
             continue

@@ -20,7 +20,7 @@ with the number of partitions, not of files.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 from airflow_delta_maint.delta.log.state_stream import StreamedState, StreamFallback
 from airflow_delta_maint.delta.plans.auto_compaction import PartitionCounts, PartitionKey, _deleted_ratio_exceeded, partition_key
 
-__all__ = ["PartitionScan", "partition_ids", "scan_partitions"]
+__all__ = ["PartitionScan", "Visit", "partition_ids", "scan_partitions"]
 
 _SEP = "\x1f"
 _NULL = "\x00"
@@ -198,10 +198,16 @@ def _dv_ratio_exceeded(dv: dict | None, stats: str | None, ratio: float) -> bool
     return exceeded({"deletionVector": dv, "stats": stats}, ratio)
 
 
+#: called with every piece of live files, their partition ids (into ``PartitionScan.keys``), the
+#: mask of the planning view (young files and recent partitions left out) and the keys
+Visit = Callable[[pa.Table, np.ndarray, np.ndarray, list[PartitionKey]], None]
+
+
 def scan_partitions(state: StreamedState, *, min_file_size: int, max_file_size: int, dv_ratio: float,
                     zorder: bool, auto_min_file_size: int | None, auto_ratio: float, whole_table: bool,
                     young_after_ms: int | None, recent: set[PartitionKey] | None,
-                    collect: bool = False) -> PartitionScan:
+                    collect: bool = False, one_partition: bool = False, visit: Visit | None = None,
+                    visit_columns: Sequence[str] = ()) -> PartitionScan:
     """One pass over the live files (see the module docstring).
 
     Args:
@@ -215,16 +221,25 @@ def scan_partitions(state: StreamedState, *, min_file_size: int, max_file_size: 
         collect: keep the candidate files' partition, size and path (``candidate_rows``) for
             :meth:`PartitionScan.input_bytes`; memory then grows with the candidates (the
             execution choice does this only for logs small enough to run on the worker).
+        one_partition: every file belongs to partition ``()`` whatever its partition values (a
+            plan that ignores them: liquid clustering).
+        visit, visit_columns: a plan's own aggregate (see :data:`Visit`) and the add columns it
+            reads besides those read here.
     """
     scan = PartitionScan(max_file_size=max_file_size)
     grow = _Grow(scan)
     names = state.partition_columns
     columns = ["partitionValues", "size", "stats"] + (["modificationTime"] if young_after_ms is not None else [])
+    columns += [c for c in visit_columns if c not in columns]
     for kind, table in state.scan(columns):
         if kind != "add" or table.num_rows == 0:
             continue
         n = table.num_rows
-        local, keys = partition_ids(table.column("partitionValues"), names)
+        keys: list[PartitionKey]
+        if one_partition:
+            local, keys = np.zeros(n, np.int64), [()]
+        else:
+            local, keys = partition_ids(table.column("partitionValues"), names)
         if whole_table and any(k != () for k in keys):
             raise StreamFallback("partition values on a table planned as one partition")
         gid = grow.ids(keys)[local]
@@ -275,6 +290,8 @@ def scan_partitions(state: StreamedState, *, min_file_size: int, max_file_size: 
             scan.recent_partition_files += int((hit & keep).sum())
             keep &= ~hit
         np.add.at(scan.files, gid[keep], 1)
+        if visit is not None:
+            visit(table, gid, keep, scan.keys)
         if zorder:
             continue
         cand = keep & size_valid & ((size < min_file_size) | plan_ratio)

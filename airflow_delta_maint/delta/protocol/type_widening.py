@@ -24,7 +24,8 @@ from airflow_delta_maint.delta.protocol.actions import Metadata
 from airflow_delta_maint.delta.protocol.schema import ArrayType, MapType, StructType, parse_schema, to_arrow_schema
 from airflow_delta_maint.delta.storage.store import Storage
 
-__all__ = ["TypeChange", "check_type_changes", "files_with_old_types", "type_changes", "widening_supported"]
+__all__ = ["TypeChange", "check_type_changes", "files_with_old_types", "footer_schema", "type_changes",
+           "widening_supported"]
 
 TYPE_CHANGES_KEY = "delta.typeChanges"
 _INTEGRAL = ["byte", "short", "integer", "long"]
@@ -141,9 +142,35 @@ def _same(a: pa.DataType, b: pa.DataType) -> bool:
     return False
 
 
+#: bytes read from a remote file's end in the first request: footers of files with few columns fit
+FOOTER_GUESS = 64 << 10
+
+
+def footer_schema(storage: Storage, key: str) -> pa.Schema:
+    """The Arrow schema of a parquet data file, from its footer alone: a local file is opened, a
+    remote one read by byte ranges from its end (one or two requests), never whole.
+
+    Raises:
+        FileNotFoundError: the file is missing.
+        pyarrow.ArrowInvalid: the file is not parquet.
+    """
+    if storage.is_local:
+        return pq.read_schema(storage.local_path(key))
+    size = storage.head(key).size
+    tail = storage.read_range(key, max(0, size - FOOTER_GUESS), size)
+    if len(tail) < 12 or tail[-4:] != b"PAR1":
+        raise pa.ArrowInvalid(f"not a parquet file: {key}")
+    length = int.from_bytes(tail[-8:-4], "little") + 8
+    if length > len(tail):
+        tail = storage.read_range(key, max(0, size - length), size)
+    # the magic number, then the footer: all a schema reader looks at
+    return pq.read_schema(pa.BufferReader(b"PAR1" + tail[-length:]))
+
+
 def files_with_old_types(storage: Storage, metadata: Metadata, adds: Sequence[dict], threads: int = 16) -> list[dict]:
     """The files among ``adds`` whose footer holds a widened column in a type other than the
-    current one (read from each file's parquet footer, ``threads`` at a time)."""
+    current one (read from each file's parquet footer, ``threads`` at a time; remote files by
+    byte ranges, see :func:`footer_schema`)."""
     changes = type_changes(metadata)
     if not changes or not adds:
         return []
@@ -153,9 +180,8 @@ def files_with_old_types(storage: Storage, metadata: Metadata, adds: Sequence[di
         key = storage.key_for_path(add["path"])
         if key is None:
             raise CorruptLogError(f"data file outside the table root: {add['path']}")
-        source: Any = storage.local_path(key) if storage.is_local else pa.BufferReader(storage.read(key))
         try:
-            schema = pq.read_schema(source)
+            schema = footer_schema(storage, key)
         except FileNotFoundError:
             raise CorruptLogError(f"data file referenced by the log is missing: {add['path']}") from None
         for change in changes:

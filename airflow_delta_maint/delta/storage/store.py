@@ -272,6 +272,8 @@ class Storage:
             return
         try:
             yield
+        except MemoryError:  # out of memory is not a storage failure
+            raise
         except Exception as exc:
             raise translate(exc, self.root, self.family, action) from None
 

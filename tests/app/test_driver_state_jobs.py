@@ -134,3 +134,31 @@ def test_a_checkpoint_the_stream_cannot_vouch_for_falls_back_to_the_whole_state(
     assert a == b and a["distrusted_log_files"]
     a, b = _run_both(monkeypatch, path, ["checkpoint"])
     assert a == b and a["checkpoint"]["kind"] == "classic"
+
+
+def test_vacuum_full_keeps_the_valid_set_in_memory_when_the_executors_cannot_see_the_scratch_folder(
+        tmp_path, spark, monkeypatch):
+    """On a cluster that shares nothing, the driver's scratch folder is not the executors': without
+    DELTA_MAINT_SCRATCH_DIR the large-table path falls back before anything is deleted."""
+    import types
+
+    import airflow_delta_maint.app.jobs.vacuum as job
+    from airflow_delta_maint.app.runners import vacuum_antijoin as aj
+
+    monkeypatch.delenv(aj.SCRATCH_ENV, raising=False)
+    remote = types.SimpleNamespace(sparkContext=types.SimpleNamespace(master="spark://10.0.0.7:7077"))
+    assert aj.scratch_shared(spark) and not aj.scratch_shared(remote)
+    monkeypatch.setenv(aj.SCRATCH_ENV, str(tmp_path / "shared"))
+    assert aj.scratch_shared(remote)
+    monkeypatch.delenv(aj.SCRATCH_ENV)
+
+    reasons = []
+    monkeypatch.setattr(aj, "scratch_shared", lambda session: False)
+    monkeypatch.setattr(job, "fell_back", lambda what, exc: reasons.append(str(exc)))
+    path = _with_checkpoint(tmp_path)
+    make_old(path, "orphan-top.parquet", "p=p1/orphan-a.parquet")
+    before = rows(path)
+    a, b = _run_both(monkeypatch, path, ["vacuum"])
+    assert len(reasons) == 1 and "set DELTA_MAINT_SCRATCH_DIR to a folder every machine" in reasons[0]
+    assert a == b and a["status"] == "committed" and a["numFilesDeleted"] >= 2
+    assert rows(Path(str(path) + "-streamed")) == before

@@ -470,6 +470,10 @@ def _full_at_scale(ctx: JobContext, args: argparse.Namespace, state: StreamedSta
         found = listing_job.join()
         spark = ctx.spark("VACUUM")
         frames.append(found.frame)
+        if not aj.scratch_shared(spark):
+            raise StreamFallback(f"the executors of {spark.sparkContext.master} may not see the driver's scratch "
+                                 f"folder: set {aj.SCRATCH_ENV} to a folder every machine of the cluster mounts "
+                                 "for VACUUM in bounded memory")
         untracked, valid_count = aj.untracked_files(spark, found, scratch, plan.cutoff_ms, kept)
         frames.append(untracked.frame)
         retention_hours = plan.retention_ms / 3_600_000

@@ -31,7 +31,7 @@ from airflow_delta_maint.delta.storage.store import Storage
 from .vacuum_tasks import delete_rows, list_rows
 
 __all__ = ["SCRATCH_ENV", "ScaledListing", "Untracked", "delete_untracked", "list_into_spark", "scratch_folder",
-           "untracked_files"]
+           "scratch_shared", "untracked_files"]
 
 SCRATCH_ENV = "DELTA_MAINT_SCRATCH_DIR"
 log = logging.getLogger("delta_maint.vacuum")
@@ -44,6 +44,13 @@ def scratch_folder() -> str:
     if base:
         os.makedirs(base, exist_ok=True)
     return tempfile.mkdtemp(prefix="delta-vacuum-", dir=base)
+
+
+def scratch_shared(spark: Any) -> bool:
+    """Whether the executors read what the driver writes to its scratch folder: a local master, or
+    ``DELTA_MAINT_SCRATCH_DIR`` set (to a folder every machine mounts). Elsewhere the job falls back
+    to the valid set in the driver's memory rather than fail on a cluster that shares nothing."""
+    return bool(os.environ.get(SCRATCH_ENV)) or str(spark.sparkContext.master).startswith("local")
 
 
 def remove_scratch(folder: str) -> None:

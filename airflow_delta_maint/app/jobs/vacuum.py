@@ -33,7 +33,7 @@ from airflow_delta_maint.delta.plans.vacuum import (
     VacuumPlan, lite_candidates, plan_vacuum, remove_empty_dirs, table_retention_ms, valid_among, valid_among_streamed,
     valid_keys, write_last_vacuum_info,
 )
-from airflow_delta_maint.delta.plans.vacuum_files import Subtree, delete_files_parallel, list_folder, list_subtree
+from airflow_delta_maint.delta.plans.vacuum_files import Subtree, delete_files_parallel, list_subtree
 from airflow_delta_maint.delta.plans.vacuum_inventory import Inventory, check_fresh, inventory_files, read_inventory
 from airflow_delta_maint.delta.plans.vacuum_keep import kept_version_keys
 from airflow_delta_maint.delta.plans.vacuum_prefetch import PrefetchedListing
@@ -46,6 +46,7 @@ from ..engines import DELTA_SPARK, add_engine_argument, check_engine
 from ..state_reading import fell_back, streamed_state
 from .cleanup_log import parse_versions
 from airflow_delta_maint.app.runners.vacuum_tasks import DELETE_BATCH, TASK_THREADS, delete_partition, list_partition, split_keys, summarize
+from airflow_delta_maint.app.runners.vacuum_antijoin import top_folders
 
 NAME = "vacuum"
 DRY_RUN_LIST_CAP = 1000
@@ -133,19 +134,7 @@ def list_table(ctx: JobContext, storage: Storage, cutoff_ms: int, partition_colu
         prefetched.cancel()
     tasks = ctx.tasks(f"VACUUM {storage.root}")
     parallelism = tasks.parallelism
-    top = Subtree()
-    frontier = [""]
-    for _ in range(3):
-        nxt: list[str] = []
-        for prefix in frontier:
-            dirs, files = list_folder(storage, prefix, partition_columns)
-            for f in files:
-                top.add(f)
-            top.dirs.update(dirs)
-            nxt.extend(dirs)
-        frontier = nxt
-        if len(frontier) >= 2 * parallelism or not frontier:
-            break
+    top, frontier = top_folders(storage, partition_columns, parallelism)
     results = [summarize(top, cutoff_ms)]
     log.info("listed %d files in the top folders; listing %d subtrees %s", results[0][3], len(frontier),
              "on threads" if tasks.local else "with Spark")

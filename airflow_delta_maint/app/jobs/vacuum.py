@@ -22,7 +22,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from airflow_delta_maint.delta.errors import CommitFailedError, InvalidArgumentError
 from airflow_delta_maint.delta.log.listing import list_log
@@ -392,26 +392,37 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
                        files_to_delete_truncated=len(files) > DRY_RUN_LIST_CAP)
         return metrics
 
-    if not files:
+    keys = [f.key for f in files]
+
+    def delete() -> tuple[int, int]:
+        deleted = delete_parallel(ctx, storage, keys)
+        return deleted, remove_empty_dirs(storage, keys, plan.cutoff_ms, plan.partition_columns, walk=False,
+                                          listed_dirs=listed_dirs)
+
+    return _delete_between_markers(storage, snapshot, plan, metrics, len(files), size, dirs_vacuumed, watermark, delete)
+
+
+def _delete_between_markers(storage: Storage, snapshot: Snapshot, plan: VacuumPlan, metrics: dict[str, Any],
+                            num_files: int, size: int, dirs_vacuumed: int, watermark: int | None,
+                            delete: Callable[[], tuple[int, int]]) -> dict[str, Any]:
+    """Nothing to delete: skipped (the watermark moved on). Else ``VACUUM START``, ``delete()`` (files
+    deleted, folders removed), ``VACUUM END`` (``FAILED`` if the deletion raised); the metrics."""
+    if not num_files:
         if watermark is not None and watermark != (plan.lite.watermark if plan.lite else None):
             write_last_vacuum_info(storage, watermark)
         metrics.update(status="skipped", numFilesDeleted=0, numDeletedFiles=0, numVacuumedDirectories=0,
                        numDeletedDirectories=0, reason="no file to delete")
         return metrics
-
     start_version, base = _commit_marker(snapshot, "VACUUM START", plan.commit_parameters(),
-                                         {"numFilesToDelete": len(files), "sizeOfDataToDelete": size}, plan)
+                                         {"numFilesToDelete": num_files, "sizeOfDataToDelete": size}, plan)
     metrics["version_vacuum_start"] = start_version
-    keys = [f.key for f in files]
     try:
-        deleted = delete_parallel(ctx, storage, keys)
-        removed_dirs = remove_empty_dirs(storage, keys, plan.cutoff_ms, plan.partition_columns,
-                                         walk=False, listed_dirs=listed_dirs)
+        deleted, removed_dirs = delete()
     except BaseException:
         _commit_marker(base, "VACUUM END", {"status": "FAILED"}, {})
         raise
     end_version, _ = _commit_marker(base, "VACUUM END", {"status": "COMPLETED"},
-                                 {"numDeletedFiles": deleted, "numVacuumedDirectories": dirs_vacuumed})
+                                    {"numDeletedFiles": deleted, "numVacuumedDirectories": dirs_vacuumed})
     if watermark is not None:
         write_last_vacuum_info(storage, watermark)
     log.info("deleted %d files (%d bytes planned) and %d empty folders; committed VACUUM END at version %d",
@@ -482,34 +493,14 @@ def _full_at_scale(ctx: JobContext, args: argparse.Namespace, state: StreamedSta
             metrics.update(status="dry_run", numFilesDeleted=0, numDeletedFiles=0, numVacuumedDirectories=0,
                            files_to_delete=listed, files_to_delete_truncated=untracked.files > DRY_RUN_LIST_CAP)
             return metrics
-        if not untracked.files:
-            if watermark is not None and watermark != (plan.lite.watermark if plan.lite else None):
-                write_last_vacuum_info(storage, watermark)
-            metrics.update(status="skipped", numFilesDeleted=0, numDeletedFiles=0, numVacuumedDirectories=0,
-                           numDeletedDirectories=0, reason="no file to delete")
-            return metrics
-        start_version, base = _commit_marker(snapshot, "VACUUM START", plan.commit_parameters(),
-                                             {"numFilesToDelete": untracked.files,
-                                              "sizeOfDataToDelete": untracked.bytes}, plan)
-        metrics["version_vacuum_start"] = start_version
-        try:
+        def delete() -> tuple[int, int]:
             deleted = aj.delete_untracked(spark, storage, untracked)
             emptied = [f"{d}/" for d in aj.emptied_folders(untracked)] if storage.is_local else []
-            removed_dirs = remove_empty_dirs(storage, emptied, plan.cutoff_ms, plan.partition_columns,
-                                             walk=False, listed_dirs=found.dirs)
-        except BaseException:
-            _commit_marker(base, "VACUUM END", {"status": "FAILED"}, {})
-            raise
-        end_version, _ = _commit_marker(base, "VACUUM END", {"status": "COMPLETED"},
-                                        {"numDeletedFiles": deleted, "numVacuumedDirectories": dirs_vacuumed})
-        if watermark is not None:
-            write_last_vacuum_info(storage, watermark)
-        log.info("deleted %d files (%d bytes planned) and %d empty folders; committed VACUUM END at version %d",
-                 deleted, untracked.bytes, removed_dirs, end_version)
-        metrics.update(status="committed", version_committed=end_version, numFilesDeleted=deleted,
-                       numDeletedFiles=deleted, numVacuumedDirectories=dirs_vacuumed,
-                       numDeletedDirectories=removed_dirs, lastVacuumWatermark=watermark)
-        return metrics
+            return deleted, remove_empty_dirs(storage, emptied, plan.cutoff_ms, plan.partition_columns,
+                                              walk=False, listed_dirs=found.dirs)
+
+        return _delete_between_markers(storage, snapshot, plan, metrics, untracked.files, untracked.bytes, dirs_vacuumed,
+                                       watermark, delete)
     finally:
         for frame in frames:
             with contextlib.suppress(Exception):

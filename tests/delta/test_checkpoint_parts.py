@@ -170,3 +170,16 @@ def test_the_threshold_reads_the_hint_and_the_environment(tmp_path, monkeypatch)
     assert not use_streamed_state(storage)
     (tmp_path / "t" / "_delta_log" / "_last_checkpoint").unlink()
     assert checkpointed_files(storage) > 0  # from the checkpoint's bytes
+
+
+def test_a_bad_threshold_is_one_clear_error(monkeypatch):
+    from airflow_delta_maint.delta.errors import InvalidArgumentError
+    from airflow_delta_maint.delta.log.state_size import stream_min_files
+
+    for bad in ("many", "-1", "2.5"):
+        monkeypatch.setenv(STREAM_MIN_FILES_ENV, bad)
+        with pytest.raises(InvalidArgumentError, match=rf"^DELTA_MAINT_STREAM_MIN_FILES must be a whole number of "
+                                                       rf"files \(0 or more\), got '{bad}'$"):
+            stream_min_files()
+    monkeypatch.setenv(STREAM_MIN_FILES_ENV, " 7 ")
+    assert stream_min_files() == 7

@@ -16,6 +16,7 @@ from airflow_delta_maint.delta.health.score import health_inputs, health_score, 
 from airflow_delta_maint.delta.health.state_summary import summarize_state
 from airflow_delta_maint.delta.log.history import last_operation_version, log_state
 from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.storage.store import Storage
 from airflow_delta_maint.delta.log.state_stream import StreamedState, StreamFallback
 from airflow_delta_maint.delta.protocol.features import check_supported, table_features
 
@@ -52,11 +53,20 @@ def size_histogram(sizes: np.ndarray) -> list[dict[str, Any]]:
     return out
 
 
+def _report_head(storage: Storage, snapshot: Snapshot) -> dict[str, Any]:
+    """The report's first keys, alike for a whole snapshot and a streamed state's shell."""
+    readers, writers = table_features(snapshot.protocol)
+    return {"table": storage.root, "version": snapshot.version,
+            "protocol": {"min_reader_version": snapshot.protocol.min_reader_version,
+                         "min_writer_version": snapshot.protocol.min_writer_version,
+                         "reader_features": sorted(readers), "writer_features": sorted(writers)},
+            "partition_columns": snapshot.partition_columns, "properties": snapshot.properties}
+
+
 def inspect_table(snapshot: Snapshot, small_file_bytes: int = DEFAULT_SMALL_FILE_BYTES,
                   with_files: bool = False) -> dict[str, Any]:
     """The health report of one snapshot (no Spark)."""
     check_supported(snapshot.protocol, "inspect")
-    readers, writers = table_features(snapshot.protocol)
     sizes = snapshot.files.column("size").to_numpy(zero_copy_only=False).astype(np.int64) \
         if snapshot.num_files else np.zeros(0, dtype=np.int64)
     storage = snapshot.storage
@@ -67,13 +77,7 @@ def inspect_table(snapshot: Snapshot, small_file_bytes: int = DEFAULT_SMALL_FILE
     dv_files = int(pc.sum(snapshot.files.column("deletionVector").is_valid()).as_py() or 0) \
         if snapshot.num_files else 0
     report: dict[str, Any] = {
-        "table": storage.root,
-        "version": snapshot.version,
-        "protocol": {"min_reader_version": snapshot.protocol.min_reader_version,
-                     "min_writer_version": snapshot.protocol.min_writer_version,
-                     "reader_features": sorted(readers), "writer_features": sorted(writers)},
-        "partition_columns": snapshot.partition_columns,
-        "properties": snapshot.properties,
+        **_report_head(storage, snapshot),
         "num_files": snapshot.num_files,
         "size_bytes": int(sizes.sum()),
         "avg_file_bytes": int(sizes.mean()) if len(sizes) else 0,
@@ -111,7 +115,6 @@ def inspect_streamed(state: StreamedState, small_file_bytes: int = DEFAULT_SMALL
     shell = state.shell()
     check_supported(shell.protocol, "inspect")
     summary = summarize_state(state, small_file_bytes, _HIST_EDGES)
-    readers, writers = table_features(shell.protocol)
     storage = state.storage
     log_now = log_state(storage)
     at_latest = shell.version == log_now.latest_version
@@ -129,13 +132,7 @@ def inspect_streamed(state: StreamedState, small_file_bytes: int = DEFAULT_SMALL
         tombstone_bytes=summary.tombstone_gone_bytes)
     checkpoint = shell.segment.checkpoint_version
     return {
-        "table": storage.root,
-        "version": shell.version,
-        "protocol": {"min_reader_version": shell.protocol.min_reader_version,
-                     "min_writer_version": shell.protocol.min_writer_version,
-                     "reader_features": sorted(readers), "writer_features": sorted(writers)},
-        "partition_columns": shell.partition_columns,
-        "properties": shell.properties,
+        **_report_head(storage, shell),
         "num_files": summary.num_files,
         "size_bytes": summary.size_bytes,
         "avg_file_bytes": int(summary.size_bytes / summary.num_files) if summary.num_files else 0,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 
+from airflow_delta_maint.delta.errors import InvalidArgumentError
 from airflow_delta_maint.delta.log.listing import LAST_CHECKPOINT, list_log
 from airflow_delta_maint.delta.storage.store import Storage
 
@@ -33,14 +34,21 @@ BYTES_PER_FILE = 128
 
 
 def stream_min_files() -> int:
-    """The threshold in force: ``DELTA_MAINT_STREAM_MIN_FILES`` when set, else :data:`STREAM_MIN_FILES`."""
+    """The threshold in force: ``DELTA_MAINT_STREAM_MIN_FILES`` when set, else :data:`STREAM_MIN_FILES`.
+
+    Raises:
+        InvalidArgumentError: the variable is set to anything but a whole number of files.
+    """
     value = os.environ.get(STREAM_MIN_FILES_ENV, "").strip()
-    if value:
-        try:
-            return max(0, int(value))
-        except ValueError:
-            pass
-    return STREAM_MIN_FILES
+    if not value:
+        return STREAM_MIN_FILES
+    try:
+        threshold = int(value)
+    except ValueError:
+        threshold = -1
+    if threshold < 0:
+        raise InvalidArgumentError(f"{STREAM_MIN_FILES_ENV} must be a whole number of files (0 or more), got {value!r}")
+    return threshold
 
 
 def checkpointed_files(storage: Storage) -> int:

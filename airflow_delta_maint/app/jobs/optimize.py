@@ -224,6 +224,9 @@ class PlanOutline:
     decision: AutoDecision | None
     #: the bytes the bins rewrite (known when asked for)
     input_bytes: int | None = None
+    #: with ``keep_scan``: the streamed per-partition aggregates and the partitions the plan selects
+    scan: Any = None
+    selected: Callable[[PartitionKey], bool] | None = None
 
 
 def _outline(plan: OptimizePlan, decision: AutoDecision | None) -> PlanOutline:
@@ -253,8 +256,8 @@ def _skip_reason(plan: PlanOutline, params: dict[str, Any]) -> str | None:
     return None
 
 
-def streamed_plan_outline(state: StreamedState, params: dict[str, Any], candidates: bool = False
-                          ) -> PlanOutline | None:
+def streamed_plan_outline(state: StreamedState, params: dict[str, Any], candidates: bool = False,
+                          keep_scan: bool = False) -> PlanOutline | None:
     """The plan's outline from the log streamed in bounded memory (``partition_scan``), equal to
     the one of the plan built from the whole snapshot. Liquid clustering, ``target_files`` and
     ``rewrite_type_widened`` add their own aggregate to the same pass (``clustering_scan``,
@@ -262,6 +265,8 @@ def streamed_plan_outline(state: StreamedState, params: dict[str, Any], candidat
 
     Raises what the in-memory check raises for bad input, in the same order: the shell snapshot
     (no files) runs every validation of the policy and the plan first.
+
+    With ``keep_scan`` the outline carries the scan and the selection (``optimize_large``).
 
     With ``candidates`` the outline carries ``input_bytes``: the bytes the plan's bins rewrite,
     packed from the candidate files' sizes and paths (kept in memory, so for small logs only); None
@@ -333,6 +338,8 @@ def streamed_plan_outline(state: StreamedState, params: dict[str, Any], candidat
     else:
         empty, layout = scan.plan_is_empty(selected, zorder), "zorder" if zorder else "binpack"
     outline = PlanOutline(state.version, empty, layout, min_size, left.metrics() if left.any else {}, decision)
+    if keep_scan:
+        outline.scan, outline.selected = scan, selected
     if candidates and not zorder:
         outline.input_bytes = scan.input_bytes(selected)
     return outline
@@ -464,11 +471,26 @@ def run_optimize(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
     batches, or (engine delta-spark) run delta-spark's OPTIMIZE on what the plan selects. Returns the
     job's metrics."""
     engine = _check_engine_options(params)
+    if engine != DELTA_SPARK:
+        from .optimize_large import run_in_rounds
+
+        result = run_in_rounds(ctx, params, engine)
+        if result is not None:
+            return result
     snapshot = Snapshot.load(ctx.storage)
     ctx.version_read = snapshot.version
     check_supported(snapshot.protocol, "optimize", snapshot.metadata)
     decision = auto_decision(snapshot, params)
     plan = plan_from_params(snapshot, params, decision)
+    return run_plan(ctx, params, engine, snapshot, plan, decision)
+
+
+def run_plan(ctx: JobContext, params: dict[str, Any], engine: str, snapshot: Snapshot, plan: OptimizePlan,
+             decision: AutoDecision | None, added_sizes: list[int] | None = None,
+             load_base: Callable[[int], Snapshot] | None = None) -> dict[str, Any]:
+    """Run one plan of ``snapshot`` (the whole table, or a round of a large one): validate the
+    options, reserve its partitions, rewrite and commit. ``added_sizes`` collects the committed
+    files' sizes; ``load_base`` loads the snapshot a commit is rebased onto (see ``BinCommitter``)."""
     batch_bytes = int(params["batch_bytes"]) if params.get("batch_bytes") is not None else DEFAULT_BATCH_BYTES
     if batch_bytes <= 0:
         raise InvalidArgumentError(f"batch bytes must be positive, got {batch_bytes}")
@@ -506,7 +528,8 @@ def run_optimize(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
 
         session(ctx)  # a session that cannot run delta-spark fails before any partition is reserved
     if not lease:
-        return _execute(engine, ctx, params, snapshot, plan, out, restricted=decision is not None)
+        return _execute(engine, ctx, params, snapshot, plan, out, restricted=decision is not None,
+                        added_sizes=added_sizes, load_base=load_base)
     labels = {id(b): partition_label(partition_key(b.partition_values)) for b in plan.bins}
     with reserve_partitions(ctx.storage, sorted(set(labels.values())), lease_seconds=lease) as reservation:
         if reservation.taken_by_others:
@@ -519,15 +542,17 @@ def run_optimize(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
                 return {**out, "status": "skipped", **empty,
                         "reason": "every partition of the plan is reserved by another OPTIMIZE run"}
         return _execute(engine, ctx, params, snapshot, plan, out,
-                        restricted=decision is not None or bool(reservation.taken_by_others))
+                        restricted=decision is not None or bool(reservation.taken_by_others),
+                        added_sizes=added_sizes, load_base=load_base)
 
 
 def _execute(engine: str, ctx: JobContext, params: dict[str, Any], snapshot: Snapshot, plan: OptimizePlan,
-             out: dict[str, Any], restricted: bool) -> dict[str, Any]:
+             out: dict[str, Any], restricted: bool, added_sizes: list[int] | None = None,
+             load_base: Callable[[int], Snapshot] | None = None) -> dict[str, Any]:
     """Run the plan with the engine. delta-spark gets the plan's partitions as its WHERE clause when the
     run is limited to some (the auto-compaction policy's choice, partitions reserved by other runs)."""
     if engine != DELTA_SPARK:
-        return _execute_plan(ctx, params, snapshot, plan, out)
+        return _execute_plan(ctx, params, snapshot, plan, out, added_sizes, load_base)
     from ..engines import delta_spark
 
     partitions: list[dict[str, str | None]] | None = None
@@ -540,7 +565,8 @@ def _execute(engine: str, ctx: JobContext, params: dict[str, Any], snapshot: Sna
 
 
 def _execute_plan(ctx: JobContext, params: dict[str, Any], snapshot: Snapshot, plan: OptimizePlan,
-                  out: dict[str, Any]) -> dict[str, Any]:
+                  out: dict[str, Any], added_sizes: list[int] | None = None,
+                  load_base: Callable[[int], Snapshot] | None = None) -> dict[str, Any]:
     """Rewrite the plan's bins and commit them group by group as they are rewritten."""
     clustered = plan.layout == "hilbert"
     batch_bytes = int(params["batch_bytes"]) if params.get("batch_bytes") is not None else DEFAULT_BATCH_BYTES
@@ -575,7 +601,7 @@ def _execute_plan(ctx: JobContext, params: dict[str, Any], snapshot: Snapshot, p
     log.info("OPTIMIZE %s at version %d: %d bins, %d files, %.1f MiB to rewrite in %d units", ctx.storage.root,
              snapshot.version, len(plan.bins), plan.input_files, plan.input_bytes / 2**20, len(units))
     rewrite, concurrency = _group_rewriter(ctx, params, spec, plan, per_unit)
-    committer = BinCommitter(snapshot, plan, parameters)
+    committer = BinCommitter(snapshot, plan, parameters, load_base)
     results: list[tuple[list[int], GroupResult]] = []
     committed_keys: set[str] = set()
     held: list[tuple[list[int], list[BinOutputs]]] = []
@@ -618,6 +644,8 @@ def _execute_plan(ctx: JobContext, params: dict[str, Any], snapshot: Snapshot, p
     except BaseException:
         _delete_run_outputs(spec, plan.bins, committed_keys)
         raise
+    if added_sizes is not None:
+        added_sizes.extend(a["size"] for _, r in results for i in r.committed for a in r.adds.get(i, []))
     return {**out, **_totals(plan, results, clustered, snapshot), "numBatches": len(results)}
 
 

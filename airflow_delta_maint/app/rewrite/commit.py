@@ -142,8 +142,12 @@ class _BinState:
 class BinCommitter:
     """Commits the groups of one OPTIMIZE run (see the module docstring)."""
 
-    def __init__(self, snapshot: Snapshot, plan: OptimizePlan, parameters: dict[str, Any]):
+    def __init__(self, snapshot: Snapshot, plan: OptimizePlan, parameters: dict[str, Any],
+                 load_base: Callable[[int], Snapshot] | None = None):
         self.plan_snapshot = snapshot
+        #: the snapshot at a version to rebase onto: the whole state, or (a large table planned in
+        #: rounds) the live files among the plan's inputs
+        self.load_base = load_base or (lambda version: Snapshot.load(self.storage, version))
         self.plan = plan
         self.parameters = parameters
         self.storage = snapshot.storage
@@ -213,7 +217,7 @@ class BinCommitter:
                 seen = self.wait_for_writer(wait_for_writer_s)
                 paths = [f["path"] for b in bins for f in b.files]
                 if seen is not None and self._changes(seen, paths):  # rebase now, not after a lost attempt
-                    self.base = Snapshot.load(self.storage, seen)
+                    self.base = self.load_base(seen)
                     self.after = None
             for attempt in range(1, MAX_ATTEMPTS + 1):
                 if self.base.version > synced:
@@ -242,7 +246,7 @@ class BinCommitter:
                     self._changes(latest, [])  # a protocol or metadata change in between fails the run
                     log.info("OPTIMIZE %s: version %d changed inputs of this commit; rebasing onto version %d",
                              self.storage.root, exc.winning_version, latest)
-                    self.base = Snapshot.load(self.storage, latest)
+                    self.base = self.load_base(latest)
                     self.after = None
                     continue
                 self.after = version

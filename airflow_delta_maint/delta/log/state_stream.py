@@ -345,10 +345,13 @@ class StreamedState:
     def partition_columns(self) -> list[str]:
         return list(self.metadata.partition_columns)
 
-    def shell(self) -> Snapshot:
+    def shell(self, files: pa.Table | None = None) -> Snapshot:
         """A ``Snapshot`` of this state without its files: for the checks' argument validation and
-        settings, which read the protocol, metadata and log but no file."""
-        snap = Snapshot(self.storage, self.segment, self.protocol, self.metadata, ADD_SCHEMA.empty_table(),
+        settings, which read the protocol, metadata and log but no file. With ``files`` (in
+        ``ADD_SCHEMA``): a partial snapshot holding those live files only, for a job that works on
+        a part of the table at a time."""
+        snap = Snapshot(self.storage, self.segment, self.protocol, self.metadata,
+                        ADD_SCHEMA.empty_table() if files is None else files,
                         REMOVE_SCHEMA.empty_table(), self.txns, self.domains, self.domain_tombstones,
                         self.commit_timestamp)
         snap.distrusted = list(self.distrusted)

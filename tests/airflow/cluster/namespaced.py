@@ -159,6 +159,20 @@ class NamespacedCluster:
         with urllib.request.urlopen(f"http://{self.host}:{self.ui_port}/json/", timeout=5) as response:
             return json.load(response)
 
+    def wait_idle(self, timeout: float = 180) -> None:
+        """Wait until every worker is alive with all its cores free and no application runs, so that the next
+        application gets an executor on each worker (executors of a finished or killed run take a moment to go)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            state = self.state()
+            workers = [w for w in state.get("workers", []) if w.get("state") == "ALIVE"]
+            if (len(workers) == len(self.workers) and all(w.get("coresused", 0) == 0 for w in workers)
+                    and not state.get("activeapps")):
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the cluster did not become idle: {json.dumps(state)[:2000]}")
+            time.sleep(0.5)
+
     def run_like(self, node: Node, argv: list[str]) -> subprocess.CompletedProcess:
         """Run ``argv`` as ``node`` runs: its network namespace, a mount namespace that hides the same
         folders, the bare Python and the node's folder under /srv, an empty environment."""

@@ -47,6 +47,12 @@ def cluster(tmp_path_factory):
         c.stop()
 
 
+@pytest.fixture(autouse=True)
+def idle_cluster(cluster):
+    """Each test starts on an idle cluster: the executors of the test before have gone."""
+    cluster.wait_idle()
+
+
 def s3_options(server, key_id: str, secret: str) -> dict[str, str]:
     return {"AWS_ENDPOINT_URL": server.endpoint, "AWS_ALLOW_HTTP": "true", "AWS_REGION": "us-east-1",
             "AWS_ACCESS_KEY_ID": key_id, "AWS_SECRET_ACCESS_KEY": secret}

@@ -1,0 +1,135 @@
+"""OPTIMIZE of a large table in rounds, the driver's memory bounded by a round, not the table.
+
+From :func:`~airflow_delta_maint.delta.log.state_size.stream_min_files` checkpointed files on,
+bin-packing (with ``--where``, ``--auto``, ``--purge``, young files and recent partitions left out)
+and Z-order plan from the streamed state: one pass counts the candidates per partition and makes
+the auto policy's choice, a second spills the partitions with work, a round at a time, to local
+parquet files (:mod:`airflow_delta_maint.delta.plans.optimize_rounds`). Each round is then planned,
+rewritten and committed exactly as a whole plan is (:func:`~.optimize.run_plan`), and the rounds'
+metrics are summed into one run's. Liquid clustering, ``--target-files`` and
+``--rewrite-type-widened`` plan on the whole state, as does a log the stream cannot vouch for.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.log.state_stream import StreamedState, StreamFallback
+from airflow_delta_maint.delta.plans.clustering import is_clustered
+from airflow_delta_maint.delta.plans.optimize import size_percentiles
+from airflow_delta_maint.delta.plans.optimize_rounds import (iter_round_snapshots, live_files_among,
+                                                             partition_rounds, round_files, spill_rounds)
+from airflow_delta_maint.delta.protocol.features import check_supported
+from airflow_delta_maint.delta.storage.store import Storage
+
+from ..context import JobContext
+from ..state_reading import fell_back, streamed_state
+
+log = logging.getLogger("delta_maint.optimize")
+
+#: per-run counters that the rounds add up
+_SUMS = ("numAddedFiles", "numRemovedFiles", "numAddedBytes", "numRemovedBytes", "numDeletionVectorsRemoved",
+         "numBins", "numBinsDroppedByConflicts", "numBinsRebased", "numDeletionVectorsCarried", "numBatches")
+_PERCENTILES = ("minFileSize", "p25FileSize", "p50FileSize", "p75FileSize", "maxFileSize")
+_PLAN_SUMS = ("num_partitions", "num_bins", "num_files_to_rewrite", "num_bytes_to_rewrite", "predicted_output_files",
+              "num_deletion_vectors_to_purge")
+
+
+def run_in_rounds(ctx: JobContext, params: dict[str, Any], engine: str) -> dict[str, Any] | None:
+    """The run's metrics, OPTIMIZE done in rounds; None when the table is small, the plan needs the
+    whole state, or the stream cannot vouch for the log (the caller then loads the ``Snapshot``)."""
+    state = streamed_state(ctx.storage, what="OPTIMIZE")
+    if state is None:
+        return None
+    if is_clustered(state.protocol) or params.get("target_files") is not None or params.get("rewrite_type_widened"):
+        log.info("OPTIMIZE %s plans on the whole state: liquid clustering, --target-files and "
+                 "--rewrite-type-widened are not planned in rounds", ctx.storage.root)
+        return None
+    try:
+        return _rounds(ctx, params, engine, state)
+    except StreamFallback as exc:  # raised by the passes, before anything is written
+        fell_back("OPTIMIZE", exc)
+        return None
+
+
+def _rounds(ctx: JobContext, params: dict[str, Any], engine: str, state: StreamedState) -> dict[str, Any]:
+    from .optimize import plan_from_params, purge_params, run_plan, streamed_plan_outline
+
+    check_supported(state.protocol, "optimize", state.metadata)
+    params = purge_params(params)
+    outline = streamed_plan_outline(state, params, keep_scan=True)
+    assert outline is not None and outline.scan is not None and outline.selected is not None
+    ctx.version_read = state.version
+    scan, decision = outline.scan, outline.decision
+    rounds = partition_rounds(scan, outline.selected, outline.layout == "zorder", round_files())
+    if not rounds:
+        plan = plan_from_params(state.shell(), params, decision)
+        plan.num_table_files, plan.left_out = scan.total_files, outline.left_out
+        return run_plan(ctx, params, engine, state.shell(), plan, decision)
+    log.info("OPTIMIZE %s at version %d: %d partitions with work, %d candidate files, in %d rounds of at most "
+             "%d files", ctx.storage.root, state.version, sum(len(p) for p in rounds.partitions), sum(rounds.files),
+             len(rounds), round_files())
+    results: list[dict[str, Any]] = []
+    sizes: list[int] = []
+    with spill_rounds(state, rounds, min_file_size=outline.min_file_size, zorder=outline.layout == "zorder") as spill:
+        for n, partial in iter_round_snapshots(state, spill):
+            plan = plan_from_params(partial, params, decision)
+            plan.num_table_files, plan.left_out = scan.total_files, outline.left_out
+            inputs = [f["path"] for b in plan.bins for f in b.files]
+            log.info("OPTIMIZE %s: round %d of %d: %d bins, %d files, %.1f MiB", ctx.storage.root, n + 1, len(rounds),
+                     len(plan.bins), plan.input_files, plan.input_bytes / 2**20)
+
+            def load_base(version: int, inputs: list[str] = inputs) -> Snapshot:
+                return _partial_base(ctx.storage, version, inputs)
+
+            results.append(run_plan(ctx, params, engine, partial, plan, decision, sizes, load_base))
+            del partial, plan, inputs
+    return merge_rounds(results, sizes, scan.total_files)
+
+
+def _partial_base(storage: Storage, version: int, paths: list[str]) -> Snapshot:
+    """The base a round's commit is rebased onto: the live files among its inputs, streamed; the
+    whole state when the stream cannot vouch for the log at that version."""
+    try:
+        return live_files_among(storage, version, paths)
+    except StreamFallback as exc:
+        fell_back("OPTIMIZE's rebase", exc)
+        return Snapshot.load(storage, version)
+
+
+def merge_rounds(results: list[dict[str, Any]], added_sizes: list[int], total_files: int) -> dict[str, Any]:
+    """One run's metrics from its rounds' (each as one plan's run reports it)."""
+    out = dict(results[0])
+    if out.get("status") == "dry_run":
+        plan = dict(out["plan"])
+        plan["partitions"] = dict(plan.get("partitions") or {})
+        for r in results[1:]:
+            for key in _PLAN_SUMS:
+                plan[key] = plan.get(key, 0) + r["plan"].get(key, 0)
+            plan["partitions"].update(r["plan"].get("partitions") or {})
+        return {**out, "plan": plan, "numRounds": len(results)}
+    for key in _SUMS:
+        out[key] = sum(int(r.get(key) or 0) for r in results)
+    for key in _PERCENTILES:
+        out.pop(key, None)
+    out.update(size_percentiles(added_sizes))
+    out["droppedBins"] = [d for r in results for d in r.get("droppedBins") or ()]
+    versions = sorted(v for r in results for v in r.get("versions_committed") or ())
+    out["versions_committed"] = versions
+    out["version_committed"] = versions[-1] if versions else None
+    reserved: dict[str, Any] = {}
+    for r in results:
+        reserved.update(r.get("partitionsReservedByOthers") or {})
+    if reserved:
+        out["partitionsReservedByOthers"] = dict(sorted(reserved.items()))
+    out["status"] = "committed" if versions else "skipped"
+    out.pop("reason", None)
+    if not versions:
+        reasons = list(dict.fromkeys(str(r["reason"]) for r in results if r.get("reason")))
+        out["reason"] = "; ".join(reasons) if reasons else "nothing was committed"
+    out["totalConsideredFiles"] = total_files
+    out["totalFilesSkipped"] = total_files - out["numRemovedFiles"]
+    out["numRounds"] = len(results)
+    return out

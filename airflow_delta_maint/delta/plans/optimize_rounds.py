@@ -1,0 +1,193 @@
+"""OPTIMIZE of a large table a part at a time, in bounded memory.
+
+A plan of bin-packing or Z-order is a set of bins per partition, and no partition's bins depend on
+another's. So on a table whose state is streamed (``state_stream``), the partitions with work
+(found by ``partition_scan`` in one pass, with no Python object per file) are grouped into
+*rounds* of at most :func:`round_files` candidate files, in the plan's partition order. A second
+pass spills every round's candidate files (bin-packing: smaller than the minimum size or with a
+deletion vector; Z-order: every file) as whole add actions to a parquet file of its own in a local
+folder. Each round is then read back as a partial snapshot (the table's protocol, metadata and log,
+and those files) and planned, rewritten and committed as a plan of its own: the same bins as the
+plan of the whole table, a round's worth in memory at a time. One partition is never split: a
+partition with more candidates than a round holds is a round of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from airflow_delta_maint.delta.errors import InvalidArgumentError
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.log.state_stream import StreamedState, open_state
+from airflow_delta_maint.delta.plans.auto_compaction import PartitionKey
+from airflow_delta_maint.delta.plans.partition_scan import PartitionScan, partition_ids
+from airflow_delta_maint.delta.protocol.actions import ADD, ADD_SCHEMA, conform
+from airflow_delta_maint.delta.protocol.paths import canonical_paths
+from airflow_delta_maint.delta.storage.store import Storage
+
+__all__ = ["ROUND_FILES", "Rounds", "live_files_among", "partition_rounds", "round_files", "spill_rounds"]
+
+#: candidate files planned together: some 1-2 KiB each once planned (their add actions, with
+#: statistics), so a round stays within a few hundred MiB on the driver
+ROUND_FILES = 200_000
+_ENV = "DELTA_MAINT_OPTIMIZE_ROUND_FILES"
+
+
+def round_files() -> int:
+    """How many candidate files a round holds at most (``DELTA_MAINT_OPTIMIZE_ROUND_FILES``
+    overrides :data:`ROUND_FILES`)."""
+    text = os.environ.get(_ENV)
+    if text is None or text.strip() == "":
+        return ROUND_FILES
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise InvalidArgumentError(f"{_ENV} must be a positive number of files, got {text!r}")
+    return value
+
+
+def _order(key: PartitionKey) -> list[tuple[str, str]]:
+    return [(a, b or "") for a, b in key]  # the order the plan lists its partitions in
+
+
+@dataclass
+class Rounds:
+    """The partitions with work, grouped into rounds."""
+
+    partitions: list[list[PartitionKey]] = field(default_factory=list)
+    #: candidate files per round, as the first pass counted them
+    files: list[int] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.partitions)
+
+
+def partition_rounds(scan: PartitionScan, selected: Callable[[PartitionKey], bool], zorder: bool,
+                     max_files: int) -> Rounds:
+    """Group the partitions the plan would rewrite (``selected`` and with work: a file with a
+    deletion vector to purge, or two candidates that fit one bin; with ``zorder`` any file) into
+    rounds of at most ``max_files`` candidates, in the plan's partition order."""
+    work: list[tuple[PartitionKey, int]] = []
+    for i, key in enumerate(scan.keys):
+        if not selected(key):
+            continue
+        if zorder:
+            if scan.files[i]:
+                work.append((key, int(scan.files[i])))
+            continue
+        fits = scan.candidates[i] >= 2 and int(scan.smallest[i, 0]) + int(scan.smallest[i, 1]) <= scan.max_file_size
+        if scan.candidate_dv[i] or fits:
+            work.append((key, int(scan.candidates[i])))
+    rounds = Rounds()
+    for key, n in sorted(work, key=lambda kn: _order(kn[0])):
+        if not rounds.partitions or (rounds.files[-1] and rounds.files[-1] + n > max_files):
+            rounds.partitions.append([])
+            rounds.files.append(0)
+        rounds.partitions[-1].append(key)
+        rounds.files[-1] += n
+    return rounds
+
+
+def _conformed(table: pa.Table) -> pa.Table:
+    return pa.Table.from_arrays([conform(table.column(f.name), f.type) for f in ADD], schema=ADD_SCHEMA)
+
+
+class SpilledRounds:
+    """The rounds' candidate files in a local folder, one parquet file per round; removed on
+    :meth:`close`."""
+
+    def __init__(self, folder: Path, count: int):
+        self.folder = folder
+        self.count = count
+
+    def path(self, n: int) -> Path:
+        return self.folder / f"round-{n:06d}.parquet"
+
+    def files(self, n: int) -> pa.Table:
+        """Round ``n``'s candidate files (``ADD_SCHEMA``)."""
+        path = self.path(n)
+        if not path.exists():
+            return ADD_SCHEMA.empty_table()
+        return pq.read_table(path, schema=ADD_SCHEMA)
+
+    def close(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def __enter__(self) -> "SpilledRounds":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def spill_rounds(state: StreamedState, rounds: Rounds, *, min_file_size: int, zorder: bool,
+                 folder: str | None = None) -> SpilledRounds:
+    """One pass over the live files: write each round's candidate files, whole add actions, to
+    its own parquet file under a new folder in ``folder`` (default: the temporary folder). Raises
+    what :meth:`StreamedState.scan` raises."""
+    round_of = {key: n for n, keys in enumerate(rounds.partitions) for key in keys}
+    spill = SpilledRounds(Path(tempfile.mkdtemp(prefix="delta-maint-optimize-", dir=folder)), len(rounds))
+    writers: dict[int, pq.ParquetWriter] = {}
+    names = state.partition_columns
+    try:
+        for kind, table in state.scan(ADD_SCHEMA.names):
+            if kind != "add" or table.num_rows == 0:
+                continue
+            local, keys = partition_ids(table.column("partitionValues"), names)
+            of_key = np.fromiter((round_of.get(k, -1) for k in keys), dtype=np.int64, count=len(keys))
+            rid = of_key[local] if len(keys) else np.full(table.num_rows, -1, np.int64)
+            mask = rid >= 0
+            if not zorder:
+                small = pc.fill_null(pc.less(table.column("size"), min_file_size), False).to_numpy(zero_copy_only=False)
+                with_dv = table.column("deletionVector").is_valid().to_numpy(zero_copy_only=False)
+                mask &= small | with_dv
+            if not mask.any():
+                continue
+            for n in np.unique(rid[mask]):
+                rows = table.filter(pa.array(mask & (rid == n)))
+                writer = writers.get(int(n))
+                if writer is None:
+                    writer = writers[int(n)] = pq.ParquetWriter(spill.path(int(n)), ADD_SCHEMA, compression="zstd")
+                writer.write_table(_conformed(rows))
+    except BaseException:
+        for writer in writers.values():
+            writer.close()
+        spill.close()
+        raise
+    for writer in writers.values():
+        writer.close()
+    return spill
+
+
+def live_files_among(storage: Storage, version: int, paths: list[str]) -> Snapshot:
+    """A partial snapshot at ``version`` holding the live files among ``paths`` only: the base a
+    round's commit is rebased onto after a concurrent commit (streamed, bounded by ``paths``)."""
+    state = open_state(storage, version)
+    wanted = canonical_paths(pa.array(sorted(set(paths)), pa.string()), storage.root)
+    pieces = []
+    for kind, table in state.scan(ADD_SCHEMA.names):
+        if kind != "add" or table.num_rows == 0:
+            continue
+        hit = pc.is_in(canonical_paths(table.column("path"), storage.root), value_set=wanted)
+        if pc.any(hit).as_py():
+            pieces.append(_conformed(table.filter(hit)))
+    files = pa.concat_tables(pieces) if pieces else ADD_SCHEMA.empty_table()
+    return state.shell(files)
+
+
+def iter_round_snapshots(state: StreamedState, spill: SpilledRounds) -> Iterator[tuple[int, Snapshot]]:
+    """Each round's partial snapshot, one at a time."""
+    for n in range(spill.count):
+        yield n, state.shell(spill.files(n))

@@ -1,0 +1,136 @@
+"""OPTIMIZE of a large table in rounds (the streaming threshold forced down so that small tables
+take that path) commits what the whole plan commits: the same files removed, the same rows, the
+same counts; a concurrent delete during a round is carried onto its output; Z-order runs in
+rounds on Spark. Rows are compared with the writer's model before and after every run."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from airflow_delta_maint.app import cli
+from airflow_delta_maint.app.jobs import optimize_large
+from airflow_delta_maint.app.rewrite import commit as optimize_commit
+from airflow_delta_maint.delta.log.listing import read_commit
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.log.state_size import STREAM_MIN_FILES_ENV
+from airflow_delta_maint.delta.protocol.actions import dv_unique_id
+from airflow_delta_maint.delta.storage.store import Storage
+from tests.app.test_optimize_rebase import before_commit, check, ids_in, left_behind, optimize_local
+from tests.dv_writer import DVTable, read_rows
+
+ROUND_ENV = "DELTA_MAINT_OPTIMIZE_ROUND_FILES"
+
+
+def _table(path: Path) -> DVTable:
+    table = DVTable(path).create(["a", "b", "c", "d"], 4, 10)
+    table.delete(ids_in(table.path, "a")[:3] + ids_in(table.path, "c")[5:7])
+    table.append("b", 5)
+    return table
+
+
+def _copy(table: DVTable, dest: Path) -> DVTable:
+    shutil.copytree(table.path, dest)
+    twin = DVTable.__new__(DVTable)
+    twin.__dict__.update(table.__dict__)
+    twin.path = dest
+    twin.rows = dict(table.rows)
+    return twin
+
+
+def _removed(path: Path, versions: list[int]) -> list[tuple[str, str]]:
+    storage = Storage(str(path))
+    return sorted((a["remove"]["path"], dv_unique_id(a["remove"].get("deletionVector")))
+                  for v in versions for a in read_commit(storage, v) if "remove" in a)
+
+
+def _spy(monkeypatch) -> list[int]:
+    used: list[int] = []
+    original = optimize_large._rounds
+    monkeypatch.setattr(optimize_large, "_rounds", lambda *a, **k: used.append(1) or original(*a, **k))
+    return used
+
+
+def test_rounds_commit_what_the_whole_plan_commits(tmp_path, monkeypatch):
+    table = _table(tmp_path / "t")
+    whole, rounds = _copy(table, tmp_path / "whole"), _copy(table, tmp_path / "rounds")
+    used = _spy(monkeypatch)
+    monkeypatch.setenv(STREAM_MIN_FILES_ENV, str(10**12))
+    a = optimize_local(whole.path)
+    assert used == [] and "numRounds" not in a
+    monkeypatch.setenv(STREAM_MIN_FILES_ENV, "0")
+    monkeypatch.setenv(ROUND_ENV, "5")
+    dry = optimize_local(rounds.path, "--dry-run")
+    b = optimize_local(rounds.path)
+    assert used == [1, 1]
+    assert dry["plan"]["num_files_to_rewrite"] == b["numRemovedFiles"] == a["numRemovedFiles"] == 17
+    assert b["numRounds"] == 4 and len(b["versions_committed"]) >= 4  # a partition per round here
+    for key in ("status", "numRemovedFiles", "numAddedFiles", "numRemovedBytes", "numDeletionVectorsRemoved",
+                "numBins", "totalConsideredFiles", "totalFilesSkipped", "minFileSize", "maxFileSize"):
+        assert a[key] == b[key], key
+    assert _removed(whole.path, a["versions_committed"]) == _removed(rounds.path, b["versions_committed"])
+    check(whole)
+    check(rounds)
+    assert read_rows(whole.path)[0] == read_rows(rounds.path)[0] == table.rows
+    assert left_behind(rounds.path) == set()
+    again = optimize_local(rounds.path)
+    assert again["status"] == "skipped" and again["numRemovedFiles"] == 0
+
+
+def test_auto_and_purge_in_rounds(tmp_path, monkeypatch):
+    table = _table(tmp_path / "t")
+    whole, rounds = _copy(table, tmp_path / "whole"), _copy(table, tmp_path / "rounds")
+    used = _spy(monkeypatch)
+    for args in (["--purge"], ["--auto", "--all-partitions", "--min-num-files", "5", "--max-partitions", "2"]):
+        monkeypatch.setenv(STREAM_MIN_FILES_ENV, str(10**12))
+        a = optimize_local(whole.path, *args)
+        monkeypatch.setenv(STREAM_MIN_FILES_ENV, "0")
+        monkeypatch.setenv(ROUND_ENV, "1")
+        b = optimize_local(rounds.path, *args)
+        assert a["status"] == b["status"] == "committed", (a, b)
+        assert a.get("autoCompaction") == b.get("autoCompaction")
+        assert _removed(whole.path, a["versions_committed"]) == _removed(rounds.path, b["versions_committed"])
+        check(whole)
+        check(rounds)
+    assert len(used) == 2
+
+
+def test_a_concurrent_delete_during_a_round_is_carried(tmp_path, monkeypatch):
+    table = _table(tmp_path / "t")
+    victims = ids_in(table.path, "b")[1:4]
+    seen: list[int] = []
+    bases: list[int] = []
+    original = optimize_large.live_files_among
+    monkeypatch.setattr(optimize_large, "live_files_among",
+                        lambda storage, version, paths: bases.append(version) or original(storage, version, paths))
+
+    def writer(attempt: optimize_commit.CommitAttempt) -> None:
+        seen.append(attempt.base_version)
+        if any(b.partition_values == {"p": "b"} for b in attempt.bins) and not bases:
+            table.delete(victims)
+
+    monkeypatch.setenv(STREAM_MIN_FILES_ENV, "0")
+    monkeypatch.setenv(ROUND_ENV, "1")
+    with before_commit(writer):
+        m = optimize_local(table.path, "--bins-per-commit", "1")
+    assert m["status"] == "committed" and m["numBinsRebased"] == 1 and m["numDeletionVectorsCarried"] == 1
+    assert len(bases) == 1  # the rebase read the live inputs at the writer's version, streamed
+    check(table)
+    assert left_behind(table.path) == set()
+
+
+@pytest.mark.spark
+def test_zorder_in_rounds_on_spark(tmp_path, spark, monkeypatch):
+    table = _table(tmp_path / "t")
+    used = _spy(monkeypatch)
+    monkeypatch.setenv(STREAM_MIN_FILES_ENV, "0")
+    monkeypatch.setenv(ROUND_ENV, "9")  # partitions a and b (4 and 5 files), then c and d
+    code, m = cli.run(["optimize", str(table.path), "--json", "--zorder-by", "v"])
+    assert code == 0, m
+    files_before = 4 * 4 + 1
+    assert used == [1] and m["status"] == "committed" and m["numRounds"] == 2
+    assert m["numRemovedFiles"] == files_before and m["numAddedFiles"] == 4
+    check(table)
+    assert Snapshot.load(str(table.path)).num_files == 4

@@ -1,0 +1,160 @@
+"""OPTIMIZE planned in rounds from the streamed state (``optimize_rounds``, ``optimize_large``) makes
+exactly the bins of the plan of the whole snapshot, on random histories (deletion vectors,
+re-adds, removes, every kind of checkpoint) and option sets, whatever the round size."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from airflow_delta_maint.app.jobs.optimize import auto_decision, plan_from_params, purge_params, streamed_plan_outline
+from airflow_delta_maint.app.jobs.optimize_large import merge_rounds
+from airflow_delta_maint.delta.errors import DeltaError, InvalidArgumentError
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.log.state_stream import StreamFallback, open_state
+from airflow_delta_maint.delta.plans import optimize_rounds
+from airflow_delta_maint.delta.plans.optimize_rounds import (iter_round_snapshots, live_files_among, partition_rounds,
+                                                             round_files, spill_rounds)
+from airflow_delta_maint.delta.protocol.actions import dv_unique_id
+from tests.delta.test_state_stream import NOW, histories, write_history
+
+OPTIONS = [
+    {},
+    {"min_file_size": 100, "max_file_size": 1_000},
+    {"min_file_size": 1_000, "max_file_size": 1_200, "dv_ratio": 0.0},
+    {"purge": True},
+    {"auto": True, "min_num_files": 2, "max_partitions": 2},
+    {"auto": True, "all_partitions": True, "min_num_files": 1},
+    {"zorder_by": "id"},
+    {"predicate": "p = 'a' OR p IS NULL"},
+    {"min_file_age": 3600.0},
+    {"skip_recent_partitions": 2},
+]
+
+
+def _bins(bins) -> list[tuple]:
+    return [(sorted((k, v or "") for k, v in b.partition_values.items()),
+             [(f["path"], dv_unique_id(f.get("deletionVector")), f["size"]) for f in b.files], b.input_bytes)
+            for b in bins]
+
+
+def _round_bins(root: str, params: dict, max_files: int) -> tuple[list[tuple], int]:
+    state = open_state(root)
+    params = purge_params(params)
+    outline = streamed_plan_outline(state, params, keep_scan=True)
+    rounds = partition_rounds(outline.scan, outline.selected, outline.layout == "zorder", max_files)
+    out: list[tuple] = []
+    with spill_rounds(state, rounds, min_file_size=outline.min_file_size, zorder=outline.layout == "zorder") as spill:
+        for _, partial in iter_round_snapshots(state, spill):
+            out += _bins(plan_from_params(partial, params, outline.decision).bins)
+    return out, len(rounds)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                 HealthCheck.too_slow])
+@given(history=histories(), options=st.sampled_from(OPTIONS), max_files=st.sampled_from([1, 2, 3, 1000]))
+def test_rounds_make_the_bins_of_the_whole_plan(tmp_path_factory, history, options, max_files):
+    root = tmp_path_factory.mktemp("t")
+    write_history(root, *history)
+    try:
+        snapshot = Snapshot.load(str(root))
+        whole = _bins(plan_from_params(snapshot, options, auto_decision(snapshot, purge_params(options))).bins)
+    except DeltaError as exc:  # bad input for this table: the rounds refuse it alike
+        with pytest.raises(type(exc)):
+            _round_bins(str(root), options, max_files)
+        return
+    try:
+        rounds, count = _round_bins(str(root), options, max_files)
+    except StreamFallback:
+        return  # the run plans on the whole snapshot then
+    assert rounds == whole
+    partitions = {tuple(b[0]) for b in whole}
+    if not whole:
+        assert count == 0
+    elif max_files == 1:
+        assert count == len(partitions)  # a round per partition with work
+
+
+def test_a_partition_larger_than_a_round_is_one_round(tmp_path):
+    import json
+
+    from tests.delta.test_state_stream import PROTOCOL, metadata
+
+    commits = [[{"add": {"path": f"p=a/f{i}.parquet", "partitionValues": {"p": "a"}, "size": 10 + i,
+                         "modificationTime": NOW, "dataChange": True, "stats": json.dumps({"numRecords": 1})}}
+                for i in range(5)],
+               [{"add": {"path": f"p=b/f{i}.parquet", "partitionValues": {"p": "b"}, "size": 10 + i,
+                         "modificationTime": NOW, "dataChange": True}} for i in range(2)]]
+    write_history(tmp_path, True, 1_000, commits, {1: "classic"},
+                  first=[{"commitInfo": {"timestamp": NOW}}, PROTOCOL, metadata(True, 1_000)])
+    state = open_state(str(tmp_path))
+    outline = streamed_plan_outline(state, {}, keep_scan=True)
+    rounds = partition_rounds(outline.scan, outline.selected, False, 3)
+    assert rounds.partitions == [[(("p", "a"),)], [(("p", "b"),)]] and rounds.files == [5, 2]
+    with spill_rounds(state, rounds, min_file_size=outline.min_file_size, zorder=False) as spill:
+        folder = spill.folder
+        assert [spill.files(n).num_rows for n in range(2)] == [5, 2]
+    assert not folder.exists()  # the spill is removed with its rounds
+
+
+def test_the_rebase_base_holds_the_live_files_among_the_inputs(tmp_path):
+    from tests.delta.test_state_stream import PROTOCOL, metadata
+
+    adds = [{"add": {"path": f"f{i}.parquet", "partitionValues": {}, "size": 10, "modificationTime": NOW,
+                     "dataChange": True}} for i in range(4)]
+    dv = {"storageType": "i", "pathOrInlineDv": "wi5b=000010000siXQKl0rr910", "offset": None, "sizeInBytes": 10,
+          "cardinality": 1}
+    later = [{"remove": {"path": "f1.parquet", "deletionTimestamp": NOW, "dataChange": True}},
+             {"remove": {"path": "f2.parquet", "deletionTimestamp": NOW, "dataChange": True}},
+             {"add": {**adds[2]["add"], "deletionVector": dv}}]
+    write_history(tmp_path, False, 1_000, [adds, later], {1: "classic"},
+                  first=[{"commitInfo": {"timestamp": NOW}}, PROTOCOL, metadata(False, 1_000)])
+    from airflow_delta_maint.delta.storage.store import Storage
+
+    base = live_files_among(Storage(str(tmp_path)), 2, ["f0.parquet", "f1.parquet", "f2.parquet"])
+    live = sorted((a["path"], dv_unique_id(a.get("deletionVector"))) for a in base.add_actions())
+    assert base.version == 2 and live == [("f0.parquet", ""), ("f2.parquet", dv_unique_id(dv))]
+
+
+def test_the_round_size_reads_the_environment(monkeypatch):
+    monkeypatch.delenv("DELTA_MAINT_OPTIMIZE_ROUND_FILES", raising=False)
+    assert round_files() == optimize_rounds.ROUND_FILES
+    monkeypatch.setenv("DELTA_MAINT_OPTIMIZE_ROUND_FILES", "7")
+    assert round_files() == 7
+    for bad in ("0", "-3", "many"):
+        monkeypatch.setenv("DELTA_MAINT_OPTIMIZE_ROUND_FILES", bad)
+        with pytest.raises(InvalidArgumentError, match="DELTA_MAINT_OPTIMIZE_ROUND_FILES must be a positive"):
+            round_files()
+
+
+def test_the_rounds_metrics_add_up():
+    a = {"status": "committed", "version_read": 5, "numAddedFiles": 1, "numRemovedFiles": 4, "numAddedBytes": 100,
+         "numRemovedBytes": 120, "numDeletionVectorsRemoved": 1, "numBins": 1, "numBinsDroppedByConflicts": 0,
+         "droppedBins": [], "numBinsRebased": 0, "numDeletionVectorsCarried": 0, "numBatches": 1,
+         "versions_committed": [6], "version_committed": 6, "minFileSize": 100, "p25FileSize": 100,
+         "p50FileSize": 100, "p75FileSize": 100, "maxFileSize": 100, "totalConsideredFiles": 50,
+         "totalFilesSkipped": 46}
+    b = {"status": "skipped", "version_read": 5, "reason": "every bin was dropped", "numAddedFiles": 0,
+         "numRemovedFiles": 0, "numBins": 2, "numBinsDroppedByConflicts": 2,
+         "droppedBins": [{"partition": "p=b", "files": 3, "bytes": 30, "reason": "removed"}] * 2,
+         "versions_committed": [], "version_committed": None, "partitionsReservedByOthers": {"p=c": "run-1"}}
+    c = {"status": "committed", "version_read": 5, "numAddedFiles": 2, "numRemovedFiles": 6, "numAddedBytes": 50,
+         "numRemovedBytes": 60, "numBins": 2, "versions_committed": [8, 7], "version_committed": 8}
+    m = merge_rounds([a, b, c], [100, 20, 30], 50)
+    assert m["status"] == "committed" and "reason" not in m
+    assert (m["numAddedFiles"], m["numRemovedFiles"], m["numAddedBytes"], m["numRemovedBytes"]) == (3, 10, 150, 180)
+    assert m["numBins"] == 5 and m["numBinsDroppedByConflicts"] == 2 and len(m["droppedBins"]) == 2
+    assert m["versions_committed"] == [6, 7, 8] and m["version_committed"] == 8
+    assert (m["minFileSize"], m["p50FileSize"], m["maxFileSize"]) == (20, 30, 100)
+    assert m["partitionsReservedByOthers"] == {"p=c": "run-1"}
+    assert (m["totalConsideredFiles"], m["totalFilesSkipped"], m["numRounds"]) == (50, 40, 3)
+    none = merge_rounds([b, b], [], 50)
+    assert none["status"] == "skipped" and none["reason"] == "every bin was dropped"
+    assert none["version_committed"] is None and "minFileSize" not in none
+    dry = merge_rounds([{"status": "dry_run", "plan": {"num_bins": 1, "num_files_to_rewrite": 2,
+                                                       "partitions": {"p=a": {"bins": 1}}}},
+                        {"status": "dry_run", "plan": {"num_bins": 2, "num_files_to_rewrite": 5,
+                                                       "partitions": {"p=b": {"bins": 2}}}}], [], 9)
+    assert dry["plan"]["num_bins"] == 3 and dry["plan"]["num_files_to_rewrite"] == 7
+    assert dry["plan"]["partitions"] == {"p=a": {"bins": 1}, "p=b": {"bins": 2}} and dry["numRounds"] == 2

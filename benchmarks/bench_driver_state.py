@@ -19,7 +19,10 @@ streamed path.
 Jobs: ``checkpoint``, ``cleanup_log`` (retention one hour, the first ``EXPIRED_COMMITS`` commits two days old: the
 boundary is the checkpoint at version 1, commit 0 goes),
 ``vacuum_full``, ``vacuum_lite`` (retention 0: every commit read, every removed file looked up),
-``inspect``.
+``inspect``, ``optimize_plan`` (OPTIMIZE's bin-packing plan, ``--dry-run``: every file of these tables is
+below the 1 GiB target, so every file is planned), ``optimize_auto`` (the auto-compaction policy over every
+partition, then its plan, ``--dry-run``), ``compact_log`` (compaction files of 10 commits over the 1,000
+commits after the checkpoint).
 
 Run: ``.venv/bin/python -m benchmarks.bench_driver_state --files 1000000 10000000``; prints a
 Markdown table.
@@ -49,6 +52,9 @@ JOBS = {
     "vacuum_full": ["vacuum"],
     "vacuum_lite": ["vacuum", "--mode", "lite", "--retention-hours", "0", "--ignore-retention-check"],
     "inspect": ["inspect"],
+    "optimize_plan": ["optimize", "--dry-run"],
+    "optimize_auto": ["optimize", "--auto", "--all-partitions", "--max-partitions", "100000", "--dry-run"],
+    "compact_log": ["compact-log", "--interval", "10"],
 }
 
 
@@ -200,7 +206,12 @@ def child(job: str, impl: str, table: str, cap_gib: float | None) -> None:
     jvm, workers = _process_peaks()
     summary = {k: metrics.get(k) for k in ("status", "numFilesToDelete", "numValidFiles", "num_files",
                                            "numLogFilesToDelete", "checkpoint_version")}
-    if "checkpoint" in metrics:
+    if "plan" in metrics:
+        summary.update(bins=metrics["plan"].get("num_bins"), files=metrics["plan"].get("num_files_to_rewrite"),
+                       rounds=metrics.get("numRounds"))
+    if "numWindowsWritten" in metrics:
+        summary["windows"] = metrics["numWindowsWritten"]
+    if "checkpoint" in metrics and metrics["checkpoint"]:
         summary["kind"] = metrics["checkpoint"].get("kind")
         summary["adds"] = metrics["checkpoint"].get("num_add_files")
     print("\n" + json.dumps({"status": status, "seconds": elapsed, "rss": _peak_rss(), "jvm_rss": jvm,

@@ -118,6 +118,41 @@ def test_expired_log_cleanup_decides_alike(tmp_path, spark, monkeypatch):
     assert Snapshot.load(str(path) + "-streamed").version == Snapshot.load(str(path) + "-memory").version
 
 
+def test_log_compaction_reads_only_the_head_of_a_large_log(tmp_path, spark, monkeypatch):
+    """compact-log on a large log loads no file of the state: it reads the streamed state's head, writes
+    the same compaction files, and its due checkpoint in parts."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from airflow_delta_maint.delta.log import compaction
+
+    path = _with_checkpoint(tmp_path)
+    for i in range(7):
+        write_deltalake(str(path), pa.table({"id": [1000 + i], "p": [f"p{i % 2}"]}), mode="append",
+                        partition_by=["p"])
+    loaded: list[str] = []
+
+    class Spy(Snapshot):
+        @classmethod
+        def load(cls, table, *args, **kwargs):
+            loaded.append(str(getattr(table, "root", table)))
+            return Snapshot.load(table, *args, **kwargs)
+
+    monkeypatch.setattr(compaction, "Snapshot", Spy)
+    a, b = _run_both(monkeypatch, path, ["compact-log", "--interval", "3", "--checkpoint-interval", "5",
+                                         "--cleanup-expired-log"])
+    assert loaded and all(root.rstrip("/").endswith("-memory") for root in loaded)
+    assert a["checkpoint"]["kind"] == "classic" and b["checkpoint"]["kind"] == "multipart"
+    assert a["checkpoint"]["version"] == b["checkpoint"]["version"]
+    assert a["checkpoint"]["num_add_files"] == b["checkpoint"]["num_add_files"]
+    for key in ("status", "windows_written", "windows_skipped", "numActionsWritten", "numFilesCleaned",
+                "expired_log_cleanup"):
+        assert a[key] == b[key], key
+    a, b = _run_both(monkeypatch, path, ["compact-log", "--interval", "2"])
+    assert a == b and a["numWindowsWritten"] >= 1
+    assert rows(Path(str(path) + "-streamed")) == rows(path)
+
+
 def test_a_checkpoint_the_stream_cannot_vouch_for_falls_back_to_the_whole_state(tmp_path, spark, monkeypatch):
     import pyarrow as pa
     import pyarrow.parquet as pq

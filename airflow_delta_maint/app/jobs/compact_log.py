@@ -1,7 +1,9 @@
 """Write log compaction files (and optionally a checkpoint) so readers open few log files.
 
 The work is planning and rewriting small JSON files on the driver, with the core alone; it
-does not start Spark.
+does not start Spark, except to write the parts of a due checkpoint of a large table (see
+:mod:`~airflow_delta_maint.app.jobs.checkpoint`). A large log's state is opened streamed: the job
+reads its protocol, metadata and commits, never its files.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from airflow_delta_maint.delta.log.compaction import DEFAULT_MAX_WINDOW_BYTES, c
 
 from ..context import JobContext
 from ..engines import DELTA_SPARK, add_engine_argument, check_engine
+from ..state_reading import streamed_state
+from .checkpoint import checkpoint_version
 
 NAME = "compact-log"
 
@@ -40,10 +44,15 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     helper = check_engine("checkpoint", getattr(args, "checkpoint_engine", None))
     if helper == DELTA_SPARK:
         return _run_with_delta_spark_checkpoints(args, ctx)
+    # a large log: the job reads only the state's head, streamed; a due checkpoint is written in parts
+    state = streamed_state(ctx.storage, what="compact-log")
+    shell = state.shell() if state is not None else None
+    writer = (lambda version: checkpoint_version(ctx, ctx.storage, version)) if state is not None else None
     metrics = compact_log(ctx.storage, interval=args.interval, max_window_bytes=args.max_window_bytes,
-                          checkpoint_interval=args.checkpoint_interval)
+                          checkpoint_interval=args.checkpoint_interval, snapshot=shell, checkpoint_writer=writer)
     if args.cleanup_expired_log:
-        metrics["expired_log_cleanup"] = cleanup = cleanup_expired_log(ctx.storage)
+        metrics["expired_log_cleanup"] = cleanup = cleanup_expired_log(ctx.storage, snapshot=shell,
+                                                                       checkpoint_writer=writer)
         if cleanup["status"] == "committed" and metrics.get("status") == "skipped":
             metrics["status"] = "committed"
     return metrics

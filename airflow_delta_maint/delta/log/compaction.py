@@ -24,7 +24,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from airflow_delta_maint.delta.errors import InconsistentStateError, InvalidArgumentError
 from airflow_delta_maint.delta.log.listing import (Compaction, LogListing, build_segment, commit_key, compaction_key, list_log,
@@ -201,8 +201,15 @@ def _retention_ms(configuration: Mapping[str, str]) -> int:
 
 def compact_log(table: str | Storage, storage_options: Mapping[str, str] | None = None, *,
                 interval: int | None = None, max_window_bytes: int = DEFAULT_MAX_WINDOW_BYTES,
-                checkpoint_interval: int | None = None, now_ms: int | None = None) -> dict[str, Any]:
+                checkpoint_interval: int | None = None, now_ms: int | None = None,
+                snapshot: Snapshot | None = None,
+                checkpoint_writer: Callable[[int], dict[str, Any]] | None = None) -> dict[str, Any]:
     """Write every missing compaction file since the last checkpoint, then clean up old ones.
+
+    The job reads no file of the table: ``snapshot`` needs only the protocol, metadata, version,
+    log segment and the compaction files found to disagree with their commits (a streamed state's
+    shell will do; default: the loaded snapshot). ``checkpoint_writer(version)`` writes the
+    checkpoint when one is due (default: ``write_checkpoint`` of that snapshot).
 
     Args:
         table: the table path or URI, or its Storage.
@@ -234,7 +241,7 @@ def compact_log(table: str | Storage, storage_options: Mapping[str, str] | None 
         raise InvalidArgumentError(f"invalid checkpoint_interval {checkpoint_interval!r}: expected >= 1")
     storage = table if isinstance(table, Storage) else Storage(table, storage_options)
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    snapshot = Snapshot.load(storage)
+    snapshot = snapshot if snapshot is not None else Snapshot.load(storage)
     check_supported(snapshot.protocol, "compact-log", snapshot.metadata)
     # A compaction file that disagrees with its commits misleads every reader that trusts it (other
     # engines do); the commits it covers are all there, so removing it loses nothing.
@@ -255,7 +262,8 @@ def compact_log(table: str | Storage, storage_options: Mapping[str, str] | None 
             from airflow_delta_maint.delta.log.checkpoint import write_checkpoint
 
             check_supported(snapshot.protocol, "checkpoint", snapshot.metadata)
-            checkpoint_metrics = write_checkpoint(snapshot, now_ms=now_ms)
+            checkpoint_metrics = checkpoint_writer(latest) if checkpoint_writer is not None else \
+                write_checkpoint(snapshot, now_ms=now_ms)
 
     listing = list_log(storage)
     checkpoint_version = max((c.version for c in listing.checkpoints), default=None)

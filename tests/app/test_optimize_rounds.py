@@ -134,3 +134,42 @@ def test_zorder_in_rounds_on_spark(tmp_path, spark, monkeypatch):
     assert m["numRemovedFiles"] == files_before and m["numAddedFiles"] == 4
     check(table)
     assert Snapshot.load(str(table.path)).num_files == 4
+
+
+@pytest.mark.spark
+def test_liquid_clustering_in_rounds_makes_the_zcubes_of_the_whole_plan(tmp_path, spark, monkeypatch):
+    from tests.app.test_optimize_liquid import ClusteredTable
+
+    source = ClusteredTable(tmp_path / "t", files=12, rows=50)
+    size = max(a["size"] for a in Snapshot.load(str(source.path)).add_actions())
+    whole, rounds = tmp_path / "whole", tmp_path / "rounds"
+    shutil.copytree(source.path, whole)
+    shutil.copytree(source.path, rounds)
+    before = read_table_rows(source.path)
+    args = ["--target-cube-size", str(3 * size)]  # ZCubes of three files: four of them
+    monkeypatch.setenv(STREAM_MIN_FILES_ENV, str(10**12))
+    code, a = cli.run(["optimize", str(whole), "--json", *args])
+    assert code == 0, a
+    used = _spy(monkeypatch)
+    monkeypatch.setenv(STREAM_MIN_FILES_ENV, "0")
+    monkeypatch.setenv(ROUND_ENV, "5")
+    code, b = cli.run(["optimize", str(rounds), "--json", *args])
+    assert code == 0, b
+    assert used == [1] and b["numRounds"] == 2  # two ZCubes of three files, then two more
+    assert a["clusteringStats"] == b["clusteringStats"] and b["clusteringStats"]["numOutputZCubes"] == 4
+    assert "clusteringQualityBefore" in a and "clusteringQualityBefore" not in b
+    assert a["numRemovedFiles"] == b["numRemovedFiles"] == 12
+    cubes = []
+    for path in (whole, rounds):
+        live = Snapshot.load(str(path)).add_actions()
+        cubes.append(sorted(len([x for x in live if x["tags"]["ZCUBE_ID"] == c])
+                            for c in {x["tags"]["ZCUBE_ID"] for x in live}))
+        assert all(x.get("clusteringProvider") == "liquid" for x in live)
+        assert read_table_rows(path) == before
+    assert cubes[0] == cubes[1]
+
+
+def read_table_rows(path: Path) -> list[tuple]:
+    from deltalake import DeltaTable
+
+    return sorted(DeltaTable(str(path)).to_pyarrow_table().to_pylist(), key=lambda r: r["id"])

@@ -158,3 +158,97 @@ def test_the_rounds_metrics_add_up():
                                                        "partitions": {"p=b": {"bins": 2}}}}], [], 9)
     assert dry["plan"]["num_bins"] == 3 and dry["plan"]["num_files_to_rewrite"] == 7
     assert dry["plan"]["partitions"] == {"p=a": {"bins": 1}, "p=b": {"bins": 2}} and dry["numRounds"] == 2
+
+
+# -- liquid clustering: the plan's new ZCubes, ordered out of core -------------------------------------------
+def _clustered_log(root, seed: int, files: int, checkpoint: bool) -> None:
+    import json
+    import random
+
+    from airflow_delta_maint.delta.log.checkpoint import write_checkpoint
+
+    rnd = random.Random(seed)
+    log = root / "_delta_log"
+    log.mkdir(parents=True)
+    schema = {"type": "struct", "fields": [{"name": "id", "type": "long", "nullable": True, "metadata": {}},
+                                           {"name": "x", "type": "long", "nullable": True, "metadata": {}}]}
+    head = [{"commitInfo": {"timestamp": NOW}},
+            {"protocol": {"minReaderVersion": 1, "minWriterVersion": 7,
+                          "writerFeatures": ["domainMetadata", "clustering"]}},
+            {"metaData": {"id": "c", "format": {"provider": "parquet", "options": {}},
+                          "schemaString": json.dumps(schema), "partitionColumns": [], "configuration": {},
+                          "createdTime": 1}},
+            {"domainMetadata": {"domain": "delta.clustering", "removed": False,
+                                "configuration": json.dumps({"clusteringColumns": [["x"]]})}}]
+    adds = []
+    for i in range(files):
+        body = {"path": rnd.choice(["", "a/", "b/", "z/"]) + f"f{rnd.randrange(10**6):06d}-{i}.parquet",
+                "partitionValues": {}, "size": rnd.choice([5, 10, 40, 100, 400]),
+                "modificationTime": rnd.choice([NOW - 10**8, NOW + 10**9]), "dataChange": True}
+        kind = rnd.random()
+        if kind < 0.45:
+            body["clusteringProvider"] = "liquid"
+            body["tags"] = {"ZCUBE_ID": f"cube-{rnd.randrange(6)}",
+                            "ZCUBE_ZORDER_BY": rnd.choice(['["x"]', '["x"]', '["id"]'])}
+        elif kind < 0.5:
+            body["clusteringProvider"] = "other"
+        adds.append({"add": body})
+    (log / f"{0:020d}.json").write_text("".join(json.dumps(a) + "\n" for a in head + adds))
+    if checkpoint:
+        write_checkpoint(Snapshot.load(str(root)), now_ms=NOW)
+    gone = rnd.sample(adds, min(3, len(adds)))
+    (log / f"{1:020d}.json").write_text("".join(
+        json.dumps(a) + "\n" for a in [{"commitInfo": {"timestamp": NOW}}] +
+        [{"remove": {"path": a["add"]["path"], "deletionTimestamp": NOW, "dataChange": True}} for a in gone]))
+
+
+CLUSTER_OPTIONS = [
+    {"target_cube_size": 150, "min_cube_size": 120},
+    {"target_cube_size": 60, "min_cube_size": 10**9},
+    {"full": True, "target_cube_size": 200},
+    {"target_cube_size": 500, "min_file_age": 3600.0},
+    {"auto": True, "min_num_files": 1, "target_cube_size": 100},
+]
+
+
+def _cluster_rounds(root: str, params: dict, max_files: int) -> tuple[list[tuple], dict, int]:
+    from airflow_delta_maint.delta.plans.clustering_rounds import clustering_order, spill_clustering_rounds
+    from airflow_delta_maint.delta.protocol.actions import ADD_SCHEMA
+
+    state = open_state(root)
+    outline = streamed_plan_outline(state, params, keep_scan=True)
+    assert outline.layout == "hilbert"
+    if outline.is_empty:
+        return [], {}, 0
+    order = clustering_order(outline.work, max_files)
+    spill, group_files = spill_clustering_rounds(state, outline.work, order,
+                                                 target_cube_size=int(params["target_cube_size"]),
+                                                 max_files=max_files, young_after_ms=outline.young_after_ms)
+    groups: dict[int, list[tuple]] = {}
+    with spill:
+        for n in range(spill.count):
+            table = spill.read(n)
+            files = table.select(ADD_SCHEMA.names).to_pylist()
+            for g, f in zip(table.column("_group").to_pylist(), files):
+                groups.setdefault(g, []).append((f["path"], dv_unique_id(f.get("deletionVector")), f["size"]))
+    assert [len(groups[g]) for g in sorted(groups)] == group_files
+    bins = [({}, groups[g], sum(f[2] for f in groups[g])) for g in sorted(groups)]
+    return [([], b[1], b[2]) for b in bins], {"numOutputZCubes": len(group_files)}, spill.count
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                 HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), files=st.integers(0, 40), checkpoint=st.booleans(),
+       options=st.sampled_from(CLUSTER_OPTIONS), max_files=st.sampled_from([1, 2, 5, 1000]))
+def test_clustering_rounds_make_the_zcubes_of_the_whole_plan(tmp_path_factory, seed, files, checkpoint, options,
+                                                             max_files):
+    root = tmp_path_factory.mktemp("c")
+    _clustered_log(root, seed, files, checkpoint)
+    snapshot = Snapshot.load(str(root))
+    plan = plan_from_params(snapshot, options, auto_decision(snapshot, options))
+    whole = _bins(plan.bins)
+    rounds, stats, count = _cluster_rounds(str(root), options, max_files)
+    assert rounds == whole
+    if whole:
+        assert stats["numOutputZCubes"] == plan.clustering_stats["numOutputZCubes"]
+        assert count >= 1

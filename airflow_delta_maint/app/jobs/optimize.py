@@ -224,9 +224,12 @@ class PlanOutline:
     decision: AutoDecision | None
     #: the bytes the bins rewrite (known when asked for)
     input_bytes: int | None = None
-    #: with ``keep_scan``: the streamed per-partition aggregates and the partitions the plan selects
+    #: with ``keep_scan``: the streamed per-partition aggregates, the partitions the plan selects,
+    #: the plan's own aggregate (liquid clustering's) and the modification time young files are after
     scan: Any = None
     selected: Callable[[PartitionKey], bool] | None = None
+    work: Any = None
+    young_after_ms: int | None = None
 
 
 def _outline(plan: OptimizePlan, decision: AutoDecision | None) -> PlanOutline:
@@ -339,7 +342,8 @@ def streamed_plan_outline(state: StreamedState, params: dict[str, Any], candidat
         empty, layout = scan.plan_is_empty(selected, zorder), "zorder" if zorder else "binpack"
     outline = PlanOutline(state.version, empty, layout, min_size, left.metrics() if left.any else {}, decision)
     if keep_scan:
-        outline.scan, outline.selected = scan, selected
+        outline.scan, outline.selected, outline.work = scan, selected, work
+        outline.young_after_ms = now - int(min_age * 1000) if min_age else None
     if candidates and not zorder:
         outline.input_bytes = scan.input_bytes(selected)
     return outline
@@ -487,10 +491,11 @@ def run_optimize(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
 
 def run_plan(ctx: JobContext, params: dict[str, Any], engine: str, snapshot: Snapshot, plan: OptimizePlan,
              decision: AutoDecision | None, added_sizes: list[int] | None = None,
-             load_base: Callable[[int], Snapshot] | None = None) -> dict[str, Any]:
-    """Run one plan of ``snapshot`` (the whole table, or a round of a large one): validate the
-    options, reserve its partitions, rewrite and commit. ``added_sizes`` collects the committed
-    files' sizes; ``load_base`` loads the snapshot a commit is rebased onto (see ``BinCommitter``)."""
+             load_base: Callable[[int], Snapshot] | None = None, whole_table: bool = True) -> dict[str, Any]:
+    """Run one plan of ``snapshot`` (the whole table, or a round of a large one: ``whole_table``
+    false, and no clustering quality, which needs every file): validate the options, reserve its
+    partitions, rewrite and commit. ``added_sizes`` collects the committed files' sizes;
+    ``load_base`` loads the snapshot a commit is rebased onto (see ``BinCommitter``)."""
     batch_bytes = int(params["batch_bytes"]) if params.get("batch_bytes") is not None else DEFAULT_BATCH_BYTES
     if batch_bytes <= 0:
         raise InvalidArgumentError(f"batch bytes must be positive, got {batch_bytes}")
@@ -507,7 +512,8 @@ def run_plan(ctx: JobContext, params: dict[str, Any], engine: str, snapshot: Sna
     if clustered:
         out["clusteringBy"] = plan.clustering_by
         out["clusteringStats"] = plan.clustering_stats
-        out["clusteringQualityBefore"] = clustering_quality(snapshot.add_actions(), plan.zorder_columns)
+        if whole_table:
+            out["clusteringQualityBefore"] = clustering_quality(snapshot.add_actions(), plan.zorder_columns)
     if params.get("dry_run"):
         return {**out, "status": "dry_run", "plan": plan.summary()}
     empty = {"numAddedFiles": 0, "numRemovedFiles": 0, "numAddedBytes": 0, "numRemovedBytes": 0}
@@ -529,7 +535,7 @@ def run_plan(ctx: JobContext, params: dict[str, Any], engine: str, snapshot: Sna
         session(ctx)  # a session that cannot run delta-spark fails before any partition is reserved
     if not lease:
         return _execute(engine, ctx, params, snapshot, plan, out, restricted=decision is not None,
-                        added_sizes=added_sizes, load_base=load_base)
+                        added_sizes=added_sizes, load_base=load_base, whole_table=whole_table)
     labels = {id(b): partition_label(partition_key(b.partition_values)) for b in plan.bins}
     with reserve_partitions(ctx.storage, sorted(set(labels.values())), lease_seconds=lease) as reservation:
         if reservation.taken_by_others:
@@ -543,16 +549,16 @@ def run_plan(ctx: JobContext, params: dict[str, Any], engine: str, snapshot: Sna
                         "reason": "every partition of the plan is reserved by another OPTIMIZE run"}
         return _execute(engine, ctx, params, snapshot, plan, out,
                         restricted=decision is not None or bool(reservation.taken_by_others),
-                        added_sizes=added_sizes, load_base=load_base)
+                        added_sizes=added_sizes, load_base=load_base, whole_table=whole_table)
 
 
 def _execute(engine: str, ctx: JobContext, params: dict[str, Any], snapshot: Snapshot, plan: OptimizePlan,
              out: dict[str, Any], restricted: bool, added_sizes: list[int] | None = None,
-             load_base: Callable[[int], Snapshot] | None = None) -> dict[str, Any]:
+             load_base: Callable[[int], Snapshot] | None = None, whole_table: bool = True) -> dict[str, Any]:
     """Run the plan with the engine. delta-spark gets the plan's partitions as its WHERE clause when the
     run is limited to some (the auto-compaction policy's choice, partitions reserved by other runs)."""
     if engine != DELTA_SPARK:
-        return _execute_plan(ctx, params, snapshot, plan, out, added_sizes, load_base)
+        return _execute_plan(ctx, params, snapshot, plan, out, added_sizes, load_base, whole_table)
     from ..engines import delta_spark
 
     partitions: list[dict[str, str | None]] | None = None
@@ -566,7 +572,7 @@ def _execute(engine: str, ctx: JobContext, params: dict[str, Any], snapshot: Sna
 
 def _execute_plan(ctx: JobContext, params: dict[str, Any], snapshot: Snapshot, plan: OptimizePlan,
                   out: dict[str, Any], added_sizes: list[int] | None = None,
-                  load_base: Callable[[int], Snapshot] | None = None) -> dict[str, Any]:
+                  load_base: Callable[[int], Snapshot] | None = None, whole_table: bool = True) -> dict[str, Any]:
     """Rewrite the plan's bins and commit them group by group as they are rewritten."""
     clustered = plan.layout == "hilbert"
     batch_bytes = int(params["batch_bytes"]) if params.get("batch_bytes") is not None else DEFAULT_BATCH_BYTES
@@ -646,7 +652,7 @@ def _execute_plan(ctx: JobContext, params: dict[str, Any], snapshot: Snapshot, p
         raise
     if added_sizes is not None:
         added_sizes.extend(a["size"] for _, r in results for i in r.committed for a in r.adds.get(i, []))
-    return {**out, **_totals(plan, results, clustered, snapshot), "numBatches": len(results)}
+    return {**out, **_totals(plan, results, clustered and whole_table, snapshot), "numBatches": len(results)}
 
 
 def _group_rewriter(ctx: JobContext, params: dict[str, Any], spec: RewriteSpec, plan: OptimizePlan,

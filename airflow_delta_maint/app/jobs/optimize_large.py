@@ -6,8 +6,11 @@ and Z-order plan from the streamed state: one pass counts the candidates per par
 the auto policy's choice, a second spills the partitions with work, a round at a time, to local
 parquet files (:mod:`airflow_delta_maint.delta.plans.optimize_rounds`). Each round is then planned,
 rewritten and committed exactly as a whole plan is (:func:`~.optimize.run_plan`), and the rounds'
-metrics are summed into one run's. Liquid clustering, ``--target-files`` and
-``--rewrite-type-widened`` plan on the whole state, as does a log the stream cannot vouch for.
+metrics are summed into one run's. Liquid clustering's rounds are runs of its new ZCubes, ordered
+out of core (:mod:`airflow_delta_maint.delta.plans.clustering_rounds`); its clustering quality
+(which sorts every file's bounds) is not measured in rounds. ``--target-files``,
+``--rewrite-type-widened`` and tables clustered by no column plan on the whole state, as does a
+log the stream cannot vouch for.
 """
 
 from __future__ import annotations
@@ -17,10 +20,14 @@ from typing import Any
 
 from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.delta.log.state_stream import StreamedState, StreamFallback
-from airflow_delta_maint.delta.plans.clustering import is_clustered
-from airflow_delta_maint.delta.plans.optimize import size_percentiles
+from airflow_delta_maint.delta.plans.clustering import (DEFAULT_TARGET_CUBE_SIZE, clustering_columns,
+                                                        is_clustered)
+from airflow_delta_maint.delta.plans.clustering_rounds import clustering_order, spill_clustering_rounds
+from airflow_delta_maint.delta.plans.optimize import (Bin, OptimizePlan, add_dicts, file_size_settings,
+                                                      size_percentiles)
 from airflow_delta_maint.delta.plans.optimize_rounds import (iter_round_snapshots, live_files_among,
                                                              partition_rounds, round_files, spill_rounds)
+from airflow_delta_maint.delta.protocol.actions import ADD_SCHEMA
 from airflow_delta_maint.delta.protocol.features import check_supported
 from airflow_delta_maint.delta.storage.store import Storage
 
@@ -43,9 +50,11 @@ def run_in_rounds(ctx: JobContext, params: dict[str, Any], engine: str) -> dict[
     state = streamed_state(ctx.storage, what="OPTIMIZE")
     if state is None:
         return None
-    if is_clustered(state.protocol) or params.get("target_files") is not None or params.get("rewrite_type_widened"):
-        log.info("OPTIMIZE %s plans on the whole state: liquid clustering, --target-files and "
-                 "--rewrite-type-widened are not planned in rounds", ctx.storage.root)
+    clustered_by_none = is_clustered(state.protocol) and not clustering_columns(state.metadata.schema_string,
+                                                                                  state.domains)
+    if clustered_by_none or params.get("target_files") is not None or params.get("rewrite_type_widened"):
+        log.info("OPTIMIZE %s plans on the whole state: --target-files, --rewrite-type-widened and tables "
+                 "clustered by no column are not planned in rounds", ctx.storage.root)
         return None
     try:
         return _rounds(ctx, params, engine, state)
@@ -62,6 +71,8 @@ def _rounds(ctx: JobContext, params: dict[str, Any], engine: str, state: Streame
     outline = streamed_plan_outline(state, params, keep_scan=True)
     assert outline is not None and outline.scan is not None and outline.selected is not None
     ctx.version_read = state.version
+    if outline.layout == "hilbert":
+        return _clustering_rounds(ctx, params, engine, state, outline)
     scan, decision = outline.scan, outline.decision
     rounds = partition_rounds(scan, outline.selected, outline.layout == "zorder", round_files())
     if not rounds:
@@ -87,6 +98,63 @@ def _rounds(ctx: JobContext, params: dict[str, Any], engine: str, state: Streame
             results.append(run_plan(ctx, params, engine, partial, plan, decision, sizes, load_base))
             del partial, plan, inputs
     return merge_rounds(results, sizes, scan.total_files)
+
+
+def _clustering_rounds(ctx: JobContext, params: dict[str, Any], engine: str, state: StreamedState,
+                       outline: Any) -> dict[str, Any]:
+    """Liquid clustering in rounds (:mod:`~airflow_delta_maint.delta.plans.clustering_rounds`): each
+    round's new ZCubes are the plan's, the plan's clusteringStats are the whole run's."""
+    from .optimize import plan_from_params, run_plan
+
+    shell, work, decision = state.shell(), outline.work, outline.decision
+    total = outline.scan.total_files
+    if outline.is_empty:
+        plan = plan_from_params(shell, params, decision)
+        plan.num_table_files, plan.left_out = total, outline.left_out
+        return run_plan(ctx, params, engine, shell, plan, decision, whole_table=False)
+    columns = clustering_columns(shell.metadata.schema_string, shell.domains)
+    min_size, max_size = file_size_settings(shell, None, params.get("max_file_size"))
+    target = params.get("target_cube_size")
+    target = DEFAULT_TARGET_CUBE_SIZE if target is None else int(target)
+    order = clustering_order(work, round_files())
+    chosen = order.chosen
+    spill, group_files = spill_clustering_rounds(state, work, order, target_cube_size=target,
+                                                 max_files=round_files(), young_after_ms=outline.young_after_ms)
+    stats = {"inputZCubeFiles": {"numFiles": sum(work.cube_files.values()), "size": sum(work.cubes.values())},
+             "inputOtherFiles": {"numFiles": work.unclustered, "size": work.unclustered_bytes},
+             "inputNumZCubes": len(work.cubes),
+             "mergedFiles": {"numFiles": sum(group_files),
+                             "size": work.unclustered_bytes + sum(work.cubes[c] for c in chosen)},
+             "numOutputZCubes": len(group_files),
+             "numFilesSkippedOtherClustering": work.skipped_other}
+    log.info("OPTIMIZE %s at version %d: clustering %d files into %d ZCubes in %d rounds", ctx.storage.root,
+             state.version, sum(group_files), len(group_files), spill.count)
+    results: list[dict[str, Any]] = []
+    sizes: list[int] = []
+    with spill:
+        for n in range(spill.count):
+            table = spill.read(n)
+            files = table.select(ADD_SCHEMA.names)
+            groups = table.column("_group").to_numpy(zero_copy_only=False)
+            adds = add_dicts(files)
+            del table
+            plan = OptimizePlan(state.version, min_size, max_size, [], None, zorder_columns=columns,
+                                num_table_files=total, layout="hilbert", clustering_by=[c.name for c in columns])
+            plan.clustering_stats, plan.left_out, plan.num_candidate_files = stats, outline.left_out, len(adds)
+            starts = [i for i in range(len(adds)) if i == 0 or groups[i] != groups[i - 1]]
+            for lo, hi in zip(starts, starts[1:] + [len(adds)]):
+                plan.bins.append(Bin({}, adds[lo:hi], sum(int(a["size"]) for a in adds[lo:hi])))
+            inputs = [a["path"] for a in adds]
+            log.info("OPTIMIZE %s: round %d of %d: %d ZCubes, %d files, %.1f MiB", ctx.storage.root, n + 1,
+                     spill.count, len(plan.bins), plan.input_files, plan.input_bytes / 2**20)
+
+            def load_base(version: int, inputs: list[str] = inputs) -> Snapshot:
+                return _partial_base(ctx.storage, version, inputs)
+
+            results.append(run_plan(ctx, params, engine, state.shell(files), plan, decision, sizes, load_base,
+                                    whole_table=False))
+            del files, adds, plan, inputs
+    return merge_rounds(results, sizes, total)
 
 
 def _partial_base(storage: Storage, version: int, paths: list[str]) -> Snapshot:

@@ -145,7 +145,7 @@ def select_files(files: Sequence[dict], columns: Sequence[Column], *, full: bool
         (cubes.setdefault(cube, []) if cube else unclustered).append(f)
     input_cube_files = [f for c in cubes.values() for f in c]
     if full:
-        chosen_cubes = list(cubes)
+        chosen_cubes = sorted(cubes)
     else:
         small = [c for c in sorted(cubes) if sum(int(f["size"]) for f in cubes[c]) < min_cube_size]
         chosen_cubes = [] if (not unclustered and len(small) <= 1) else small

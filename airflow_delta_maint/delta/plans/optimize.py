@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_delta_maint.delta.errors import InvalidArgumentError, UnsupportedFeatureError
@@ -225,6 +226,17 @@ def _dv_ratio_exceeded(add: dict, ratio: float) -> bool:
     return dv.get("cardinality", 0) / records > ratio
 
 
+def add_dicts(files: pa.Table) -> list[dict]:
+    """Add actions of an ``ADD_SCHEMA`` table as the plans hold them: no null fields, the
+    partition values and tags as dicts."""
+    adds = [{k: v for k, v in a.items() if v is not None} for a in files.to_pylist()] if files.num_rows else []
+    for a in adds:
+        a["partitionValues"] = dict(a.get("partitionValues") or [])
+        if isinstance(a.get("tags"), list):
+            a["tags"] = dict(a["tags"])
+    return adds
+
+
 def plan_clustering(snapshot: Snapshot, *, full: bool = False, max_file_size: int | None = None,
                     min_cube_size: int | None = None, target_cube_size: int | None = None) -> OptimizePlan:
     """Plan OPTIMIZE of a liquid-clustered table (see ``clustering.py``): groups of files that each
@@ -234,12 +246,7 @@ def plan_clustering(snapshot: Snapshot, *, full: bool = False, max_file_size: in
     columns = clustering_columns(snapshot.metadata.schema_string, snapshot.domains)
     plan = OptimizePlan(snapshot.version, min_size, max_size, [], None, zorder_columns=columns,
                         num_table_files=snapshot.num_files, layout="hilbert", clustering_by=[c.name for c in columns])
-    files = snapshot.files
-    adds = [{k: v for k, v in a.items() if v is not None} for a in files.to_pylist()] if files.num_rows else []
-    for a in adds:
-        a["partitionValues"] = dict(a.get("partitionValues") or [])
-        if isinstance(a.get("tags"), list):
-            a["tags"] = dict(a["tags"])
+    adds = add_dicts(snapshot.files)
     selection = select_files(
         adds, columns, full=full,
         min_cube_size=DEFAULT_MIN_CUBE_SIZE if min_cube_size is None else int(min_cube_size),

@@ -115,12 +115,16 @@ class SpilledRounds:
     def path(self, n: int) -> Path:
         return self.folder / f"round-{n:06d}.parquet"
 
-    def files(self, n: int) -> pa.Table:
-        """Round ``n``'s candidate files (``ADD_SCHEMA``)."""
+    def read(self, n: int) -> pa.Table:
+        """Round ``n``'s file as written (``ADD_SCHEMA``, and any column the writer added)."""
         path = self.path(n)
         if not path.exists():
             return ADD_SCHEMA.empty_table()
-        return pq.read_table(path, schema=ADD_SCHEMA)
+        return pq.read_table(path)
+
+    def files(self, n: int) -> pa.Table:
+        """Round ``n``'s candidate files (``ADD_SCHEMA``)."""
+        return self.read(n).select(ADD_SCHEMA.names)
 
     def close(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)

@@ -54,7 +54,8 @@ def _round_bins(root: str, params: dict, max_files: int) -> tuple[list[tuple], i
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow])
 @given(history=histories(), options=st.sampled_from(OPTIONS), max_files=st.sampled_from([1, 2, 3, 1000]))
-def test_rounds_make_the_bins_of_the_whole_plan(tmp_path_factory, history, options, max_files):
+def test_rounds_make_the_bins_of_the_whole_plan(tmp_path_factory, monkeypatch, history, options, max_files):
+    monkeypatch.setattr(optimize_rounds, "SPILL_BUFFER_ROWS", 2)  # the spill writes while the stream goes on
     root = tmp_path_factory.mktemp("t")
     write_history(root, *history)
     try:
@@ -240,8 +241,9 @@ def _cluster_rounds(root: str, params: dict, max_files: int) -> tuple[list[tuple
                                                                  HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1), files=st.integers(0, 40), checkpoint=st.booleans(),
        options=st.sampled_from(CLUSTER_OPTIONS), max_files=st.sampled_from([1, 2, 5, 1000]))
-def test_clustering_rounds_make_the_zcubes_of_the_whole_plan(tmp_path_factory, seed, files, checkpoint, options,
-                                                             max_files):
+def test_clustering_rounds_make_the_zcubes_of_the_whole_plan(tmp_path_factory, monkeypatch, seed, files, checkpoint,
+                                                             options, max_files):
+    monkeypatch.setattr(optimize_rounds, "SPILL_BUFFER_ROWS", 3)
     root = tmp_path_factory.mktemp("c")
     _clustered_log(root, seed, files, checkpoint)
     snapshot = Snapshot.load(str(root))
@@ -252,3 +254,25 @@ def test_clustering_rounds_make_the_zcubes_of_the_whole_plan(tmp_path_factory, s
     if whole:
         assert stats["numOutputZCubes"] == plan.clustering_stats["numOutputZCubes"]
         assert count >= 1
+
+
+def test_the_spill_keeps_each_rounds_rows_in_order_with_a_small_buffer(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from airflow_delta_maint.delta.plans.optimize_rounds import SpillWriters
+
+    schema = pa.schema([("n", pa.int64())])
+    writers = SpillWriters(lambda r: tmp_path / f"{r}.parquet", schema, buffer_rows=4)
+    sent: dict[int, list[int]] = {}
+    for i in range(60):
+        r = (i * 7) % 5
+        rows = list(range(i * 10, i * 10 + i % 3 + 1))
+        sent.setdefault(r, []).extend(rows)
+        writers.add(r, pa.table({"n": rows}, schema=schema))
+        assert writers.buffered <= 4
+    writers.close()
+    for r, rows in sent.items():
+        f = pq.ParquetFile(tmp_path / f"{r}.parquet")
+        assert f.read().column("n").to_pylist() == rows
+        assert f.metadata.num_row_groups < len(rows)  # buffered pieces go out together

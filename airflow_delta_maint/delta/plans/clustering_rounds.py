@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 
 from airflow_delta_maint.delta.log.state_stream import StreamedState
 from airflow_delta_maint.delta.plans.clustering_scan import ClusteringWork
-from airflow_delta_maint.delta.plans.optimize_rounds import SpilledRounds, _conformed
+from airflow_delta_maint.delta.plans.optimize_rounds import SpilledRounds, SpillWriters, _conformed
 from airflow_delta_maint.delta.protocol.actions import ADD_SCHEMA
 
 __all__ = ["ClusteringOrder", "clustering_order", "spill_clustering_rounds"]
@@ -96,7 +96,7 @@ def spill_clustering_rounds(state: StreamedState, work: ClusteringWork, order: C
     buckets = base / "buckets"
     buckets.mkdir()
     rank_of = pa.array(order.chosen, pa.string())
-    writers: dict[int, pq.ParquetWriter] = {}
+    writers = SpillWriters(lambda b: buckets / f"{b:06d}.parquet", _RANKED)
     try:
         for kind, table in state.scan(ADD_SCHEMA.names):
             if kind != "add" or table.num_rows == 0:
@@ -117,17 +117,11 @@ def spill_clustering_rounds(state: StreamedState, work: ClusteringWork, order: C
             bucket = _bucket_of(order, rows.column("path"), rank)
             ranked = _conformed(rows).append_column("_rank", pa.array(rank, pa.int64()))
             for b in np.unique(bucket):
-                writer = writers.get(int(b))
-                if writer is None:
-                    writer = writers[int(b)] = pq.ParquetWriter(buckets / f"{int(b):06d}.parquet", _RANKED)
-                writer.write_table(ranked.filter(pa.array(bucket == b)))
-        for writer in writers.values():
-            writer.close()
-        writers.clear()
+                writers.add(int(b), ranked.filter(pa.array(bucket == b)))
+        writers.close()
         rounds, group_files = _pack(buckets, base, target_cube_size, max_files)
     except BaseException:
-        for writer in writers.values():
-            writer.close()
+        writers.close(flush=False)
         shutil.rmtree(base, ignore_errors=True)
         raise
     shutil.rmtree(buckets, ignore_errors=True)

@@ -35,7 +35,7 @@ from airflow_delta_maint.delta.protocol.actions import ADD, ADD_SCHEMA, conform
 from airflow_delta_maint.delta.protocol.paths import canonical_paths
 from airflow_delta_maint.delta.storage.store import Storage
 
-__all__ = ["ROUND_FILES", "Rounds", "live_files_among", "partition_rounds", "round_files", "spill_rounds"]
+__all__ = ["ROUND_FILES", "Rounds", "SpillWriters", "live_files_among", "partition_rounds", "round_files", "spill_rounds"]
 
 #: candidate files planned together: some 1-2 KiB each once planned (their add actions, with
 #: statistics), so a round stays within a few hundred MiB on the driver
@@ -136,6 +136,59 @@ class SpilledRounds:
         self.close()
 
 
+#: rows the spill holds in memory before it writes the largest round's rows out
+SPILL_BUFFER_ROWS = 100_000
+
+
+class SpillWriters:
+    """One parquet file per round (or bucket), written from pieces that arrive in any order.
+
+    A piece of the log's stream holds rows of many rounds; written as they come, every file would
+    get a row group per piece, and the open writers would keep the metadata of tens of thousands of
+    row groups. So rows are buffered, at most :data:`SPILL_BUFFER_ROWS` in all, and the largest
+    round's rows are written as one row group (without statistics, which nothing reads) when the
+    buffer is full."""
+
+    def __init__(self, path: Callable[[int], Path], schema: pa.Schema, buffer_rows: int | None = None):
+        self.path, self.schema = path, schema
+        self.buffer_rows = SPILL_BUFFER_ROWS if buffer_rows is None else buffer_rows
+        self.writers: dict[int, pq.ParquetWriter] = {}
+        self.pending: dict[int, list[pa.Table]] = {}
+        self.counts: dict[int, int] = {}
+        self.buffered = 0
+
+    def add(self, n: int, table: pa.Table) -> None:
+        if not table.num_rows:
+            return
+        self.pending.setdefault(n, []).append(table)
+        self.counts[n] = self.counts.get(n, 0) + table.num_rows
+        self.buffered += table.num_rows
+        while self.buffered > self.buffer_rows:
+            self._flush(max(self.counts, key=lambda k: self.counts[k]))
+
+    def _flush(self, n: int) -> None:
+        tables = self.pending.pop(n, [])
+        self.buffered -= self.counts.pop(n, 0)
+        if not tables:
+            return
+        writer = self.writers.get(n)
+        if writer is None:
+            writer = self.writers[n] = pq.ParquetWriter(self.path(n), self.schema, compression="zstd",
+                                                        write_statistics=False)
+        writer.write_table(pa.concat_tables(tables), row_group_size=1 << 30)
+
+    def close(self, flush: bool = True) -> None:
+        try:
+            if flush:
+                for n in sorted(self.pending):
+                    self._flush(n)
+        finally:
+            for writer in self.writers.values():
+                writer.close()
+            self.writers.clear()
+            self.pending.clear()
+
+
 def spill_rounds(state: StreamedState, rounds: Rounds, *, min_file_size: int, zorder: bool,
                  folder: str | None = None) -> SpilledRounds:
     """One pass over the live files: write each round's candidate files, whole add actions, to
@@ -143,7 +196,7 @@ def spill_rounds(state: StreamedState, rounds: Rounds, *, min_file_size: int, zo
     what :meth:`StreamedState.scan` raises."""
     round_of = {key: n for n, keys in enumerate(rounds.partitions) for key in keys}
     spill = SpilledRounds(Path(tempfile.mkdtemp(prefix="delta-maint-optimize-", dir=folder)), len(rounds))
-    writers: dict[int, pq.ParquetWriter] = {}
+    writers = SpillWriters(spill.path, ADD_SCHEMA)
     names = state.partition_columns
     try:
         for kind, table in state.scan(ADD_SCHEMA.names):
@@ -160,18 +213,12 @@ def spill_rounds(state: StreamedState, rounds: Rounds, *, min_file_size: int, zo
             if not mask.any():
                 continue
             for n in np.unique(rid[mask]):
-                rows = table.filter(pa.array(mask & (rid == n)))
-                writer = writers.get(int(n))
-                if writer is None:
-                    writer = writers[int(n)] = pq.ParquetWriter(spill.path(int(n)), ADD_SCHEMA, compression="zstd")
-                writer.write_table(_conformed(rows))
+                writers.add(int(n), _conformed(table.filter(pa.array(mask & (rid == n)))))
+        writers.close()
     except BaseException:
-        for writer in writers.values():
-            writer.close()
+        writers.close(flush=False)
         spill.close()
         raise
-    for writer in writers.values():
-        writer.close()
     return spill
 
 

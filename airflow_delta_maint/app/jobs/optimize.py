@@ -475,6 +475,7 @@ def run_optimize(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
     batches, or (engine delta-spark) run delta-spark's OPTIMIZE on what the plan selects. Returns the
     job's metrics."""
     engine = _check_engine_options(params)
+    check_run_options(params)
     if engine != DELTA_SPARK:
         from .optimize_large import run_in_rounds
 
@@ -487,6 +488,33 @@ def run_optimize(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
     decision = auto_decision(snapshot, params)
     plan = plan_from_params(snapshot, params, decision)
     return run_plan(ctx, params, engine, snapshot, plan, decision)
+
+
+def check_run_options(params: dict[str, Any]) -> None:
+    """Refuse bad run options before the table is read (on a large table, before minutes of planning)."""
+    batch_bytes = params.get("batch_bytes")
+    if batch_bytes is not None and int(batch_bytes) <= 0:
+        raise InvalidArgumentError(f"batch bytes must be positive, got {batch_bytes}")
+    if params.get("max_concurrent_bins") is not None and int(params["max_concurrent_bins"]) <= 0:
+        raise InvalidArgumentError(f"max concurrent bins must be positive, got {params['max_concurrent_bins']}")
+    if params.get("lease_seconds") is not None and int(params["lease_seconds"]) < 0:
+        raise InvalidArgumentError(f"lease seconds must be 0 (no reservation) or positive, got {params['lease_seconds']}")
+    compression = params.get("compression") or DEFAULT_COMPRESSION
+    if compression not in COMPRESSIONS:
+        raise InvalidArgumentError(f"unknown compression {compression!r}; one of {', '.join(COMPRESSIONS)}")
+    if float(params.get("wait_for_writer") or 0) < 0:
+        raise InvalidArgumentError(f"wait for writer must not be negative, got {params['wait_for_writer']}")
+    if params.get("bins_per_commit") is not None and int(params["bins_per_commit"]) < 0:
+        raise InvalidArgumentError(f"bins per commit must be 0 (one commit per batch) or positive, "
+                                   f"got {params['bins_per_commit']}")
+
+
+def check_spark_for(ctx: JobContext, layout: str) -> None:
+    """Z-order and liquid clustering shuffle: refused under local execution."""
+    if layout in ("zorder", "hilbert") and not ctx.spark_allowed:
+        what = "Liquid clustering" if layout == "hilbert" else "Z-order"
+        raise InvalidArgumentError(f"{what} of {ctx.storage.root} needs Spark (a shuffle), which local execution "
+                                   "does not start; run it with execution 'spark'")
 
 
 def run_plan(ctx: JobContext, params: dict[str, Any], engine: str, snapshot: Snapshot, plan: OptimizePlan,
@@ -521,10 +549,7 @@ def run_plan(ctx: JobContext, params: dict[str, Any], engine: str, snapshot: Sna
         reason = decision.reason() if decision is not None else (
             "nothing to cluster" if clustered else "nothing to compact")
         return {**out, "status": "skipped", "reason": reason, **empty}
-    if plan.layout in ("zorder", "hilbert") and not ctx.spark_allowed:
-        what = "Liquid clustering" if clustered else "Z-order"
-        raise InvalidArgumentError(f"{what} of {ctx.storage.root} needs Spark (a shuffle), which local execution "
-                                   "does not start; run it with execution 'spark'")
+    check_spark_for(ctx, plan.layout)
     ctx.storage.require_put_if_absent()  # refuse a store without put-if-absent before any file is written
     lease = int(params["lease_seconds"]) if params.get("lease_seconds") is not None else DEFAULT_LEASE_SECONDS
     if lease < 0:

@@ -67,6 +67,42 @@ def _table(root: Path, history, v2: bool, seed: int) -> Path:
     return root
 
 
+def _ask_typed_stats(root: Path) -> None:
+    """A last commit sets delta.checkpoint.writeStatsAsStruct on the table."""
+    log = root / "_delta_log"
+    latest = max(int(p.name[:20]) for p in log.glob("*.json"))
+    meta = Snapshot.load(str(root)).metadata.raw
+    conf = {**(meta.get("configuration") or {}), "delta.checkpoint.writeStatsAsStruct": "true"}
+    (log / f"{latest + 1:020d}.json").write_text(
+        json.dumps({"commitInfo": {"timestamp": NOW + latest + 1, "operation": "SET TBLPROPERTIES"}}) + "\n"
+        + json.dumps({"metaData": {**meta, "configuration": conf}}) + "\n")
+
+
+def _typed_columns(root: Path, version: int) -> dict[str, str]:
+    """Per add path of the checkpoint at ``version``: its typed columns, as JSON."""
+    import pyarrow.parquet as pq
+
+    from airflow_delta_maint.delta.log.snapshot import sidecar_key
+
+    storage = Storage(str(root))
+    cp = [c for c in list_log(storage, version).checkpoints if c.version == version][0]
+    keys = [f.key for f in cp.files if f.key.endswith(".parquet")]
+    for key in list(keys):
+        table = pq.read_table(root / key)
+        if "sidecar" in table.column_names:
+            keys += [sidecar_key(s["path"]) for s in table.column("sidecar").to_pylist() if s]
+    out: dict[str, str] = {}
+    for key in keys:
+        table = pq.read_table(root / key)
+        if "add" not in table.column_names:
+            continue
+        for a in table.column("add").to_pylist():
+            if a is not None:
+                out[a["path"]] = json.dumps({k: a.get(k) for k in ("stats_parsed", "partitionValues_parsed")},
+                                            sort_keys=True, default=str)
+    return out
+
+
 def _key(action: dict) -> tuple:
     return action["path"], dv_unique_id(action.get("deletionVector"))
 
@@ -92,9 +128,12 @@ def _clean_checkpoints(root: Path, version: int) -> None:
 
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow])
-@given(history=histories(), v2=st.booleans(), seed=st.integers(0, 1000), retention_days=st.sampled_from([1, 60]))
-def test_parts_hold_what_the_in_memory_checkpoint_holds(tmp_path_factory, history, v2, seed, retention_days):
+@given(history=histories(), v2=st.booleans(), seed=st.integers(0, 1000), retention_days=st.sampled_from([1, 60]),
+       typed=st.booleans())
+def test_parts_hold_what_the_in_memory_checkpoint_holds(tmp_path_factory, history, v2, seed, retention_days, typed):
     base = _table(tmp_path_factory.mktemp("t"), history, v2, seed)
+    if typed:
+        _ask_typed_stats(base)
     version = Snapshot.load(str(base)).version
     _clean_checkpoints(base, version)
     memory, parts = Path(str(base) + "-memory"), Path(str(base) + "-parts")
@@ -117,6 +156,9 @@ def test_parts_hold_what_the_in_memory_checkpoint_holds(tmp_path_factory, histor
         return
     assert not Snapshot.load(str(memory)).distrusted
     assert _read_back(parts, version) == _read_back(memory, version)
+    assert _typed_columns(parts, version) == _typed_columns(memory, version)
+    if typed and expected_metrics["num_add_files"]:
+        assert any('"stats_parsed": null' not in v for v in _typed_columns(parts, version).values())
     assert got_metrics["num_add_files"] == expected_metrics["num_add_files"]
     sidecar_actions = got_metrics["parts"] - 1 if v2 else 0
     assert got_metrics["num_actions"] == expected_metrics["num_actions"] + sidecar_actions

@@ -66,11 +66,11 @@ def run_in_rounds(ctx: JobContext, params: dict[str, Any], engine: str) -> dict[
 def _rounds(ctx: JobContext, params: dict[str, Any], engine: str, state: StreamedState) -> dict[str, Any]:
     from .optimize import check_spark_for, plan_from_params, purge_params, run_plan, streamed_plan_outline
 
+    ctx.version_read = state.version  # reported with a refusal too
     check_supported(state.protocol, "optimize", state.metadata)
     params = purge_params(params)
     outline = streamed_plan_outline(state, params, keep_scan=True)
     assert outline is not None and outline.scan is not None and outline.selected is not None
-    ctx.version_read = state.version
     if not outline.is_empty:
         check_spark_for(ctx, outline.layout)  # before the second pass
     if outline.layout == "hilbert":

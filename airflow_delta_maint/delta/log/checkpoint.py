@@ -58,7 +58,7 @@ from airflow_delta_maint.delta.errors import DeltaError, InconsistentStateError,
 from airflow_delta_maint.delta.log.listing import LAST_CHECKPOINT, LOG_DIR, Checkpoint, classic_checkpoint_key, list_log
 from airflow_delta_maint.delta.log.reconciliation import state_problem
 from airflow_delta_maint.delta.log.snapshot import Snapshot
-from airflow_delta_maint.delta.protocol.actions import ADD, REMOVE, STR_MAP
+from airflow_delta_maint.delta.protocol.actions import ADD, REMOVE, STR_MAP, Metadata
 from airflow_delta_maint.delta.protocol.features import check_supported
 from airflow_delta_maint.delta.protocol.schema import parse_schema, to_arrow_schema
 from airflow_delta_maint.delta.storage.store import AlreadyExistsError, Storage
@@ -278,8 +278,7 @@ def build_checkpoint_table(snapshot: Snapshot, *, now_ms: int, v2_spec: bool) ->
     num_adds = files.num_rows
     typed = _typed_add_columns(snapshot, files) if num_adds else {}
     if typed:
-        add_type = pa.struct(list(_ADD) + [pa.field(k, v.type) for k, v in typed.items()])
-        schema = schema.set(schema.get_field_index("add"), pa.field("add", add_type))
+        schema, add_type = with_typed_adds(schema, typed)
         parts = [_rows(schema, c, t.column(c).combine_chunks()) for t in parts for c in t.column_names
                  if t.column(c).null_count < t.num_rows]
     else:
@@ -411,19 +410,35 @@ def _recover_stats(snapshot: Snapshot) -> pa.Table:
     return files.set_column(files.schema.get_field_index("stats"), "stats", pa.array(filled, pa.string()))
 
 
+def with_typed_adds(schema: pa.Schema, typed: dict[str, pa.Array]) -> tuple[pa.Schema, pa.StructType]:
+    """A checkpoint schema whose ``add`` struct also holds the typed columns, and that struct."""
+    add_type = pa.struct(list(_ADD) + [pa.field(k, v.type) for k, v in typed.items()])
+    return schema.set(schema.get_field_index("add"), pa.field("add", add_type)), add_type
+
+
+def writes_typed_stats(metadata: Metadata) -> bool:
+    """Whether the table asks its checkpoints for typed statistics (``writeStatsAsStruct``)."""
+    return (metadata.configuration.get("delta.checkpoint.writeStatsAsStruct") or "").lower() == "true"
+
+
 def _typed_add_columns(snapshot: Snapshot, files: pa.Table) -> dict[str, pa.Array]:
-    """``partitionValues_parsed`` and ``stats_parsed`` for tables that ask for them; best effort:
-    a value that cannot be parsed leaves the column out (readers then use the string forms)."""
-    if (snapshot.metadata.configuration.get("delta.checkpoint.writeStatsAsStruct") or "").lower() != "true":
+    return typed_add_columns(snapshot.metadata, files)
+
+
+def typed_add_columns(metadata: Metadata, files: pa.Table) -> dict[str, pa.Array]:
+    """``partitionValues_parsed`` and ``stats_parsed`` of ``files`` for tables that ask for them;
+    best effort: a value that cannot be parsed leaves the column out (readers then use the string
+    forms)."""
+    if not writes_typed_stats(metadata):
         return {}
     out: dict[str, pa.Array] = {}
     try:
-        full = to_arrow_schema(snapshot.metadata, exclude=[])
-        logical = parse_schema(snapshot.metadata)
+        full = to_arrow_schema(metadata, exclude=[])
+        logical = parse_schema(metadata)
     except DeltaError:
         return {}
     names = {f.name for f in logical}
-    partition_physical = {logical.field(c).physical_name for c in snapshot.partition_columns if c in names}
+    partition_physical = {logical.field(c).physical_name for c in metadata.partition_columns if c in names}
     if partition_physical:
         part_fields = [(f.name, f.type) for f in full if f.name in partition_physical]
         with contextlib.suppress(pa.ArrowException, ValueError):  # unparsable: leave the column out

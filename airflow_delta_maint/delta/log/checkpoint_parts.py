@@ -44,7 +44,7 @@ from airflow_delta_maint.delta.log.listing import LOG_DIR, Checkpoint, classic_c
 from airflow_delta_maint.delta.log.snapshot import _drop_keys
 from airflow_delta_maint.delta.log.state_stream import BATCH_ROWS, StreamedState, StreamFallback, _flatten, \
     _open_parquet, _rows_from_actions
-from airflow_delta_maint.delta.protocol.actions import ADD
+from airflow_delta_maint.delta.protocol.actions import ADD, Metadata
 from airflow_delta_maint.delta.protocol.features import check_supported
 from airflow_delta_maint.delta.storage.store import AlreadyExistsError, Storage
 
@@ -84,6 +84,8 @@ class SliceWriter:
     touched: set[tuple[str, str]]
     spellings: set[str]
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+    #: the table's metadata when it asks for typed statistics (``writeStatsAsStruct``), else None
+    typed: Metadata | None = None
 
     def output_key(self, index: int) -> str:
         if self.layout == "multipart":
@@ -119,8 +121,8 @@ class SliceWriter:
         if typed_stats:
             wanted.append("add.stats_parsed")
         wanted += [f"remove.{c}" for c in _REMOVE_COLUMNS if ckpt_child(src, "remove", c)]
-        pieces: list[pa.Table] = []
-        adds_total = 0
+        add_pieces: list[pa.Table] = []
+        remove_pieces: list[pa.Table] = []
         if not wanted:
             return schema.empty_table(), 0
         try:
@@ -134,13 +136,13 @@ class SliceWriter:
                 removes = _drop_keys(removes, self.touched, self.spellings, root)
                 removes = _unexpired(removes, self.tombstone_cutoff_ms)
                 if adds.num_rows:
-                    adds_total += adds.num_rows
-                    pieces.append(_file_rows(schema, "add", adds, ckpt._ADD))
+                    add_pieces.append(adds)
                 if removes.num_rows:
-                    pieces.append(_file_rows(schema, "remove", removes, ckpt._REMOVE))
+                    remove_pieces.append(removes)
         except (pa.ArrowException, OSError) as exc:
             raise CorruptLogError(f"corrupt checkpoint {s.key}: {exc}") from None
-        return (pa.concat_tables(pieces) if pieces else schema.empty_table()), adds_total
+        adds = pa.concat_tables(add_pieces) if add_pieces else None
+        return _file_action_rows(schema, adds, remove_pieces, self.typed), adds.num_rows if adds is not None else 0
 
 
 def ckpt_child(schema: pa.Schema, top: str, child: str) -> bool:
@@ -160,6 +162,25 @@ def _fill_stats(batch: pa.RecordBatch, adds: pa.Table) -> pa.Table:
     filled = [s if s is not None or p is None else json.dumps(ckpt._json_value(p), separators=(",", ":"))
               for s, p in zip(stats, parsed)]
     return adds.set_column(adds.schema.get_field_index("stats"), "stats", pa.array(filled, pa.string()))
+
+
+def _file_action_rows(schema: pa.Schema, adds: pa.Table | None, removes: list[pa.Table],
+                      typed: Metadata | None) -> pa.Table:
+    """Checkpoint rows of the adds and tombstones; with ``typed`` (a table asking for typed
+    statistics) the adds also carry ``stats_parsed`` and ``partitionValues_parsed``, as the
+    in-memory writer writes them."""
+    add_type = ckpt._ADD
+    extra: dict[str, pa.Array] = {}
+    if typed is not None and adds is not None and adds.num_rows:
+        extra = ckpt.typed_add_columns(typed, adds)
+        if extra:
+            schema, add_type = ckpt.with_typed_adds(schema, extra)
+    pieces = []
+    if adds is not None and adds.num_rows:
+        overrides = {"dataChange": pa.array(np.zeros(adds.num_rows, dtype=bool)), **extra}
+        pieces.append(ckpt._rows(schema, "add", ckpt._struct_column(adds, add_type, overrides)))
+    pieces += [_file_rows(schema, "remove", r, ckpt._REMOVE) for r in removes]
+    return pa.concat_tables(pieces) if pieces else schema.empty_table()
 
 
 def _unexpired(tombstones: pa.Table, cutoff_ms: int) -> pa.Table:
@@ -229,16 +250,13 @@ def plan_checkpoint_parts(state: StreamedState, *, now_ms: int | None = None,
     """Check the state and cut the work into slices (see the module docstring).
 
     Raises:
-        StreamFallback: the streamed state cannot be vouched for, or needs what only the in-memory
-            writer does (typed statistics asked for by ``delta.checkpoint.writeStatsAsStruct``).
+        StreamFallback: the streamed state cannot be vouched for.
         InvalidArgumentError, UnsupportedFeatureError: as ``write_checkpoint``.
     """
     if naming not in ("auto", "classic", "uuid"):
         raise InvalidArgumentError(f"invalid naming {naming!r}: expected 'auto', 'classic' or 'uuid'")
     shell = state.shell()
     check_supported(shell.protocol, "checkpoint", shell.metadata)
-    if (shell.metadata.configuration.get("delta.checkpoint.writeStatsAsStruct") or "").lower() == "true":
-        raise StreamFallback("typed statistics (writeStatsAsStruct) are written by the in-memory writer")
     v2_spec = ckpt._uses_v2_spec(shell)
     if naming == "uuid" and not v2_spec:
         raise InvalidArgumentError("a UUID-named checkpoint needs the v2Checkpoint table feature "
@@ -255,7 +273,7 @@ def plan_checkpoint_parts(state: StreamedState, *, now_ms: int | None = None,
     touched = set(state.replay_files)
     spellings = {a["path"] for _, a in state.replay_files.values()}
     writer = SliceWriter(state.storage, state.version, layout, parts, ckpt._compression(shell), cutoff, touched,
-                         spellings)
+                         spellings, typed=shell.metadata if ckpt.writes_typed_stats(shell.metadata) else None)
     kind = "multipart" if not v2_spec else ("v2" if naming != "classic" else "v2-classic")
     return CheckpointParts(state, writer, slices, kind, now, live)
 
@@ -284,13 +302,13 @@ def _header_table(plan: CheckpointParts, sidecars: list[dict]) -> tuple[pa.Table
         parts.append(ckpt._rows(schema, "sidecar", pa.array(sidecars, type=ckpt._SIDECAR)))
     new_adds = [a for k, a in state.replay_files.values() if k == "add"]
     new_removes = [a for k, a in state.replay_files.values() if k == "remove"]
-    if new_adds:
-        adds = _rows_from_actions(new_adds, _ADD_COLUMNS, ADD)
-        parts.append(_file_rows(schema, "add", adds, ckpt._ADD))
+    adds = _rows_from_actions(new_adds, _ADD_COLUMNS, ADD) if new_adds else None
     removes = _unexpired(_rows_from_actions(new_removes, _REMOVE_COLUMNS, ckpt._REMOVE), writer.tombstone_cutoff_ms)
-    if removes.num_rows:
-        parts.append(_file_rows(schema, "remove", removes, ckpt._REMOVE))
-    return pa.concat_tables(parts), len(new_adds)
+    files = _file_action_rows(schema, adds, [removes] if removes.num_rows else [], writer.typed)
+    if files.schema != schema:  # typed statistics widened the add struct
+        parts = [ckpt._rows(files.schema, c, t.column(c).combine_chunks()) for t in parts for c in t.column_names
+                 if t.column(c).null_count < t.num_rows]
+    return pa.concat_tables([*parts, files]), len(new_adds)
 
 
 def publish_checkpoint_parts(plan: CheckpointParts, results: list[dict[str, Any]]) -> dict[str, Any]:

@@ -71,8 +71,8 @@ def _rounds(ctx: JobContext, params: dict[str, Any], engine: str, state: Streame
     params = purge_params(params)
     outline = streamed_plan_outline(state, params, keep_scan=True)
     assert outline is not None and outline.scan is not None and outline.selected is not None
-    if not outline.is_empty:
-        check_spark_for(ctx, outline.layout)  # before the second pass
+    if not outline.is_empty and not params.get("dry_run"):
+        check_spark_for(ctx, outline.layout)  # before the second pass; planning alone needs no Spark
     if outline.layout == "hilbert":
         return _clustering_rounds(ctx, params, engine, state, outline)
     scan, decision = outline.scan, outline.decision

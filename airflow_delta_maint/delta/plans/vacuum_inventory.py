@@ -51,8 +51,8 @@ _SCHEMA = pa.schema([("path", pa.string()), ("length", pa.int64()), ("isDir", pa
                      ("modificationTime", pa.int64())])
 #: the visible files of an inventory as :func:`write_inventory_listing` writes them
 LISTING_SCHEMA = pa.schema([("key", pa.string()), ("size", pa.int64()), ("mtime", pa.int64())])
-#: rows per batch read from an inventory file
-BATCH_ROWS = 65_536
+#: rows per batch read from an inventory file (as the checkpoint scan reads them: a few MB of paths)
+BATCH_ROWS = 16_384
 _READ_BUFFER = 1 << 20
 _REMOTE_BUFFER = 8 << 20
 

@@ -22,7 +22,11 @@ boundary is the checkpoint at version 1, commit 0 goes),
 ``inspect``, ``optimize_plan`` (OPTIMIZE's bin-packing plan, ``--dry-run``: every file of these tables is
 below the 1 GiB target, so every file is planned), ``optimize_auto`` (the auto-compaction policy over every
 partition, then its plan, ``--dry-run``), ``compact_log`` (compaction files of 10 commits over the 1,000
-commits after the checkpoint).
+commits after the checkpoint), ``vacuum_inventory`` (VACUUM full ``--dry-run`` from a parquet inventory of
+every file the log references and ``ORPHANS`` old orphans, one folder row per partition besides: N + some
+12,000 objects, as ``file://`` URIs; the objects need not exist for a dry run; cached under
+``benchmarks/out/driver_state/``), ``vacuum_keep`` (VACUUM full ``--keep-versions 1 --dry-run``: version 1
+is the checkpoint, so every checkpointed file is a kept key; lists the same files as ``vacuum_full``).
 
 Run: ``.venv/bin/python -m benchmarks.bench_driver_state --files 1000000 10000000``; prints a
 Markdown table.
@@ -44,6 +48,8 @@ from benchmarks.bench_worker_checks import PARTITIONS, _path, _peak_rss, _wait_f
 
 OUT = Path(__file__).resolve().parent / "out" / "driver_state"
 LISTED = 10_000
+ORPHANS = 10_000  # old orphans in the inventory of vacuum_inventory, one per partition folder
+INVENTORY_ROWS = 1_000_000  # rows per row group of the cached inventory
 EXPIRED_COMMITS = 600
 MONTH_S = 30 * 86_400
 JOBS = {
@@ -55,6 +61,8 @@ JOBS = {
     "optimize_plan": ["optimize", "--dry-run"],
     "optimize_auto": ["optimize", "--auto", "--all-partitions", "--max-partitions", "100000", "--dry-run"],
     "compact_log": ["compact-log", "--interval", "10"],
+    "vacuum_inventory": ["vacuum", "--dry-run"],  # --inventory <the run's table>.inventory.parquet
+    "vacuum_keep": ["vacuum", "--keep-versions", "1", "--dry-run"],
 }
 
 
@@ -77,6 +85,44 @@ def data_files(files: int) -> Path:
     return folder
 
 
+def inventory_file(files: int, target: Path) -> Path:
+    """The inventory of the table at ``target`` (cached; its rows name ``target`` in ``file://`` URIs):
+    every checkpointed file and every file the commits add, ``ORPHANS`` old orphans, and a folder
+    row per partition, all 30 days old."""
+    import hashlib
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from benchmarks.bench_worker_checks import COMMITS
+
+    root = f"file://{target}/"
+    cached = OUT / f"inventory-{files}-{hashlib.sha1(root.encode()).hexdigest()[:8]}.parquet"
+    if cached.exists():
+        return cached
+    OUT.mkdir(parents=True, exist_ok=True)
+    old = int((time.time() - MONTH_S) * 1000)
+    schema = pa.schema([("path", pa.string()), ("length", pa.int64()), ("isDir", pa.bool_()),
+                        ("modificationTime", pa.int64())])
+
+    def batch(paths: list[str], is_dir: bool = False) -> pa.Table:
+        n = len(paths)
+        return pa.table([pa.array(paths, pa.string()), pa.array(np.full(n, 0 if is_dir else 1 << 20), pa.int64()),
+                         pa.array(np.full(n, is_dir)), pa.array(np.full(n, old), pa.int64())], schema=schema)
+
+    partial = cached.with_suffix(".partial")
+    with pq.ParquetWriter(partial, schema, compression="zstd") as writer:
+        for lo in range(0, files, INVENTORY_ROWS):
+            writer.write_table(batch([root + _path(i) for i in range(lo, min(files, lo + INVENTORY_ROWS))]))
+        added = [files + 2 * k + j for k in range(COMMITS) if k % 10 for j in range(2)]
+        writer.write_table(batch([f"{root}p={n % PARTITIONS:05d}/new-{n}.parquet" for n in added]))
+        writer.write_table(batch([f"{root}p={i % PARTITIONS:05d}/orphan-{i:08d}.parquet" for i in range(ORPHANS)]))
+        writer.write_table(batch([f"{root}p={i:05d}" for i in range(PARTITIONS)], is_dir=True))
+    partial.rename(cached)
+    return cached
+
+
 def fresh_copy(files: int, kind: str, job: str) -> Path:
     """A copy of the cached table to run one job on: hard links, ``_last_checkpoint`` copied."""
     source = generate(files, kind)
@@ -87,8 +133,10 @@ def fresh_copy(files: int, kind: str, job: str) -> Path:
     hint = target / "_delta_log" / "_last_checkpoint"
     hint.unlink()
     shutil.copy(source / "_delta_log" / "_last_checkpoint", hint)
-    if job == "vacuum_full":
+    if job in ("vacuum_full", "vacuum_keep"):
         subprocess.run(f"cp -al {data_files(files)}/p=* {target}/", shell=True, check=True)
+    if job == "vacuum_inventory":  # taken now (its time is the file's): a copy, so the cache keeps its own
+        shutil.copy(inventory_file(files, target), f"{target}.inventory.parquet")
     if job == "cleanup_log":  # the first commits two days old (copied, so the cached log keeps its times)
         old = time.time() - 2 * 86_400
         for v in range(EXPIRED_COMMITS):
@@ -146,6 +194,10 @@ STAGES = [
     ("airflow_delta_maint.delta.log.checkpoint_parts", "publish_checkpoint_parts"),
     ("airflow_delta_maint.app.runners.tasks", "SparkTasks.map_slices"),
     ("airflow_delta_maint.delta.plans.vacuum_valid_stream", "write_valid_keys"),
+    ("airflow_delta_maint.delta.plans.vacuum_inventory", "write_inventory_listing"),
+    ("airflow_delta_maint.delta.plans.vacuum_inventory", "read_inventory"),
+    ("airflow_delta_maint.delta.plans.vacuum_keep", "write_kept_keys"),
+    ("airflow_delta_maint.delta.plans.vacuum_keep", "kept_version_keys"),
     ("airflow_delta_maint.app.runners.vacuum_antijoin", "list_into_spark"),
     ("airflow_delta_maint.app.runners.vacuum_antijoin", "untracked_files"),
     ("airflow_delta_maint.app.runners.vacuum_antijoin", "delete_untracked"),
@@ -198,7 +250,8 @@ def child(job: str, impl: str, table: str, cap_gib: float | None) -> None:
 
     started = time.perf_counter()
     try:
-        code, metrics = run([*JOBS[job][:1], table, *JOBS[job][1:], "--json", "--master", "local[2]"])
+        extra = ["--inventory", f"{table}.inventory.parquet"] if job == "vacuum_inventory" else []
+        code, metrics = run([*JOBS[job][:1], table, *JOBS[job][1:], *extra, "--json", "--master", "local[2]"])
         status = "ok" if code == 0 else f"failed: {str(metrics.get('error'))[:100]}"
     except MemoryError:
         metrics, status = {}, "memory cap"
@@ -206,6 +259,8 @@ def child(job: str, impl: str, table: str, cap_gib: float | None) -> None:
     jvm, workers = _process_peaks()
     summary = {k: metrics.get(k) for k in ("status", "numFilesToDelete", "numValidFiles", "num_files",
                                            "numLogFilesToDelete", "checkpoint_version")}
+    if job in ("vacuum_inventory", "vacuum_keep"):
+        summary.update(listed=metrics.get("numFilesListed"), kept=metrics.get("numFilesKeptForVersions"))
     if "plan" in metrics:
         summary.update(bins=metrics["plan"].get("num_bins"), files=metrics["plan"].get("num_files_to_rewrite"),
                        rounds=metrics.get("numRounds"))
@@ -262,6 +317,7 @@ def main() -> None:
                     rows.append(r)
                     print(json.dumps(r), file=sys.stderr, flush=True)
                     shutil.rmtree(table, ignore_errors=True)
+                    Path(f"{table}.inventory.parquet").unlink(missing_ok=True)
     print("| files | checkpoint | job | code path | driver peak RSS | JVM peak RSS | worker peak RSS | job time | result |")
     print("|---:|---|---|---|---:|---:|---:|---:|---|")
     for r in rows:

@@ -197,3 +197,185 @@ def test_vacuum_full_keeps_the_valid_set_in_memory_when_the_executors_cannot_see
     assert len(reasons) == 1 and "set DELTA_MAINT_SCRATCH_DIR to a folder every machine" in reasons[0]
     assert a == b and a["status"] == "committed" and a["numFilesDeleted"] >= 2
     assert rows(Path(str(path) + "-streamed")) == before
+
+
+# -- VACUUM full with an inventory and with kept versions, streamed ---------------------------------
+def _spy(monkeypatch, module, name: str) -> list[tuple]:
+    """Record the calls of ``module.name`` (positional arguments) and let them through."""
+    calls: list[tuple] = []
+    original = getattr(module, name)
+
+    def spy(*args, **kwargs):
+        calls.append(args)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, spy)
+    return calls
+
+
+def _files_left(path: Path) -> list[tuple[str, ...]]:
+    """The files and folders of both copies outside the log (each side's list)."""
+    return [sorted(str(p.relative_to(root)) for p in root.rglob("*") if "_delta_log" not in p.parts)
+            for root in (Path(str(path) + "-memory"), Path(str(path) + "-streamed"))]
+
+
+def _table_with_orphans(tmp_path: Path) -> Path:
+    path = _with_checkpoint(tmp_path)
+    make_old(path, "orphan-top.parquet", "p=p1/orphan-a.parquet", "p=p2/deep/orphan-b.parquet", "empty/old.bin",
+             "_hidden/orphan.parquet")
+    make_young(path, "p=p0/young.parquet")
+    return path
+
+
+def _inventory(path: Path, target: Path) -> Path:
+    """An inventory of every object under the table (relative paths, the log and folders included,
+    as an object store's inventory lists them), one orphan listed twice, and rows of another table."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    from tests.app.test_retention import inventory_of
+
+    table = inventory_of(path, absolute=False)
+    twice = table.filter(pa.compute.equal(table.column("path"), "p=p1/orphan-a.parquet"))
+    elsewhere = inventory_of(path, absolute=True).slice(0, 5).set_column(
+        0, "path", pa.array([f"file:/elsewhere/t/x-{i}.parquet" for i in range(5)]))
+    table = pa.concat_tables([table, twice, elsewhere])
+    if target.suffix == ".csv":
+        pacsv.write_csv(table, target)
+    else:
+        pq.write_table(table, target, row_group_size=7)  # several batches
+    return target
+
+
+def test_vacuum_full_with_an_inventory_streams_it_into_the_anti_join(tmp_path, spark, monkeypatch):
+    """The inventory's rows become the anti-join's listing, read by the driver a batch at a time:
+    the same metrics as the in-memory path (counts, sizes, folders, the dry run's list, a key the
+    inventory lists twice), and the same files left on disk."""
+    import airflow_delta_maint.app.jobs.vacuum as job
+    from airflow_delta_maint.app.runners import vacuum_antijoin as aj
+
+    at_scale = _spy(monkeypatch, job, "_full_at_scale")
+    streamed = _spy(monkeypatch, job, "write_inventory_listing")
+    listed = _spy(monkeypatch, aj, "list_into_spark")
+    in_memory = _spy(monkeypatch, job, "read_inventory")
+    path = _table_with_orphans(tmp_path)
+    before = rows(path)
+    for n, inventory in enumerate((_inventory(path, tmp_path / "inventory.parquet"),
+                                   _inventory(path, tmp_path / "inventory.csv"))):
+        a, b = _run_both(monkeypatch, path, ["vacuum", "--inventory", str(inventory), "--dry-run"])
+        assert len(at_scale) == len(streamed) == n + 1 and not listed and len(in_memory) == n + 1
+        assert a == b and a["inventory"] == str(inventory) and a["inventoryTakenAt"] > 0
+        assert a["files_to_delete"].count("p=p1/orphan-a.parquet") == 2
+        assert "_hidden/orphan.parquet" not in a["files_to_delete"] and a["numFilesToDelete"] >= 5
+    a, b = _run_both(monkeypatch, path, ["vacuum", "--inventory", str(tmp_path / "inventory.parquet")])
+    assert len(at_scale) == 3 and not listed
+    assert a == b and a["status"] == "committed" and a["numDeletedFiles"] == a["numFilesToDelete"] - 1
+    assert a["numVacuumedDirectories"] > 1 and a["numDeletedDirectories"] >= 1
+    left = _files_left(path)
+    assert left[0] == left[1] and "_hidden/orphan.parquet" in left[1] and "p=p0/young.parquet" in left[1]
+    assert "orphan-top.parquet" not in left[1]
+    assert rows(Path(str(path) + "-streamed")) == before
+
+
+def test_vacuum_full_keeps_the_versions_asked_for_from_streamed_keys(tmp_path, spark, monkeypatch):
+    """--keep-versions on the streamed path: each kept version's live keys streamed to parquet
+    (version 1 from its commits, version 5 from the checkpoint), no set on the driver; alone and
+    with an inventory, dry run and real, the same metrics and files as in memory."""
+    import airflow_delta_maint.app.jobs.vacuum as job
+
+    at_scale = _spy(monkeypatch, job, "_full_at_scale")
+    streamed = _spy(monkeypatch, job, "write_kept_keys")
+    whole = _spy(monkeypatch, job, "kept_version_keys")
+    path = _table_with_orphans(tmp_path)
+    before, kept_rows = rows(path), rows(path, 1)
+    inventory = _inventory(path, tmp_path / "inventory.parquet")
+    for argv in (["vacuum", "--keep-versions", "1,5", "--dry-run"],
+                 ["vacuum", "--keep-versions", "1,5", "--inventory", str(inventory), "--dry-run"]):
+        a, b = _run_both(monkeypatch, path, argv)
+        assert a == b and a["keepVersions"] == [1, 5] and a["numFilesKeptForVersions"] > 0
+    plain, _ = _run_both(monkeypatch, path, ["vacuum", "--dry-run"])
+    assert plain["numFilesToDelete"] == a["numFilesToDelete"] + a["numFilesKeptForVersions"] - 1  # the duplicate
+    assert len(streamed) == 2 and all(str(s.root).rstrip("/").endswith("-memory") for s, *_ in whole)
+    for argv in (["vacuum", "--keep-versions", "1,5"], ["vacuum", "--keep-versions", "1", "--inventory", str(inventory)]):
+        a, b = _run_both(monkeypatch, path, argv)
+        assert a == b and a["status"] == "committed" and a["numFilesKeptForVersions"] > 0
+        left = _files_left(path)
+        assert left[0] == left[1]
+        streamed_copy = Path(str(path) + "-streamed")
+        assert rows(streamed_copy) == before and rows(streamed_copy, 1) == kept_rows
+    assert len(at_scale) == 5 and len(streamed) == 4
+
+
+def test_a_kept_version_the_stream_cannot_read_is_loaded_whole(tmp_path, spark, monkeypatch):
+    from airflow_delta_maint.delta.log.state_stream import StreamFallback
+    from airflow_delta_maint.delta.plans import vacuum_keep
+
+    original = vacuum_keep.open_state
+
+    def open_state(storage, version=None, *args):
+        if version == 1:
+            raise StreamFallback("a distrusted compaction file")
+        return original(storage, version, *args)
+
+    monkeypatch.setattr(vacuum_keep, "open_state", open_state)
+    loaded = _spy(monkeypatch, vacuum_keep, "_version_keys")
+    path = _table_with_orphans(tmp_path)
+    a, b = _run_both(monkeypatch, path, ["vacuum", "--keep-versions", "1,5", "--dry-run"])
+    assert a == b and a["numFilesKeptForVersions"] > 0
+    assert [v for _, v in loaded] == [1, 5, 1]  # in memory: both versions; streamed: version 1 only
+
+
+def test_bad_input_on_the_streamed_path_fails_before_any_work(tmp_path, spark, monkeypatch):
+    """A stale inventory, an inventory with lite mode, a version out of range or no longer
+    readable: one clear error on the large-table path, and the table is left as it was."""
+    import os
+
+    import airflow_delta_maint.app.jobs.vacuum as job
+    from tests.app.test_vacuum import tree
+
+    at_scale = _spy(monkeypatch, job, "_full_at_scale")
+    path = _table_with_orphans(tmp_path)
+    stale = _inventory(path, tmp_path / "stale.parquet")
+    eight_days_ago = os.path.getmtime(stale) - 8 * 86_400
+    os.utime(stale, (eight_days_ago, eight_days_ago))
+    monkeypatch.setenv(STREAM_MIN_FILES_ENV, "0")
+    files = tree(path)
+    for argv, error in (
+            (["--inventory", str(stale)], "before the retention cut-off"),
+            (["--inventory", str(stale), "--mode", "lite"], "--mode lite"),
+            (["--inventory", str(tmp_path / "nowhere.parquet")], "does not exist"),
+            (["--keep-versions", "99"], "cannot keep version 99: the table has versions 0 to 7"),
+            (["--keep-versions", "1", "--inventory", str(stale)], "before the retention cut-off")):
+        code, m = run(["vacuum", str(path), "--json", *argv])
+        assert code == 2 and error in m["error"], (argv, m)
+        assert tree(path) == files
+    bad = tmp_path / "bad.csv"
+    bad.write_text("path,length,isDir,modificationTime\nx.parquet,not a number,false,1\n")
+    code, m = run(["vacuum", str(path), "--json", "--inventory", str(bad)])
+    assert code == 2 and "cannot read the inventory file" in m["error"] and tree(path) == files
+    assert len(at_scale) == 1  # only the bad CSV got that far: found while streaming it, before any deletion
+    code, m = run(["cleanup-log", str(path), "--json", "--retention", "interval 1 day"])
+    assert code == 0 and m["status"] == "committed"
+    files = tree(path)
+    code, m = run(["vacuum", str(path), "--json", "--keep-versions", "1"])
+    assert code == 2 and "cannot keep version 1: it can no longer be read" in m["error"], m
+    assert tree(path) == files and len(at_scale) == 1
+
+
+def test_vacuum_with_an_inventory_falls_back_when_the_executors_cannot_see_the_scratch_folder(
+        tmp_path, spark, monkeypatch):
+    import airflow_delta_maint.app.jobs.vacuum as job
+    from airflow_delta_maint.app.runners import vacuum_antijoin as aj
+
+    reasons: list[str] = []
+    monkeypatch.setattr(aj, "scratch_shared", lambda session: False)
+    monkeypatch.setattr(job, "fell_back", lambda what, exc: reasons.append(str(exc)))
+    path = _table_with_orphans(tmp_path)
+    before = rows(path)
+    inventory = _inventory(path, tmp_path / "inventory.parquet")
+    a, b = _run_both(monkeypatch, path, ["vacuum", "--inventory", str(inventory), "--keep-versions", "1"])
+    assert len(reasons) == 1 and aj.SCRATCH_ENV in reasons[0]
+    assert a == b and a["status"] == "committed" and a["numFilesDeleted"] >= 4
+    left = _files_left(path)
+    assert left[0] == left[1] and rows(Path(str(path) + "-streamed")) == before

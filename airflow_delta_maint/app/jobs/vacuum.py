@@ -5,8 +5,9 @@ the subtrees; under local execution threads of this process, or one stream on lo
 references, and deletes the rest in parallel Spark tasks. On a large table (see
 :mod:`airflow_delta_maint.app.state_reading`) neither the listing nor the valid set comes to the
 driver: the valid keys are streamed from the log to parquet and anti-joined with the listing in
-Spark (:mod:`airflow_delta_maint.app.runners.vacuum_antijoin`); lite mode looks its candidates up
-in the streamed state. Lite mode reads the candidates from
+Spark (:mod:`airflow_delta_maint.app.runners.vacuum_antijoin`); an inventory is streamed to parquet
+a batch at a time and read by Spark as the listing, and the versions ``--keep-versions`` keeps have
+their keys streamed to parquet too; lite mode looks its candidates up in the streamed state. Lite mode reads the candidates from
 the log instead of listing. Both commit ``VACUUM START`` and ``VACUUM END`` (no file actions,
 so they never conflict with writers) and then record the watermark in ``_last_vacuum_info``.
 """
@@ -19,6 +20,7 @@ import copy
 import functools
 import logging
 import math
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -34,8 +36,10 @@ from airflow_delta_maint.delta.plans.vacuum import (
     valid_keys, write_last_vacuum_info,
 )
 from airflow_delta_maint.delta.plans.vacuum_files import Subtree, delete_files_parallel, list_subtree
-from airflow_delta_maint.delta.plans.vacuum_inventory import Inventory, check_fresh, inventory_files, read_inventory
-from airflow_delta_maint.delta.plans.vacuum_keep import kept_version_keys
+from airflow_delta_maint.delta.plans.vacuum_inventory import (
+    Inventory, InventorySource, check_fresh, inventory_files, open_inventory, read_inventory, write_inventory_listing,
+)
+from airflow_delta_maint.delta.plans.vacuum_keep import kept_version_keys, open_kept_states, write_kept_keys
 from airflow_delta_maint.delta.plans.vacuum_prefetch import PrefetchedListing
 from airflow_delta_maint.delta.plans.vacuum_valid_stream import write_valid_keys
 from airflow_delta_maint.delta.protocol.features import check_supported
@@ -43,7 +47,7 @@ from airflow_delta_maint.delta.storage.store import FileInfo, Storage
 
 from ..context import JobContext
 from ..engines import DELTA_SPARK, add_engine_argument, check_engine
-from ..state_reading import fell_back, streamed_state
+from ..state_reading import fell_back, streamed_state, warm_up_spark
 from .cleanup_log import parse_versions
 from airflow_delta_maint.app.runners.vacuum_tasks import DELETE_BATCH, TASK_THREADS, delete_partition, list_partition, split_keys, summarize
 from airflow_delta_maint.app.runners.vacuum_antijoin import top_folders
@@ -314,15 +318,21 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     plan = plan_vacuum(snapshot, args.retention_hours, args.mode, args.ignore_retention_check,
                        listing=listing_log, with_valid=False)
     keep_versions = parse_versions(args.keep_versions)
-    kept = kept_version_keys(storage, keep_versions, snapshot.version) if keep_versions else set()
-    lookup = None
-    if state is not None and plan.mode == "full" and not args.inventory and ctx.spark_allowed and not ctx.connect:
+    if state is not None and plan.mode == "full" and ctx.spark_allowed and not ctx.connect:
         if prefetch is not None:
             prefetch.cancel()
+        # bad input fails here, before any work: a version that cannot be kept, a stale inventory
+        kept_states = open_kept_states(storage, keep_versions, snapshot.version) if keep_versions else []
+        source = None
+        if args.inventory:
+            source = open_inventory(args.inventory, ctx.storage_options)
+            check_fresh(source, plan.cutoff_ms)
         try:
-            return _full_at_scale(ctx, args, state, plan, keep_versions, kept)
+            return _full_at_scale(ctx, args, state, plan, keep_versions, kept_states, source)
         except StreamFallback as exc:
             fell_back("VACUUM", exc)
+    kept = kept_version_keys(storage, keep_versions, snapshot.version) if keep_versions else set()
+    lookup = None
     if state is not None and plan.mode == "lite":
         lookup = functools.partial(_valid_among, state, plan.cutoff_ms)
     elif state is not None:  # full mode the stream cannot serve: the whole state, at the version planned from
@@ -444,25 +454,36 @@ def _valid_among(state: StreamedState, cutoff_ms: int, keys: set[str]) -> set[st
 
 
 def _full_at_scale(ctx: JobContext, args: argparse.Namespace, state: StreamedState, plan: VacuumPlan,
-                   keep_versions: list[int], kept: set[str]) -> dict[str, Any]:
-    """Full mode on a large table: the valid set streamed to parquet while Spark lists the table,
-    the files to delete found by an anti-join and deleted by Spark tasks
+                   keep_versions: list[int], kept_states: list[tuple[int, StreamedState | None]],
+                   inventory: InventorySource | None = None) -> dict[str, Any]:
+    """Full mode on a large table: the valid set (and the kept versions' keys) streamed to parquet
+    while Spark lists the table, or while a driver thread streams the inventory's files to parquet
+    for Spark to read; the files to delete found by an anti-join and deleted by Spark tasks
     (:mod:`airflow_delta_maint.app.runners.vacuum_antijoin`). Same metrics as the in-memory path.
 
     Raises:
-        StreamFallback: the streamed state cannot be vouched for (before anything is deleted).
+        StreamFallback: the streamed state cannot be vouched for, or the executors may not see the
+            scratch folder (before anything is deleted).
     """
     from ..runners import vacuum_antijoin as aj
 
     storage = state.storage
     snapshot = state.shell()
     scratch = aj.scratch_folder()
-    # Spark starts and lists the table while the driver streams the valid keys
-    listing_job = _Background(lambda: aj.list_into_spark(ctx.spark("VACUUM"), storage, plan.partition_columns))
+    valid_folder, kept_folder, listing_folder = (os.path.join(scratch, n) for n in ("valid", "kept", "listing"))
+    if inventory is None:  # Spark starts and lists the table while the driver streams the valid keys
+        listing_job = _Background(lambda: aj.list_into_spark(ctx.spark("VACUUM"), storage, plan.partition_columns))
+    else:  # Spark starts while a driver thread streams the inventory's files into the scratch folder
+        warm_up_spark(ctx)
+        listing_job = _Background(_inventory_into_spark, ctx, inventory, storage, plan, listing_folder)
     frames: list[Any] = []
     try:
         try:
-            write_valid_keys(state, plan.cutoff_ms, scratch)
+            write_valid_keys(state, plan.cutoff_ms, valid_folder)
+            if kept_states:
+                kept = write_kept_keys(storage, kept_states, kept_folder)
+                log.info("the kept versions %s read %d keys%s", keep_versions, kept.written,
+                         f" (versions {kept.loaded_whole} loaded whole)" if kept.loaded_whole else "")
         except BaseException:
             with contextlib.suppress(BaseException):
                 listing_job.join().frame.unpersist()
@@ -474,7 +495,8 @@ def _full_at_scale(ctx: JobContext, args: argparse.Namespace, state: StreamedSta
             raise StreamFallback(f"the executors of {spark.sparkContext.master} may not see the driver's scratch "
                                  f"folder: set {aj.SCRATCH_ENV} to a folder every machine of the cluster mounts "
                                  "for VACUUM in bounded memory")
-        untracked, valid_count = aj.untracked_files(spark, found, scratch, plan.cutoff_ms, kept)
+        untracked, valid_count = aj.untracked_files(spark, found, valid_folder, plan.cutoff_ms,
+                                                    kept_folder if kept_states else None)
         frames.append(untracked.frame)
         retention_hours = plan.retention_ms / 3_600_000
         metrics: dict[str, Any] = {"version_read": snapshot.version, "mode": plan.mode,
@@ -485,6 +507,8 @@ def _full_at_scale(ctx: JobContext, args: argparse.Namespace, state: StreamedSta
         metrics.update(numFilesListed=found.files, sizeOfFilesListed=found.bytes)
         if keep_versions:
             metrics.update(keepVersions=keep_versions, numFilesKeptForVersions=untracked.kept_for_versions)
+        if inventory is not None:
+            metrics.update(inventory=inventory.source, inventoryTakenAt=inventory.taken_at_ms)
         metrics.update(numFilesToDelete=untracked.files, sizeOfDataToDelete=untracked.bytes)
         dirs_vacuumed = len(found.dirs) + 1
         watermark = plan.latest_outside
@@ -493,11 +517,14 @@ def _full_at_scale(ctx: JobContext, args: argparse.Namespace, state: StreamedSta
             metrics.update(status="dry_run", numFilesDeleted=0, numDeletedFiles=0, numVacuumedDirectories=0,
                            files_to_delete=listed, files_to_delete_truncated=untracked.files > DRY_RUN_LIST_CAP)
             return metrics
+        # an inventory's folders were never listed: only those that held a deleted file are tried
+        listed_dirs = found.dirs if inventory is None else None
+
         def delete() -> tuple[int, int]:
             deleted = aj.delete_untracked(spark, storage, untracked)
             emptied = [f"{d}/" for d in aj.emptied_folders(untracked)] if storage.is_local else []
             return deleted, remove_empty_dirs(storage, emptied, plan.cutoff_ms, plan.partition_columns,
-                                              walk=False, listed_dirs=found.dirs)
+                                              walk=False, listed_dirs=listed_dirs)
 
         return _delete_between_markers(storage, snapshot, plan, metrics, untracked.files, untracked.bytes, dirs_vacuumed,
                                        watermark, delete)
@@ -506,6 +533,16 @@ def _full_at_scale(ctx: JobContext, args: argparse.Namespace, state: StreamedSta
             with contextlib.suppress(Exception):
                 frame.unpersist()
         aj.remove_scratch(scratch)
+
+
+def _inventory_into_spark(ctx: JobContext, inventory: InventorySource, storage: Storage, plan: VacuumPlan,
+                          folder: str) -> Any:
+    """The inventory streamed into ``folder`` (its visible files older than the cutoff), then read
+    by Spark as the listing of the anti-join."""
+    from ..runners import vacuum_antijoin as aj
+
+    found = write_inventory_listing(inventory, storage, plan.partition_columns, plan.cutoff_ms, folder)
+    return aj.listing_from_parquet(ctx.spark("VACUUM"), folder, found.files, found.bytes, found.dirs)
 
 
 def _run_delta_spark(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:

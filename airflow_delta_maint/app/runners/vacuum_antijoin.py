@@ -2,10 +2,15 @@
 Spark, never in the driver's memory.
 
 The driver streams the valid keys from the log into parquet files in a scratch folder
-(:func:`~airflow_delta_maint.delta.plans.vacuum_valid_stream.write_valid_keys`); Spark tasks list
-the table's subtrees into a DataFrame of files and folders
-(:func:`~airflow_delta_maint.app.runners.vacuum_tasks.list_rows`); the files older than the cutoff
-that no valid key names (a left anti-join) are the files to delete, which Spark tasks delete. The
+(:func:`~airflow_delta_maint.delta.plans.vacuum_valid_stream.write_valid_keys`), and the keys of
+the versions ``--keep-versions`` keeps
+(:func:`~airflow_delta_maint.delta.plans.vacuum_keep.write_kept_keys`); Spark tasks list the
+table's subtrees into a DataFrame of files and folders
+(:func:`~airflow_delta_maint.app.runners.vacuum_tasks.list_rows`), or, with ``--inventory``, the
+driver streams the inventory's visible files into the scratch folder
+(:func:`~airflow_delta_maint.delta.plans.vacuum_inventory.write_inventory_listing`) and Spark
+reads them as the listing. The files older than the cutoff that no valid key names (a left
+anti-join) are the files to delete, less those a kept version reads; Spark tasks delete them. The
 driver holds the folders (for removing emptied ones), the counts and at most
 ``DRY_RUN_LIST_CAP`` keys of a dry run.
 
@@ -23,15 +28,15 @@ import shutil
 import tempfile
 import uuid
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 from airflow_delta_maint.delta.plans.vacuum_files import Subtree, list_folder
 from airflow_delta_maint.delta.storage.store import Storage
 
 from .vacuum_tasks import delete_rows, list_rows
 
-__all__ = ["SCRATCH_ENV", "ScaledListing", "Untracked", "delete_untracked", "list_into_spark", "scratch_folder",
-           "scratch_shared", "untracked_files"]
+__all__ = ["SCRATCH_ENV", "ScaledListing", "Untracked", "delete_untracked", "list_into_spark", "listing_from_parquet",
+           "scratch_folder", "scratch_shared", "untracked_files"]
 
 SCRATCH_ENV = "DELTA_MAINT_SCRATCH_DIR"
 log = logging.getLogger("delta_maint.vacuum")
@@ -109,9 +114,22 @@ def list_into_spark(spark: Any, storage: Storage, partition_columns: Sequence[st
     return ScaledListing(frame, files, size, dirs)
 
 
+def listing_from_parquet(spark: Any, folder: str, files: int, size: int, dirs: dict[str, int]) -> ScaledListing:
+    """The listing of an inventory: the parquet files ``(key, size, mtime)`` the driver wrote into
+    ``folder`` (its files older than the cutoff) as a DataFrame ``(kind, key, size, mtime)``; the
+    counts and folders as the driver found them while writing."""
+    from pyspark.sql import functions as F
+
+    frame = spark.read.parquet(folder).select(F.lit("f").alias("kind"), "key", "size", "mtime")
+    log.info("the inventory's %d files (%d bytes) in %d folders are read by Spark", files, size, len(dirs) + 1)
+    return ScaledListing(frame, files, size, dirs)
+
+
 @dataclass
 class Untracked:
-    """The files to delete as a persisted DataFrame ``(key, size)``, with their count and bytes."""
+    """The files to delete as a persisted DataFrame ``(key, n, size)`` (``n``: how many listed
+    files have that key, 1 but for an inventory that lists a key twice; ``size``: their bytes),
+    with their count and bytes, and how many old untracked files a kept version reads."""
 
     frame: Any
     files: int
@@ -120,44 +138,51 @@ class Untracked:
 
 
 def untracked_files(spark: Any, listing: ScaledListing, valid_folder: str, cutoff_ms: int,
-                    kept: Iterable[str] = ()) -> tuple[Untracked, int]:
-    """The listed files older than the cutoff that no valid key (nor a kept version) names; and
-    how many distinct valid keys there are.
+                    kept_folder: str | None = None) -> tuple[Untracked, int]:
+    """The listed files older than the cutoff that no valid key (nor a kept version's key in
+    ``kept_folder``) names; and how many distinct valid keys there are.
 
-    One shuffle does both: the valid keys and the old listed files are grouped by key (valid keys
-    combined map-side), each key flagged valid, listed or both; the anti-join is the keys listed
-    and not valid.
+    One shuffle does it all: the valid keys, the kept keys and the old listed files are grouped by
+    key (keys combined map-side), each key flagged valid, kept and how often listed; the anti-join
+    is the keys listed and neither valid nor kept, and the listed keys that are only kept are the
+    files kept for the versions. Every listed file counts, as the in-memory path counts them.
     """
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    valid = spark.read.parquet(valid_folder).select(
-        "key", F.lit(True).alias("valid"), F.lit(None).cast("long").alias("size"))
-    old = listing.frame.where((F.col("kind") == "f") & (F.col("mtime") < cutoff_ms)).select(
-        "key", F.lit(False).alias("valid"), "size")
-    grouped = valid.unionByName(old).groupBy("key").agg(
-        F.max("valid").alias("valid"), F.max("size").alias("size"),
-        F.max(F.col("size").isNotNull()).alias("listed")).persist(StorageLevel.MEMORY_AND_DISK)
-    counts = grouped.agg(F.sum(F.col("valid").cast("long")).alias("valid")).first()
+    def keys(folder: str, valid: bool) -> Any:
+        return spark.read.parquet(folder).select(
+            "key", F.lit(valid).alias("valid"), F.lit(not valid).alias("kept"), F.lit(0).cast("long").alias("n"),
+            F.lit(None).cast("long").alias("size"))
+
+    frames = [keys(valid_folder, True)]
+    if kept_folder is not None:
+        frames.append(keys(kept_folder, False))
+    frames.append(listing.frame.where((F.col("kind") == "f") & (F.col("mtime") < cutoff_ms)).select(
+        "key", F.lit(False).alias("valid"), F.lit(False).alias("kept"), F.lit(1).cast("long").alias("n"), "size"))
+    union = frames[0]
+    for frame in frames[1:]:
+        union = union.unionByName(frame)
+    grouped = union.groupBy("key").agg(
+        F.max("valid").alias("valid"), F.max("kept").alias("kept"), F.sum("n").alias("n"),
+        F.sum("size").alias("size")).persist(StorageLevel.MEMORY_AND_DISK)
+    orphan = (F.col("n") > 0) & ~F.col("valid")
+    counts = grouped.agg(F.sum(F.col("valid").cast("long")).alias("valid"),
+                         F.sum(F.when(orphan & F.col("kept"), F.col("n"))).alias("kept")).first()
     valid_count = int(counts["valid"] or 0)
-    untracked = grouped.where(F.col("listed") & ~F.col("valid")).select("key", "size")
-    kept = sorted(set(kept))
-    before = None
-    if kept:
-        before = untracked.count()
-        kept_frame = spark.createDataFrame([(k,) for k in kept], "key string")
-        untracked = untracked.join(F.broadcast(kept_frame), "key", "left_anti")
-    untracked = untracked.persist(StorageLevel.MEMORY_AND_DISK)
-    totals = untracked.agg(F.count("*").alias("n"), F.sum("size").alias("b")).first()
+    untracked = grouped.where(orphan & ~F.col("kept")).select("key", "n", "size").persist(StorageLevel.MEMORY_AND_DISK)
+    totals = untracked.agg(F.sum("n").alias("n"), F.sum("size").alias("b")).first()
     grouped.unpersist()
-    files = int(totals["n"] or 0)
-    return Untracked(untracked, files, int(totals["b"] or 0), (before - files) if before is not None else 0), \
-        valid_count
+    return Untracked(untracked, int(totals["n"] or 0), int(totals["b"] or 0), int(counts["kept"] or 0)), valid_count
 
 
 def first_keys(untracked: Untracked, limit: int) -> list[str]:
-    """The first ``limit`` keys to delete, in key order (a dry run's list)."""
-    return [r["key"] for r in untracked.frame.select("key").orderBy("key").limit(limit).collect()]
+    """The first ``limit`` files to delete, in key order (a dry run's list; a key the listing
+    holds twice is there twice)."""
+    out: list[str] = []
+    for r in untracked.frame.select("key", "n").orderBy("key").limit(limit).collect():
+        out.extend([r["key"]] * int(r["n"]))
+    return out[:limit]
 
 
 def emptied_folders(untracked: Untracked) -> list[str]:
@@ -170,10 +195,14 @@ def emptied_folders(untracked: Untracked) -> list[str]:
 
 def delete_untracked(spark: Any, storage: Storage, untracked: Untracked) -> int:
     """Delete the files in Spark tasks; how many were deleted."""
+    from pyspark.sql import functions as F
+
     sc = spark.sparkContext
     counter = sc.accumulator(0)
     sc.setJobGroup(f"delta-maint-{uuid.uuid4().hex[:8]}", f"VACUUM {storage.root}: deleting", interruptOnCancel=True)
     task = functools.partial(delete_rows, storage=storage, counter=counter)
-    deleted = sum(untracked.frame.select("key").rdd.mapPartitions(task).collect())
+    # a key listed twice (an inventory's duplicate rows) is deleted twice, as the in-memory path does
+    keys = untracked.frame.select(F.explode(F.array_repeat("key", F.col("n").cast("int"))).alias("key"))
+    deleted = sum(keys.rdd.mapPartitions(task).collect())
     log.info("deleted %d / %d files in Spark tasks", deleted, untracked.files)
     return int(deleted)

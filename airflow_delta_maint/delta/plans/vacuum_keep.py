@@ -4,21 +4,60 @@ A kept version reads its active files and their deletion vector files; VACUUM ad
 set it keeps, so they are never deleted (nor counted as deletable in a dry run), and time travel
 to the version keeps working as long as its log entries exist (see :mod:`.log_cleanup`, whose
 ``keep_versions`` holds those entries back).
+
+:func:`kept_version_keys` loads each kept version whole and returns a set of its keys. On a large
+table :func:`open_kept_states` and :func:`write_kept_keys` stream each version's live files from
+the log instead (``StreamedState.scan``, tombstones left out) into parquet files of keys, which
+the anti-join of a large table's VACUUM reads; a version the stream cannot vouch for is loaded
+whole, as :func:`kept_version_keys` loads it.
 """
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass, field
 from typing import Iterable
+
+import pyarrow as pa
 
 from airflow_delta_maint.delta.errors import InvalidArgumentError, MissingVersionError
 from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.log.state_stream import StreamedState, StreamFallback, open_state
 from airflow_delta_maint.delta.plans.vacuum import valid_keys
+from airflow_delta_maint.delta.plans.vacuum_valid_stream import KeyWriter, file_keys
 from airflow_delta_maint.delta.storage.store import Storage
 
-__all__ = ["kept_version_keys"]
+__all__ = ["KeptKeys", "check_kept_versions", "kept_version_keys", "open_kept_states", "write_kept_keys"]
+
+log = logging.getLogger("delta_maint.vacuum")
 
 #: a cut-off later than any deletion time: no tombstone counts, only the version's live files
 _NO_TOMBSTONES = 1 << 62
+
+
+def check_kept_versions(versions: Iterable[int], latest: int) -> list[int]:
+    """The distinct versions, sorted.
+
+    Raises:
+        InvalidArgumentError: a version is negative or newer than ``latest``.
+    """
+    out = sorted(set(versions))
+    for version in out:
+        if version < 0 or version > latest:
+            raise InvalidArgumentError(f"cannot keep version {version}: the table has versions 0 to {latest}")
+    return out
+
+
+def _unreadable(version: int, exc: Exception) -> InvalidArgumentError:
+    return InvalidArgumentError(f"cannot keep version {version}: it can no longer be read ({exc})")
+
+
+def _version_keys(storage: Storage, version: int) -> set[str]:
+    try:
+        snapshot = Snapshot.load(storage, version, paths_only=True)
+    except MissingVersionError as exc:
+        raise _unreadable(version, exc) from None
+    return valid_keys(snapshot, _NO_TOMBSTONES)
 
 
 def kept_version_keys(storage: Storage, versions: Iterable[int], latest: int) -> set[str]:
@@ -29,12 +68,66 @@ def kept_version_keys(storage: Storage, versions: Iterable[int], latest: int) ->
             reconstructed from the log (its commits or checkpoint were cleaned up).
     """
     keep: set[str] = set()
-    for version in sorted(set(versions)):
-        if version < 0 or version > latest:
-            raise InvalidArgumentError(f"cannot keep version {version}: the table has versions 0 to {latest}")
-        try:
-            snapshot = Snapshot.load(storage, version, paths_only=True)
-        except MissingVersionError as exc:
-            raise InvalidArgumentError(f"cannot keep version {version}: it can no longer be read ({exc})") from None
-        keep |= valid_keys(snapshot, _NO_TOMBSTONES)
+    for version in check_kept_versions(versions, latest):
+        keep |= _version_keys(storage, version)
     return keep
+
+
+def open_kept_states(storage: Storage, versions: Iterable[int], latest: int
+                     ) -> list[tuple[int, StreamedState | None]]:
+    """Each kept version's streamed state (its checkpoint's non-file columns and the commits on top
+    of it; no file is read yet), or None for a version the stream cannot read (loaded whole by
+    :func:`write_kept_keys`). Cheap: bad versions fail here, before any work.
+
+    Raises:
+        InvalidArgumentError: as :func:`kept_version_keys`.
+    """
+    out: list[tuple[int, StreamedState | None]] = []
+    for version in check_kept_versions(versions, latest):
+        try:
+            out.append((version, open_state(storage, version)))
+        except MissingVersionError as exc:
+            raise _unreadable(version, exc) from None
+        except StreamFallback as exc:
+            log.info("kept version %d is read whole: %s", version, exc)
+            out.append((version, None))
+    return out
+
+
+@dataclass
+class KeptKeys:
+    """What :func:`write_kept_keys` wrote: keys (repeats included) and the versions loaded whole."""
+
+    written: int = 0
+    loaded_whole: list[int] = field(default_factory=list)
+
+
+def write_kept_keys(storage: Storage, states: Iterable[tuple[int, StreamedState | None]], folder: str) -> KeptKeys:
+    """Write the keys the kept versions read (live data files and their deletion-vector files, as
+    :func:`kept_version_keys` finds them) as parquet files into the local ``folder``, one version
+    after the other in bounded memory. A version whose stream raises ``StreamFallback`` has what
+    it streamed discarded and is loaded whole instead (its set only, in memory for the moment).
+
+    Raises:
+        InvalidArgumentError: a version loaded whole can no longer be read.
+    """
+    out = KeptKeys()
+    for version, state in states:
+        writer = KeyWriter(folder, f"kept-v{version}")
+        if state is not None:
+            try:
+                for _kind, table in state.scan([]):  # live files only: no tombstone is kept
+                    if table.num_rows:
+                        writer.write(file_keys(storage, table))
+                writer.close()
+                out.written += writer.written
+                continue
+            except StreamFallback as exc:
+                log.info("kept version %d is read whole: %s", version, exc)
+                writer.discard()
+        keys = _version_keys(storage, version)
+        out.loaded_whole.append(version)
+        writer.write(pa.array(sorted(keys), pa.string()))
+        writer.close()
+        out.written += writer.written
+    return out

@@ -32,6 +32,7 @@ from airflow_delta_maint.delta.storage.store import Storage
 
 from ..context import JobContext
 from ..engines import DELTA_SPARK, add_engine_argument, engine_of
+from .optimize_large import RoundSteps, run_in_rounds
 from airflow_delta_maint.app.rewrite.commit import AFTER_REWRITE, BinCommitter, GroupResult, delete_outputs, remove_action
 from airflow_delta_maint.app.rewrite.data_files import RewriteSpec, delete_run_outputs, output_dir, rewrite_bin
 from airflow_delta_maint.app.rewrite.rebase import BinOutputs
@@ -477,9 +478,7 @@ def run_optimize(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
     engine = _check_engine_options(params)
     check_run_options(params)
     if engine != DELTA_SPARK:
-        from .optimize_large import run_in_rounds
-
-        result = run_in_rounds(ctx, params, engine)
+        result = run_in_rounds(ctx, params, engine, _ROUND_STEPS)
         if result is not None:
             return result
     snapshot = Snapshot.load(ctx.storage)
@@ -831,3 +830,8 @@ def format_human(m: dict[str, Any]) -> str:
     return (f"OPTIMIZE {m['table']}: {m['status']}, version {m.get('version_read')} -> {m.get('version_committed')}; "
             f"removed {m.get('numRemovedFiles', 0)} files ({m.get('numRemovedBytes', 0)} bytes), "
             f"added {m.get('numAddedFiles', 0)} files ({m.get('numAddedBytes', 0)} bytes) in {m['duration_s']}s")
+
+
+#: the steps OPTIMIZE in rounds borrows from this job (see ``optimize_large``)
+_ROUND_STEPS = RoundSteps(outline=streamed_plan_outline, purge=purge_params, plan=plan_from_params, run=run_plan,
+                          check_spark=check_spark_for)

@@ -5,7 +5,7 @@ bin-packing (with ``--where``, ``--auto``, ``--purge``, young files and recent p
 and Z-order plan from the streamed state: one pass counts the candidates per partition and makes
 the auto policy's choice, a second spills the partitions with work, a round at a time, to local
 parquet files (:mod:`airflow_delta_maint.delta.plans.optimize_rounds`). Each round is then planned,
-rewritten and committed exactly as a whole plan is (:func:`~.optimize.run_plan`), and the rounds'
+rewritten and committed exactly as a whole plan is (the job's ``run_plan``), and the rounds'
 metrics are summed into one run's. Liquid clustering's rounds are runs of its new ZCubes, ordered
 out of core (:mod:`airflow_delta_maint.delta.plans.clustering_rounds`); its clustering quality
 (which sorts every file's bounds) is not measured in rounds. ``--target-files``,
@@ -16,7 +16,8 @@ log the stream cannot vouch for.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.delta.log.state_stream import StreamedState, StreamFallback
@@ -36,6 +37,18 @@ from ..state_reading import fell_back, streamed_state
 
 log = logging.getLogger("delta_maint.optimize")
 
+@dataclass(frozen=True)
+class RoundSteps:
+    """What the OPTIMIZE job lends the rounds: its streamed outline, its option handling, its
+    planner and its runner of one plan (so that this module does not import the job back)."""
+
+    outline: Callable[..., Any]
+    purge: Callable[[dict[str, Any]], dict[str, Any]]
+    plan: Callable[..., OptimizePlan]
+    run: Callable[..., dict[str, Any]]
+    check_spark: Callable[[JobContext, str], None]
+
+
 #: per-run counters that the rounds add up
 _SUMS = ("numAddedFiles", "numRemovedFiles", "numAddedBytes", "numRemovedBytes", "numDeletionVectorsRemoved",
          "numBins", "numBinsDroppedByConflicts", "numBinsRebased", "numDeletionVectorsCarried", "numBatches")
@@ -44,7 +57,7 @@ _PLAN_SUMS = ("num_partitions", "num_bins", "num_files_to_rewrite", "num_bytes_t
               "num_deletion_vectors_to_purge")
 
 
-def run_in_rounds(ctx: JobContext, params: dict[str, Any], engine: str) -> dict[str, Any] | None:
+def run_in_rounds(ctx: JobContext, params: dict[str, Any], engine: str, steps: RoundSteps) -> dict[str, Any] | None:
     """The run's metrics, OPTIMIZE done in rounds; None when the table is small, the plan needs the
     whole state, or the stream cannot vouch for the log (the caller then loads the ``Snapshot``)."""
     state = streamed_state(ctx.storage, what="OPTIMIZE")
@@ -57,30 +70,29 @@ def run_in_rounds(ctx: JobContext, params: dict[str, Any], engine: str) -> dict[
                  "clustered by no column are not planned in rounds", ctx.storage.root)
         return None
     try:
-        return _rounds(ctx, params, engine, state)
+        return _rounds(ctx, params, engine, state, steps)
     except StreamFallback as exc:  # raised by the passes, before anything is written
         fell_back("OPTIMIZE", exc)
         return None
 
 
-def _rounds(ctx: JobContext, params: dict[str, Any], engine: str, state: StreamedState) -> dict[str, Any]:
-    from .optimize import check_spark_for, plan_from_params, purge_params, run_plan, streamed_plan_outline
-
+def _rounds(ctx: JobContext, params: dict[str, Any], engine: str, state: StreamedState,
+            steps: RoundSteps) -> dict[str, Any]:
     ctx.version_read = state.version  # reported with a refusal too
     check_supported(state.protocol, "optimize", state.metadata)
-    params = purge_params(params)
-    outline = streamed_plan_outline(state, params, keep_scan=True)
+    params = steps.purge(params)
+    outline = steps.outline(state, params, keep_scan=True)
     assert outline is not None and outline.scan is not None and outline.selected is not None
     if not outline.is_empty and not params.get("dry_run"):
-        check_spark_for(ctx, outline.layout)  # before the second pass; planning alone needs no Spark
+        steps.check_spark(ctx, outline.layout)  # before the second pass; planning alone needs no Spark
     if outline.layout == "hilbert":
-        return _clustering_rounds(ctx, params, engine, state, outline)
+        return _clustering_rounds(ctx, params, engine, state, outline, steps)
     scan, decision = outline.scan, outline.decision
     rounds = partition_rounds(scan, outline.selected, outline.layout == "zorder", round_files())
     if not rounds:
-        plan = plan_from_params(state.shell(), params, decision)
+        plan = steps.plan(state.shell(), params, decision)
         plan.num_table_files, plan.left_out = scan.total_files, outline.left_out
-        return run_plan(ctx, params, engine, state.shell(), plan, decision)
+        return steps.run(ctx, params, engine, state.shell(), plan, decision)
     log.info("OPTIMIZE %s at version %d: %d partitions with work, %d candidate files, in %d rounds of at most "
              "%d files", ctx.storage.root, state.version, sum(len(p) for p in rounds.partitions), sum(rounds.files),
              len(rounds), round_files())
@@ -88,7 +100,7 @@ def _rounds(ctx: JobContext, params: dict[str, Any], engine: str, state: Streame
     sizes: list[int] = []
     with spill_rounds(state, rounds, min_file_size=outline.min_file_size, zorder=outline.layout == "zorder") as spill:
         for n, partial in iter_round_snapshots(state, spill):
-            plan = plan_from_params(partial, params, decision)
+            plan = steps.plan(partial, params, decision)
             plan.num_table_files, plan.left_out = scan.total_files, outline.left_out
             inputs = [f["path"] for b in plan.bins for f in b.files]
             log.info("OPTIMIZE %s: round %d of %d: %d bins, %d files, %.1f MiB", ctx.storage.root, n + 1, len(rounds),
@@ -97,23 +109,21 @@ def _rounds(ctx: JobContext, params: dict[str, Any], engine: str, state: Streame
             def load_base(version: int, inputs: list[str] = inputs) -> Snapshot:
                 return _partial_base(ctx.storage, version, inputs)
 
-            results.append(run_plan(ctx, params, engine, partial, plan, decision, sizes, load_base))
+            results.append(steps.run(ctx, params, engine, partial, plan, decision, sizes, load_base))
             del partial, plan, inputs
     return merge_rounds(results, sizes, scan.total_files)
 
 
 def _clustering_rounds(ctx: JobContext, params: dict[str, Any], engine: str, state: StreamedState,
-                       outline: Any) -> dict[str, Any]:
+                       outline: Any, steps: RoundSteps) -> dict[str, Any]:
     """Liquid clustering in rounds (:mod:`~airflow_delta_maint.delta.plans.clustering_rounds`): each
     round's new ZCubes are the plan's, the plan's clusteringStats are the whole run's."""
-    from .optimize import plan_from_params, run_plan
-
     shell, work, decision = state.shell(), outline.work, outline.decision
     total = outline.scan.total_files
     if outline.is_empty:
-        plan = plan_from_params(shell, params, decision)
+        plan = steps.plan(shell, params, decision)
         plan.num_table_files, plan.left_out = total, outline.left_out
-        return run_plan(ctx, params, engine, shell, plan, decision, whole_table=False)
+        return steps.run(ctx, params, engine, shell, plan, decision, whole_table=False)
     columns = clustering_columns(shell.metadata.schema_string, shell.domains)
     min_size, max_size = file_size_settings(shell, None, params.get("max_file_size"))
     target = params.get("target_cube_size")
@@ -153,7 +163,7 @@ def _clustering_rounds(ctx: JobContext, params: dict[str, Any], engine: str, sta
             def load_base(version: int, inputs: list[str] = inputs) -> Snapshot:
                 return _partial_base(ctx.storage, version, inputs)
 
-            results.append(run_plan(ctx, params, engine, state.shell(files), plan, decision, sizes, load_base,
+            results.append(steps.run(ctx, params, engine, state.shell(files), plan, decision, sizes, load_base,
                                     whole_table=False))
             del files, adds, plan, inputs
     return merge_rounds(results, sizes, total)

@@ -550,6 +550,31 @@ def test_dag_on_s3_with_connections_never_shows_the_secrets(iam_s3, airflow_home
 
 
 @pytest.mark.e2e
+def test_large_table_paths_in_a_dag_on_s3_never_show_the_secret(iam_s3, airflow_home, tmp_path,
+                                                                 no_ambient_credentials):
+    """The large-table paths forced down (OPTIMIZE in rounds of one partition, inspect streamed), run
+    by the operators with an S3 connection: the secret reaches no process's arguments, task log,
+    Spark event log, XCom, rendered field or anything else in the metadata database."""
+    server, key_id, secret, _ = iam_s3
+    uri = "s3://lake/large-paths"
+    options = s3_options(server, key_id, secret)
+    write_appends(uri, options, commits=6)  # 12 small files in 2 partitions
+    before = table_rows(uri, options)
+    run, events = _dags_test_scanned(airflow_home, tmp_path, uri, DELTA_MAINT_TEST_CONN="lake_s3",
+                                     AIRFLOW_CONN_LAKE_S3=s3_connection(server, key_id, secret),
+                                     DELTA_MAINT_STREAM_MIN_FILES="0", DELTA_MAINT_OPTIMIZE_ROUND_FILES="1")
+    _, tasks = task_results(airflow_home, "delta_maint_storage_conn")
+    optimize = tasks[("optimize", -1)]["value"]
+    assert optimize["status"] == "committed" and optimize["numRounds"] == 2, optimize
+    assert optimize["versions_committed"] == [6, 7]  # one commit per round (partition)
+    assert optimize["numRemovedFiles"] == 12 and optimize["numAddedFiles"] == 2
+    assert table_rows(uri, options) == before
+    jobs = run.submits("optimize") + run.submits("inspect")
+    assert len(jobs) >= 2 and all(job_env.get("AWS_SECRET_ACCESS_KEY") == secret for job_env in jobs)
+    _assert_hidden(run, airflow_home, events, [secret])
+
+
+@pytest.mark.e2e
 def test_dag_on_azure_with_a_wasb_connection_never_shows_the_key(azurite, airflow_home, tmp_path,
                                                                   no_ambient_credentials):
     _, account, key, endpoint = azurite

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from airflow_delta_maint.app import cli
+from airflow_delta_maint.app.execution import run_in_process
 from airflow_delta_maint.app.jobs import optimize_large
 from airflow_delta_maint.app.rewrite import commit as optimize_commit
 from airflow_delta_maint.delta.log.listing import read_commit
@@ -173,3 +174,24 @@ def read_table_rows(path: Path) -> list[tuple]:
     from deltalake import DeltaTable
 
     return sorted(DeltaTable(str(path)).to_pyarrow_table().to_pylist(), key=lambda r: r["id"])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--batch-bytes", "0"], "batch bytes must be positive, got 0"),
+    (["--max-concurrent-bins", "0"], "max concurrent bins must be positive, got 0"),
+    (["--lease-seconds", "-1"], "lease seconds must be 0 (no reservation) or positive, got -1"),
+    (["--wait-for-writer", "-2"], "wait for writer must not be negative, got -2.0"),
+    (["--bins-per-commit", "-1"], "bins per commit must be 0 (one commit per batch) or positive, got -1"),
+])
+def test_bad_run_options_are_refused_before_the_table_is_read(tmp_path, monkeypatch, args, message):
+    table = _table(tmp_path / "t")
+    log_before = sorted(p.name for p in (table.path / "_delta_log").iterdir())
+    used = _spy(monkeypatch)
+    opened: list[str] = []
+    monkeypatch.setattr(optimize_large, "streamed_state", lambda *a, **k: opened.append("state"))
+    monkeypatch.setenv(STREAM_MIN_FILES_ENV, "0")
+    code, m = run_in_process("optimize", str(table.path), args, spark_allowed=False)
+    assert code == 2 and m["error"] == message and m["error_type"] == "InvalidArgumentError", m
+    assert used == [] and opened == []  # neither pass over the log ran
+    assert sorted(p.name for p in (table.path / "_delta_log").iterdir()) == log_before
+    check(table)

@@ -379,6 +379,7 @@ def _batches(bins: list[Bin], batch_bytes: int) -> list[list[Bin]]:
     return [b for b in out if b]
 
 
+
 def _execute_bins(tasks: Tasks, spec: RewriteSpec, bins: list[Bin], max_concurrent: int | None,
                   label: str) -> list[list[dict]]:
     """Rewrite bins, one task each (largest first); returns the add actions per bin, in order."""
@@ -520,14 +521,9 @@ def run_plan(ctx: JobContext, params: dict[str, Any], engine: str, snapshot: Sna
              decision: AutoDecision | None, added_sizes: list[int] | None = None,
              load_base: Callable[[int], Snapshot] | None = None, whole_table: bool = True) -> dict[str, Any]:
     """Run one plan of ``snapshot`` (the whole table, or a round of a large one: ``whole_table``
-    false, and no clustering quality, which needs every file): validate the options, reserve its
-    partitions, rewrite and commit. ``added_sizes`` collects the committed files' sizes;
+    false, and no clustering quality, which needs every file), its options checked before
+    (:func:`check_run_options`): reserve its partitions, rewrite and commit. ``added_sizes`` collects the committed files' sizes;
     ``load_base`` loads the snapshot a commit is rebased onto (see ``BinCommitter``)."""
-    batch_bytes = int(params["batch_bytes"]) if params.get("batch_bytes") is not None else DEFAULT_BATCH_BYTES
-    if batch_bytes <= 0:
-        raise InvalidArgumentError(f"batch bytes must be positive, got {batch_bytes}")
-    if params.get("max_concurrent_bins") is not None and int(params["max_concurrent_bins"]) <= 0:
-        raise InvalidArgumentError(f"max concurrent bins must be positive, got {params['max_concurrent_bins']}")
     out: dict[str, Any] = {"version_read": snapshot.version, "predicate": plan.predicate,
                            "compression": params.get("compression") or DEFAULT_COMPRESSION,
                            "zOrderBy": plan.zorder_by, "minFileSizeSetting": plan.min_file_size,
@@ -551,8 +547,6 @@ def run_plan(ctx: JobContext, params: dict[str, Any], engine: str, snapshot: Sna
     check_spark_for(ctx, plan.layout)
     ctx.storage.require_put_if_absent()  # refuse a store without put-if-absent before any file is written
     lease = int(params["lease_seconds"]) if params.get("lease_seconds") is not None else DEFAULT_LEASE_SECONDS
-    if lease < 0:
-        raise InvalidArgumentError(f"lease seconds must be 0 (no reservation) or positive, got {lease}")
     if engine == DELTA_SPARK:
         from ..engines.delta_spark import session
 
@@ -603,8 +597,6 @@ def _execute_plan(ctx: JobContext, params: dict[str, Any], snapshot: Snapshot, p
     # On a table with deletion vectors every file's stats say whether they are exact; ours are.
     tight_bounds = True if "deletionVectors" in table_features(snapshot.protocol)[1] else None
     compression = params.get("compression") or DEFAULT_COMPRESSION
-    if compression not in COMPRESSIONS:
-        raise InvalidArgumentError(f"unknown compression {compression!r}; one of {', '.join(COMPRESSIONS)}")
     rows = row_tracking(snapshot.protocol, snapshot.metadata, snapshot.domains)
     spec = RewriteSpec(ctx.storage, snapshot.metadata.to_action(), compression=compression,
                        target_file_bytes=plan.max_file_size, tight_bounds=tight_bounds,
@@ -638,8 +630,6 @@ def _execute_plan(ctx: JobContext, params: dict[str, Any], snapshot: Snapshot, p
     done = [0]
     busy = [False]
     wait = float(params.get("wait_for_writer") or 0)
-    if wait < 0:
-        raise InvalidArgumentError(f"wait for writer must not be negative, got {wait}")
 
     def flush() -> None:
         if not held:

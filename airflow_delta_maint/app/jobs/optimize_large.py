@@ -102,15 +102,10 @@ def _rounds(ctx: JobContext, params: dict[str, Any], engine: str, state: Streame
         for n, partial in iter_round_snapshots(state, spill):
             plan = steps.plan(partial, params, decision)
             plan.num_table_files, plan.left_out = scan.total_files, outline.left_out
-            inputs = [f["path"] for b in plan.bins for f in b.files]
             log.info("OPTIMIZE %s: round %d of %d: %d bins, %d files, %.1f MiB", ctx.storage.root, n + 1, len(rounds),
                      len(plan.bins), plan.input_files, plan.input_bytes / 2**20)
-
-            def load_base(version: int, inputs: list[str] = inputs) -> Snapshot:
-                return _partial_base(ctx.storage, version, inputs)
-
-            results.append(steps.run(ctx, params, engine, partial, plan, decision, sizes, load_base))
-            del partial, plan, inputs
+            results.append(_run_round(ctx, params, engine, steps, partial, plan, decision, sizes))
+            del partial, plan
     return merge_rounds(results, sizes, scan.total_files)
 
 
@@ -156,17 +151,22 @@ def _clustering_rounds(ctx: JobContext, params: dict[str, Any], engine: str, sta
             starts = [i for i in range(len(adds)) if i == 0 or groups[i] != groups[i - 1]]
             for lo, hi in zip(starts, starts[1:] + [len(adds)]):
                 plan.bins.append(Bin({}, adds[lo:hi], sum(int(a["size"]) for a in adds[lo:hi])))
-            inputs = [a["path"] for a in adds]
             log.info("OPTIMIZE %s: round %d of %d: %d ZCubes, %d files, %.1f MiB", ctx.storage.root, n + 1,
                      spill.count, len(plan.bins), plan.input_files, plan.input_bytes / 2**20)
-
-            def load_base(version: int, inputs: list[str] = inputs) -> Snapshot:
-                return _partial_base(ctx.storage, version, inputs)
-
-            results.append(steps.run(ctx, params, engine, state.shell(files), plan, decision, sizes, load_base,
-                                    whole_table=False))
-            del files, adds, plan, inputs
+            results.append(_run_round(ctx, params, engine, steps, state.shell(files), plan, decision, sizes))
+            del files, adds, plan
     return merge_rounds(results, sizes, total)
+
+
+def _run_round(ctx: JobContext, params: dict[str, Any], engine: str, steps: RoundSteps, partial: Snapshot,
+               plan: OptimizePlan, decision: Any, sizes: list[int]) -> dict[str, Any]:
+    """One round run as a plan of its own; its commits rebase onto the live files among its inputs."""
+    inputs = [f["path"] for b in plan.bins for f in b.files]
+
+    def load_base(version: int) -> Snapshot:
+        return _partial_base(ctx.storage, version, inputs)
+
+    return steps.run(ctx, params, engine, partial, plan, decision, sizes, load_base, whole_table=False)
 
 
 def _partial_base(storage: Storage, version: int, paths: list[str]) -> Snapshot:

@@ -284,7 +284,14 @@ def _header_table(plan: CheckpointParts, sidecars: list[dict]) -> tuple[pa.Table
     state, writer = plan.state, plan.writer
     shell = state.shell()
     v2 = plan.kind != "multipart"
-    schema = ckpt.CHECKPOINT_SCHEMA_V2 if v2 else ckpt.CHECKPOINT_SCHEMA_V1
+    new_adds = [a for k, a in state.replay_files.values() if k == "add"]
+    new_removes = [a for k, a in state.replay_files.values() if k == "remove"]
+    adds = _rows_from_actions(new_adds, _ADD_COLUMNS, ADD) if new_adds else None
+    removes = _unexpired(_rows_from_actions(new_removes, _REMOVE_COLUMNS, ckpt._REMOVE), writer.tombstone_cutoff_ms)
+    # the file actions first: typed statistics widen the add struct, and every row shares the schema
+    files = _file_action_rows(ckpt.CHECKPOINT_SCHEMA_V2 if v2 else ckpt.CHECKPOINT_SCHEMA_V1, adds,
+                              [removes] if removes.num_rows else [], writer.typed)
+    schema = files.schema
     parts: list[pa.Table] = []
     if v2:
         parts.append(ckpt._rows(schema, "checkpointMetadata",
@@ -300,14 +307,6 @@ def _header_table(plan: CheckpointParts, sidecars: list[dict]) -> tuple[pa.Table
         parts.append(ckpt._rows(schema, "domainMetadata", pa.array(domains, type=ckpt._DOMAIN)))
     if sidecars:
         parts.append(ckpt._rows(schema, "sidecar", pa.array(sidecars, type=ckpt._SIDECAR)))
-    new_adds = [a for k, a in state.replay_files.values() if k == "add"]
-    new_removes = [a for k, a in state.replay_files.values() if k == "remove"]
-    adds = _rows_from_actions(new_adds, _ADD_COLUMNS, ADD) if new_adds else None
-    removes = _unexpired(_rows_from_actions(new_removes, _REMOVE_COLUMNS, ckpt._REMOVE), writer.tombstone_cutoff_ms)
-    files = _file_action_rows(schema, adds, [removes] if removes.num_rows else [], writer.typed)
-    if files.schema != schema:  # typed statistics widened the add struct
-        parts = [ckpt._rows(files.schema, c, t.column(c).combine_chunks()) for t in parts for c in t.column_names
-                 if t.column(c).null_count < t.num_rows]
     return pa.concat_tables([*parts, files]), len(new_adds)
 
 

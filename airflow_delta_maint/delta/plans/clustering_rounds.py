@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 
 from airflow_delta_maint.delta.log.state_stream import StreamedState
 from airflow_delta_maint.delta.plans.clustering_scan import ClusteringWork
-from airflow_delta_maint.delta.plans.optimize_rounds import SpilledRounds, SpillWriters, _conformed
+from airflow_delta_maint.delta.plans.optimize_rounds import SpilledRounds, SpillWriters, conformed_adds
 from airflow_delta_maint.delta.protocol.actions import ADD_SCHEMA
 
 __all__ = ["ClusteringOrder", "clustering_order", "spill_clustering_rounds"]
@@ -115,7 +115,7 @@ def spill_clustering_rounds(state: StreamedState, work: ClusteringWork, order: C
             rows = table.filter(pa.array(pick))
             rank = rank[pick]
             bucket = _bucket_of(order, rows.column("path"), rank)
-            ranked = _conformed(rows).append_column("_rank", pa.array(rank, pa.int64()))
+            ranked = conformed_adds(rows).append_column("_rank", pa.array(rank, pa.int64()))
             for b in np.unique(bucket):
                 writers.add(int(b), ranked.filter(pa.array(bucket == b)))
         writers.close()

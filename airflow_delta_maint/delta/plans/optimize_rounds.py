@@ -35,7 +35,7 @@ from airflow_delta_maint.delta.protocol.actions import ADD, ADD_SCHEMA, conform
 from airflow_delta_maint.delta.protocol.paths import canonical_paths
 from airflow_delta_maint.delta.storage.store import Storage
 
-__all__ = ["ROUND_FILES", "Rounds", "SpillWriters", "live_files_among", "partition_rounds", "round_files", "spill_rounds"]
+__all__ = ["ROUND_FILES", "Rounds", "SpillWriters", "conformed_adds", "live_files_among", "partition_rounds", "round_files", "spill_rounds"]
 
 #: candidate files planned together: some 1-2 KiB each once planned (their add actions, with
 #: statistics), so a round stays within a few hundred MiB on the driver
@@ -100,7 +100,8 @@ def partition_rounds(scan: PartitionScan, selected: Callable[[PartitionKey], boo
     return rounds
 
 
-def _conformed(table: pa.Table) -> pa.Table:
+def conformed_adds(table: pa.Table) -> pa.Table:
+    """A streamed piece of add actions (``ADD_SCHEMA``'s columns) cast to ``ADD_SCHEMA`` exactly."""
     return pa.Table.from_arrays([conform(table.column(f.name), f.type) for f in ADD], schema=ADD_SCHEMA)
 
 
@@ -213,7 +214,7 @@ def spill_rounds(state: StreamedState, rounds: Rounds, *, min_file_size: int, zo
             if not mask.any():
                 continue
             for n in np.unique(rid[mask]):
-                writers.add(int(n), _conformed(table.filter(pa.array(mask & (rid == n)))))
+                writers.add(int(n), conformed_adds(table.filter(pa.array(mask & (rid == n)))))
         writers.close()
     except BaseException:
         writers.close(flush=False)
@@ -233,7 +234,7 @@ def live_files_among(storage: Storage, version: int, paths: list[str]) -> Snapsh
             continue
         hit = pc.is_in(canonical_paths(table.column("path"), storage.root), value_set=wanted)
         if pc.any(hit).as_py():
-            pieces.append(_conformed(table.filter(hit)))
+            pieces.append(conformed_adds(table.filter(hit)))
     files = pa.concat_tables(pieces) if pieces else ADD_SCHEMA.empty_table()
     return state.shell(files)
 

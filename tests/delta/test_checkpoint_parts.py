@@ -157,7 +157,8 @@ def test_parts_hold_what_the_in_memory_checkpoint_holds(tmp_path_factory, histor
     assert not Snapshot.load(str(memory)).distrusted
     assert _read_back(parts, version) == _read_back(memory, version)
     assert _typed_columns(parts, version) == _typed_columns(memory, version)
-    if typed and expected_metrics["num_add_files"]:
+    if typed and any(f.get("stats") for f in Snapshot.load(str(memory)).files.to_pylist()):
+        # a live file with statistics has them typed in the parts (files without any have none to type)
         assert any('"stats_parsed": null' not in v for v in _typed_columns(parts, version).values())
     assert got_metrics["num_add_files"] == expected_metrics["num_add_files"]
     sidecar_actions = got_metrics["parts"] - 1 if v2 else 0

@@ -5,7 +5,13 @@ rounds on Spark. Rows are compared with the writer's model before and after ever
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -120,6 +126,44 @@ def test_a_concurrent_delete_during_a_round_is_carried(tmp_path, monkeypatch):
     assert len(bases) == 1  # the rebase read the live inputs at the writer's version, streamed
     check(table)
     assert left_behind(table.path) == set()
+
+
+def test_a_run_killed_between_rounds_keeps_its_rows_and_the_next_run_removes_its_spill(tmp_path, monkeypatch):
+    """SIGKILL after the first round committed: the rows are the model's, the spill folder stays
+    only until the next run, which finishes the work."""
+    table = _table(tmp_path / "t")
+    version_before = Snapshot.load(str(table.path)).version
+    scratch_dir = tmp_path / "scratch"
+    scratch_dir.mkdir()
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]), TMPDIR=str(scratch_dir),
+               **{STREAM_MIN_FILES_ENV: "0", ROUND_ENV: "5"})
+    child = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import os, signal, sys
+        from airflow_delta_maint.app.execution import run_in_process
+        from airflow_delta_maint.app.jobs import optimize_large
+        first = optimize_large._run_round
+        calls = []
+        def killed_at_the_second(*args, **kwargs):
+            calls.append(1)
+            if len(calls) == 2:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return first(*args, **kwargs)
+        optimize_large._run_round = killed_at_the_second
+        run_in_process("optimize", sys.argv[1], [], spark_allowed=False)
+    """), str(table.path)], env=env, timeout=300, capture_output=True, text=True)
+    assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
+    spills = [p for p in scratch_dir.iterdir() if p.name.startswith("delta-maint-optimize-")]
+    assert len(spills) == 1 and any(spills[0].glob("round-*.parquet"))
+    assert Snapshot.load(str(table.path)).version > version_before  # the first round committed
+    check(table)
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch_dir))
+    monkeypatch.setenv(STREAM_MIN_FILES_ENV, "0")
+    monkeypatch.setenv(ROUND_ENV, "5")
+    m = optimize_local(table.path)
+    assert m["status"] == "committed"
+    assert not spills[0].exists() and list(scratch_dir.iterdir()) == []
+    check(table)
+    assert optimize_local(table.path)["status"] == "skipped"
 
 
 @pytest.mark.spark

@@ -24,8 +24,6 @@ import json
 import logging
 import math
 import os
-import shutil
-import tempfile
 import time
 from typing import Any, Iterator
 
@@ -35,6 +33,7 @@ import pyarrow.compute as pc
 
 from airflow_delta_maint.delta.plans.optimize import OptimizePlan
 from airflow_delta_maint.delta.protocol.schema import Column
+from airflow_delta_maint.delta.storage.scratch import make_scratch, remove_scratch
 
 from airflow_delta_maint.delta.plans.dv_rebase import encode_row_map, pack_sources
 
@@ -271,7 +270,7 @@ def _write_output(spec: RewriteSpec, groups: dict[int, tuple[str, dict]], layout
     def spill() -> None:
         nonlocal held, spill_dir
         if spill_dir is None:
-            spill_dir = tempfile.mkdtemp(prefix="delta-maint-zorder-")
+            spill_dir = make_scratch("delta-maint-zorder-")
         for sub, blobs in memory.items():
             with open(os.path.join(spill_dir, str(sub)), "ab") as fh:
                 for b in blobs:
@@ -324,7 +323,7 @@ def _write_output(spec: RewriteSpec, groups: dict[int, tuple[str, dict]], layout
         if writer is not None:
             writer.abort()
         if spill_dir is not None:
-            shutil.rmtree(spill_dir, ignore_errors=True)
+            remove_scratch(spill_dir)
 
 
 def _rdd_shuffle(spark: Any) -> bool:

@@ -24,13 +24,13 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import shutil
-import tempfile
 import uuid
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from airflow_delta_maint.delta.plans.vacuum_files import Subtree, list_folder
+from airflow_delta_maint.delta.storage import scratch
+from airflow_delta_maint.delta.storage.scratch import make_scratch
 from airflow_delta_maint.delta.storage.store import Storage
 
 from .vacuum_tasks import delete_rows, list_rows
@@ -48,7 +48,7 @@ def scratch_folder() -> str:
     base = os.environ.get(SCRATCH_ENV) or None
     if base:
         os.makedirs(base, exist_ok=True)
-    return tempfile.mkdtemp(prefix="delta-vacuum-", dir=base)
+    return make_scratch("delta-vacuum-", base)
 
 
 def scratch_shared(spark: Any) -> bool:
@@ -59,7 +59,7 @@ def scratch_shared(spark: Any) -> bool:
 
 
 def remove_scratch(folder: str) -> None:
-    shutil.rmtree(folder, ignore_errors=True)
+    scratch.remove_scratch(folder)
 
 
 def top_folders(storage: Storage, partition_columns: Sequence[str], parallelism: int) -> tuple[Subtree, list[str]]:

@@ -36,8 +36,6 @@ from __future__ import annotations
 
 import io
 import os
-import shutil
-import tempfile
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Sequence
@@ -55,6 +53,7 @@ from airflow_delta_maint.delta.log.snapshot import (ADD_SCHEMA, REMOVE_SCHEMA, C
                                                     _Untrusted, replay_segment, sidecar_key, table_config)
 from airflow_delta_maint.delta.protocol.actions import ADD, REMOVE, Metadata, Protocol
 from airflow_delta_maint.delta.protocol.paths import canonical_paths
+from airflow_delta_maint.delta.storage.scratch import make_scratch, remove_scratch
 from airflow_delta_maint.delta.storage.store import Storage
 
 __all__ = ["StreamFallback", "StreamedState", "json_manifest_actions", "open_state", "other_actions", "path_hashes",
@@ -176,7 +175,7 @@ class _HashSets:
 
     def _spill(self) -> None:
         if self.folder is None:
-            self.folder = tempfile.mkdtemp(prefix="delta-state-")
+            self.folder = make_scratch("delta-state-")
         for kind, parts in self.parts.items():
             if not parts:
                 continue
@@ -229,7 +228,7 @@ class _HashSets:
             handle.close()
         self.files.clear()
         if self.folder is not None:
-            shutil.rmtree(self.folder, ignore_errors=True)
+            remove_scratch(self.folder)
             self.folder = None
 
 

@@ -21,7 +21,6 @@ split: a round holds at least one whole group, however many files it has.
 from __future__ import annotations
 
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from airflow_delta_maint.delta.log.state_stream import StreamedState
 from airflow_delta_maint.delta.plans.clustering_scan import ClusteringWork
 from airflow_delta_maint.delta.plans.optimize_rounds import SpilledRounds, SpillWriters, conformed_adds
 from airflow_delta_maint.delta.protocol.actions import ADD_SCHEMA
+from airflow_delta_maint.delta.storage.scratch import make_scratch, remove_scratch
 
 __all__ = ["ClusteringOrder", "clustering_order", "spill_clustering_rounds"]
 
@@ -92,7 +92,7 @@ def spill_clustering_rounds(state: StreamedState, work: ClusteringWork, order: C
     add actions with the column ``_group`` (the group's number within the run), and per group its
     number of files. ``young_after_ms``: files modified later are left out, as the first pass left
     them out."""
-    base = Path(tempfile.mkdtemp(prefix="delta-maint-cluster-", dir=folder))
+    base = Path(make_scratch("delta-maint-cluster-", folder))
     buckets = base / "buckets"
     buckets.mkdir()
     rank_of = pa.array(order.chosen, pa.string())
@@ -122,7 +122,7 @@ def spill_clustering_rounds(state: StreamedState, work: ClusteringWork, order: C
         rounds, group_files = _pack(buckets, base, target_cube_size, max_files)
     except BaseException:
         writers.close(flush=False)
-        shutil.rmtree(base, ignore_errors=True)
+        remove_scratch(base)
         raise
     shutil.rmtree(buckets, ignore_errors=True)
     spill = SpilledRounds(base, rounds)

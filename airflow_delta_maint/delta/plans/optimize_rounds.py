@@ -15,8 +15,6 @@ partition with more candidates than a round holds is a round of its own.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
@@ -33,6 +31,7 @@ from airflow_delta_maint.delta.plans.auto_compaction import PartitionKey
 from airflow_delta_maint.delta.plans.partition_scan import PartitionScan, partition_ids
 from airflow_delta_maint.delta.protocol.actions import ADD, ADD_SCHEMA, conform
 from airflow_delta_maint.delta.protocol.paths import canonical_paths
+from airflow_delta_maint.delta.storage.scratch import make_scratch, remove_scratch
 from airflow_delta_maint.delta.storage.store import Storage
 
 __all__ = ["ROUND_FILES", "Rounds", "SpillWriters", "conformed_adds", "live_files_among", "partition_rounds", "round_files", "spill_rounds"]
@@ -128,7 +127,7 @@ class SpilledRounds:
         return self.read(n).select(ADD_SCHEMA.names)
 
     def close(self) -> None:
-        shutil.rmtree(self.folder, ignore_errors=True)
+        remove_scratch(self.folder)
 
     def __enter__(self) -> "SpilledRounds":
         return self
@@ -196,7 +195,7 @@ def spill_rounds(state: StreamedState, rounds: Rounds, *, min_file_size: int, zo
     its own parquet file under a new folder in ``folder`` (default: the temporary folder). Raises
     what :meth:`StreamedState.scan` raises."""
     round_of = {key: n for n, keys in enumerate(rounds.partitions) for key in keys}
-    spill = SpilledRounds(Path(tempfile.mkdtemp(prefix="delta-maint-optimize-", dir=folder)), len(rounds))
+    spill = SpilledRounds(Path(make_scratch("delta-maint-optimize-", folder)), len(rounds))
     writers = SpillWriters(spill.path, ADD_SCHEMA)
     names = state.partition_columns
     try:

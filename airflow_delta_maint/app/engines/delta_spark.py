@@ -5,7 +5,8 @@
   (file sizes, deletion-vector ratio, compression) go to delta-spark's session conf for the one
   command and are put back afterwards. Its returned metrics struct becomes our names
   (``numFilesAdded`` -> ``numAddedFiles``, ``filesAdded.totalSize`` -> ``numAddedBytes``, ...); file
-  size percentiles come from the add actions of its commits, as ours do.
+  size percentiles are those its commit wrote (computed from the commits' add actions when it wrote
+  none).
 - VACUUM: ``VACUUM delta.`path` LITE|FULL [USING INVENTORY ...] RETAIN n HOURS [DRY RUN]``; the numbers
   come from its ``VACUUM START`` / ``VACUUM END`` commits (``numDeletedFiles`` -> ``numFilesDeleted``, ...).
 - checkpoint and expired-log cleanup: its ``DeltaLog`` through the JVM (``checkpoint(snapshot)``,
@@ -234,7 +235,7 @@ def optimize(ctx: Any, params: Mapping[str, Any], snapshot: Any, plan: Any,
         "numAddedBytes": int((m.get("filesAdded") or {}).get("totalSize") or 0),
         "numRemovedBytes": int((m.get("filesRemoved") or {}).get("totalSize") or 0),
         "numDeletionVectorsRemoved": int(dv.get("numDeletionVectorsRemoved") or 0),
-        **size_percentiles(sizes),
+        **(_committed_size_percentiles(commits) or size_percentiles(sizes)),
         "status": "committed" if versions else "skipped",
         "version_committed": versions[-1] if versions else None, "versions_committed": versions,
         "numBins": int(m.get("numBins") or 0), "numBatches": int(m.get("numBatches") or 0),
@@ -251,6 +252,21 @@ def optimize(ctx: Any, params: Mapping[str, Any], snapshot: Any, plan: Any,
         if m.get(key) is not None:
             out[f"deltaSpark{key[0].upper()}{key[1:]}"] = m[key]
     return out
+
+
+_SIZE_METRICS = ("minFileSize", "p25FileSize", "p50FileSize", "p75FileSize", "maxFileSize")
+
+
+def _committed_size_percentiles(commits: list[tuple[int, dict]]) -> dict[str, int]:
+    """The file-size figures delta-spark wrote in its one commit's ``operationMetrics`` (its own
+    percentiles, which the history shows); empty when there is not exactly one such commit."""
+    if len(commits) != 1:
+        return {}
+    metrics = commits[0][1].get("operationMetrics") or {}
+    try:
+        return {k: int(metrics[k]) for k in _SIZE_METRICS}
+    except (KeyError, TypeError, ValueError):
+        return {}
 
 
 # -- VACUUM ------------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from airflow_delta_maint.delta.plans.optimize import (DEFAULT_DV_RATIO, Bin, Opt
 from airflow_delta_maint.delta.plans.partition_reservation import DEFAULT_LEASE_SECONDS, reserve_partitions
 from airflow_delta_maint.delta.plans.recent_writes import leave_out
 from airflow_delta_maint.delta.plans.type_widening_scan import OldTypeFiles
-from airflow_delta_maint.delta.protocol.features import check_supported, table_features
+from airflow_delta_maint.delta.protocol.features import OPTIMIZE_DELTA_SPARK, check_supported, table_features
 from airflow_delta_maint.delta.protocol.row_tracking import row_tracking
 from airflow_delta_maint.delta.storage.store import Storage
 
@@ -207,7 +207,7 @@ def nothing_to_do(table: str, storage_options: dict[str, str] | None, params: di
         outline = None
     if outline is None:
         snapshot = Snapshot.load(table, storage_options=storage_options)
-        check_supported(snapshot.protocol, "optimize", snapshot.metadata)
+        check_supported(snapshot.protocol, feature_gate(params), snapshot.metadata)
         decision = auto_decision(snapshot, params)
         outline = _outline(plan_from_params(snapshot, params, decision), decision)
     return _skip_reason(outline, params)
@@ -285,7 +285,7 @@ def streamed_plan_outline(state: StreamedState, params: dict[str, Any], candidat
     from airflow_delta_maint.delta.plans.recent_writes import LeftOut, recently_written_partitions
 
     shell = state.shell()
-    check_supported(shell.protocol, "optimize", shell.metadata)
+    check_supported(shell.protocol, feature_gate(params), shell.metadata)
     clustered = is_clustered(shell.protocol)
     target_files = params.get("target_files")
     widened = bool(params.get("rewrite_type_widened"))
@@ -461,6 +461,12 @@ def rewrite_units(params: dict[str, Any], num_bins: int) -> tuple[int, bool]:
     return int(value), True
 
 
+def feature_gate(params: Mapping[str, Any]) -> str:
+    """The feature gate's job for this run: OPTIMIZE written natively, or by delta-spark, which honours
+    the table's writer features itself (this core only plans, from the log)."""
+    return OPTIMIZE_DELTA_SPARK if engine_of(NAME, params) == DELTA_SPARK else "optimize"
+
+
 def _check_engine_options(params: dict[str, Any]) -> str:
     """The run's engine; options the chosen engine cannot honour fail before anything is read."""
     engine = engine_of(NAME, params)
@@ -484,7 +490,7 @@ def run_optimize(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
             return result
     snapshot = Snapshot.load(ctx.storage)
     ctx.version_read = snapshot.version
-    check_supported(snapshot.protocol, "optimize", snapshot.metadata)
+    check_supported(snapshot.protocol, feature_gate(params), snapshot.metadata)
     decision = auto_decision(snapshot, params)
     plan = plan_from_params(snapshot, params, decision)
     return run_plan(ctx, params, engine, snapshot, plan, decision)

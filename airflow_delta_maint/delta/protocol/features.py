@@ -20,9 +20,16 @@ Every job calls :func:`check_supported` before it writes anything. The decision 
   ``clustering.py``) and type widening (old files read in their old types and written in the
   current ones). It refuses features whose writer requirements a rewrite cannot yet honour:
   collations (collation-aware statistics), variant types (the parquet variant encoding must
-  survive the rewrite byte for byte) and, while enabled, Iceberg compatibility (materialised
-  partition values, numRecords stats, no deletion vectors). Identity columns are allowed: a
+  survive the rewrite byte for byte), while enabled, Iceberg compatibility V1 to V3 (materialised
+  partition values, numRecords stats, field ids), and ``materializePartitionColumns`` on a
+  partitioned table (new files must hold the partition columns; an unpartitioned table has none).
+  The log-only jobs honour all of these: they write no data file. Identity columns are allowed: a
   rewrite generates no identity values, so the high-water mark is untouched.
+- ``optimize with delta-spark``: OPTIMIZE handed to delta-spark. This core only reads the log to plan
+  (the reader features ``inspect`` reads); delta-spark writes, and honours the writer features
+  itself (variant types, Iceberg compatibility, materialized partition columns), except
+  collations, which delta-spark 4.4 does not know. The native refusal of a feature delta-spark
+  would honour says so.
 - ``liquid`` (a Databricks preview name of clustering, with its domain ``delta.liquid``) is not
   a protocol feature: its writer requirements were never published, and neither delta-spark
   nor delta-rs writes to such tables. Every writing job refuses it, naming the feature.
@@ -45,15 +52,19 @@ from airflow_delta_maint.delta.errors import UnsupportedFeatureError
 from airflow_delta_maint.delta.protocol.actions import Metadata, Protocol
 
 __all__ = [
-    "JOBS", "KNOWN_READER_WRITER_FEATURES", "KNOWN_WRITER_FEATURES", "MAX_READER_VERSION",
-    "MAX_WRITER_VERSION", "SUPPORTED_READER_FEATURES", "SUPPORTED_WRITER_FEATURES",
+    "JOBS", "OPTIMIZE_DELTA_SPARK", "KNOWN_READER_WRITER_FEATURES", "KNOWN_WRITER_FEATURES", "MAX_READER_VERSION",
+    "MAX_WRITER_VERSION", "SUPPORTED_READER_FEATURES", "SUPPORTED_WRITER_FEATURES", "UNPARTITIONED_WRITER_FEATURES",
     "check_checkpoint_allowed", "check_supported", "checkpoint_protection_version", "table_features", "unsupported_features",
 ]
 
 MAX_READER_VERSION = 3
 MAX_WRITER_VERSION = 7
 
-JOBS: tuple[str, ...] = ("read", "inspect", "checkpoint", "compact-log", "cleanup-log", "vacuum", "optimize")
+#: OPTIMIZE run by delta-spark: planned by this core, written (and its writer features honoured) by delta-spark
+OPTIMIZE_DELTA_SPARK = "optimize with delta-spark"
+
+JOBS: tuple[str, ...] = ("read", "inspect", "checkpoint", "compact-log", "cleanup-log", "vacuum", "optimize",
+                         OPTIMIZE_DELTA_SPARK)
 
 #: Features that appear in both ``readerFeatures`` and ``writerFeatures``.
 KNOWN_READER_WRITER_FEATURES: frozenset[str] = frozenset({
@@ -66,8 +77,8 @@ KNOWN_READER_WRITER_FEATURES: frozenset[str] = frozenset({
 KNOWN_WRITER_FEATURES: frozenset[str] = frozenset({
     "appendOnly", "invariants", "checkConstraints", "generatedColumns", "allowColumnDefaults",
     "changeDataFeed", "identityColumns", "rowTracking", "domainMetadata", "icebergCompatV1",
-    "icebergCompatV2", "clustering", "inCommitTimestamp", "collations", "collations-preview",
-    "checkpointProtection",
+    "icebergCompatV2", "icebergCompatV3", "clustering", "inCommitTimestamp", "collations", "collations-preview",
+    "checkpointProtection", "materializePartitionColumns",
 }) | KNOWN_READER_WRITER_FEATURES
 
 _LEGACY_WRITER: dict[int, frozenset[str]] = {
@@ -97,6 +108,7 @@ SUPPORTED_READER_FEATURES: dict[str, frozenset[str]] = {
     "cleanup-log": _READ_CORE | _TYPE_WIDENING | _VARIANT,
     "vacuum": _READ_CORE | _TYPE_WIDENING | _VARIANT,
     "optimize": _READ_CORE | _TYPE_WIDENING,
+    OPTIMIZE_DELTA_SPARK: _READ_CORE | _TYPE_WIDENING | _VARIANT,
 }
 
 _LOG_ONLY_WRITER = KNOWN_WRITER_FEATURES - _CATALOG
@@ -113,9 +125,18 @@ SUPPORTED_WRITER_FEATURES: dict[str, frozenset[str]] = {
         "appendOnly", "invariants", "checkConstraints", "generatedColumns", "allowColumnDefaults",
         "changeDataFeed", "columnMapping", "identityColumns", "deletionVectors", "timestampNtz",
         "domainMetadata", "v2Checkpoint", "vacuumProtocolCheck", "inCommitTimestamp",
-        "checkpointProtection", "icebergCompatV1", "icebergCompatV2", "rowTracking", "clustering",
-        "typeWidening", "typeWidening-preview",
+        "checkpointProtection", "icebergCompatV1", "icebergCompatV2", "icebergCompatV3", "rowTracking",
+        "clustering", "typeWidening", "typeWidening-preview", "materializePartitionColumns",
     }),
+    # delta-spark 4.4 has no collations feature: it refuses such tables itself, so the gate does first
+    OPTIMIZE_DELTA_SPARK: _LOG_ONLY_WRITER - {"collations", "collations-preview"},
+}
+
+#: Why the native OPTIMIZE refuses a feature it knows, in the words of its refusal.
+_WHY_NOT_NATIVE: dict[str, str] = {
+    **{name: "the native rewrite does not write variant columns" for name in _VARIANT},
+    "collations": "the native statistics and Z-order do not follow collations",
+    "collations-preview": "the native statistics and Z-order do not follow collations",
 }
 
 #: Features a job honours only while the table property that activates them is off.
@@ -123,10 +144,15 @@ CONDITIONAL_WRITER_FEATURES: dict[str, dict[str, str]] = {
     "optimize": {
         "icebergCompatV1": "delta.enableIcebergCompatV1",
         "icebergCompatV2": "delta.enableIcebergCompatV2",
+        "icebergCompatV3": "delta.enableIcebergCompatV3",
     },
 }
 
-_WRITES = frozenset({"checkpoint", "compact-log", "cleanup-log", "vacuum", "optimize"})
+#: Features a job honours only on a table without partition columns (it writes no partition values
+#: into data files, which the feature asks of every new file).
+UNPARTITIONED_WRITER_FEATURES: dict[str, frozenset[str]] = {"optimize": frozenset({"materializePartitionColumns"})}
+
+_WRITES = frozenset({"checkpoint", "compact-log", "cleanup-log", "vacuum", "optimize", OPTIMIZE_DELTA_SPARK})
 PROTECTION_PROPERTY = "delta.requireCheckpointProtectionBeforeVersion"
 
 
@@ -191,11 +217,23 @@ def unsupported_features(protocol: Protocol, job: str, metadata: Metadata | None
             elif name in conditional and (metadata is None or _is_true(configuration, conditional[name])):
                 why = "enabled" if metadata is not None else "possibly enabled; no metadata given"
                 problems.append(f"writer feature '{name}' ({conditional[name]} {why})")
+            elif name in UNPARTITIONED_WRITER_FEATURES.get(job, ()) and (metadata is None or metadata.partition_columns):
+                why = "on a partitioned table" if metadata is not None else "possibly partitioned; no metadata given"
+                problems.append(f"writer feature '{name}' ({why}: new files must hold the partition columns)")
         # Reader-writer features: a writing job must honour their writer side too.
         for name in sorted(reader & KNOWN_READER_WRITER_FEATURES):
             if name in supported_reader and name not in SUPPORTED_WRITER_FEATURES[job]:
                 problems.append(f"writer feature '{name}'")
     return problems
+
+
+def _reasons(protocol: Protocol, job: str) -> str:
+    """Why ``job`` refuses the features it knows but does not honour, once per reason."""
+    if job != "optimize":
+        return ""
+    reader, writer = table_features(protocol)
+    reasons = dict.fromkeys(_WHY_NOT_NATIVE[n] for n in sorted(reader | writer) if n in _WHY_NOT_NATIVE)
+    return f" ({'; '.join(reasons)})" if reasons else ""
 
 
 def checkpoint_protection_version(protocol: Protocol, metadata: Metadata) -> int | None:
@@ -246,5 +284,9 @@ def check_supported(protocol: Protocol, job: str, metadata: Metadata | None = No
     """
     problems = unsupported_features(protocol, job, metadata)
     if problems:
+        hint = ""
+        if job == "optimize" and not unsupported_features(protocol, OPTIMIZE_DELTA_SPARK, metadata):
+            hint = "; delta-spark's OPTIMIZE does: run it with engine='delta-spark' (--engine delta-spark)"
         raise UnsupportedFeatureError(
-            f"cannot run {job} on this table: it uses {', '.join(problems)}, which {job} does not support")
+            f"cannot run {job} on this table: it uses {', '.join(problems)}, which {job} does not support"
+            f"{_reasons(protocol, job)}{hint}")

@@ -301,10 +301,8 @@ def test_cleanup_log(spark, source, tmp_path):
 
 
 # -- bad input --------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name, why", [
-    ("nested-types", "the native rewrite does not write variant columns"),
+@pytest.mark.parametrize("name, why", [  # one table per reason (variants, Iceberg, materialized partitions)
     ("variant-shredding", "the native rewrite does not write variant columns"),
-    ("uniform-iceberg", "delta.enableIcebergCompatV2 enabled"),
     ("iceberg-compat-v3", "delta.enableIcebergCompatV3 enabled"),
     ("materialize-partition-columns", "on a partitioned table: new files must hold the partition columns"),
 ])

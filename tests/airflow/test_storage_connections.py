@@ -435,6 +435,12 @@ def _sample_processes(root: int, seen: dict[int, list[str]], environs: dict[int,
         time.sleep(0.05)
 
 
+def _twelve_small_files(uri: str, options: dict[str, str]) -> list[tuple]:
+    """The example DAG's table: 6 appends of 12 small files in 2 partitions; its rows."""
+    write_appends(uri, options, commits=6)
+    return table_rows(uri, options)
+
+
 def _dags_test_scanned(airflow_home, tmp_path, uri: str, **connections: str) -> tuple[ScannedRun, object]:
     """Run the DAG on ``uri`` with only ``connections`` (AIRFLOW_CONN_* and the DAG's variables) holding
     credentials, sampling the processes; the Spark event log is written under ``tmp_path``."""
@@ -520,8 +526,7 @@ def test_dag_on_s3_with_connections_never_shows_the_secrets(iam_s3, airflow_home
     server, key_id, secret, role = iam_s3
     uri = "s3://lake/events"
     options = s3_options(server, key_id, secret)
-    write_appends(uri, options, commits=6)  # 12 small files in 2 partitions
-    before = table_rows(uri, options)
+    before = _twelve_small_files(uri, options)
     run, events = _dags_test_scanned(airflow_home, tmp_path, uri, DELTA_MAINT_TEST_CONN="lake_s3",
                                      DELTA_MAINT_TEST_JOB_CONN="lake_s3_role",
                                      AIRFLOW_CONN_LAKE_S3=s3_connection(server, key_id, secret),
@@ -558,8 +563,7 @@ def test_large_table_paths_in_a_dag_on_s3_never_show_the_secret(iam_s3, airflow_
     server, key_id, secret, _ = iam_s3
     uri = "s3://lake/large-paths"
     options = s3_options(server, key_id, secret)
-    write_appends(uri, options, commits=6)  # 12 small files in 2 partitions
-    before = table_rows(uri, options)
+    before = _twelve_small_files(uri, options)
     run, events = _dags_test_scanned(airflow_home, tmp_path, uri, DELTA_MAINT_TEST_CONN="lake_s3",
                                      AIRFLOW_CONN_LAKE_S3=s3_connection(server, key_id, secret),
                                      DELTA_MAINT_STREAM_MIN_FILES="0", DELTA_MAINT_OPTIMIZE_ROUND_FILES="1")
@@ -580,8 +584,7 @@ def test_dag_on_azure_with_a_wasb_connection_never_shows_the_key(azurite, airflo
     _, account, key, endpoint = azurite
     uri = "az://lake/maintained"
     options = azure_options(account, key, endpoint)
-    write_appends(uri, options, commits=6)  # 12 small files in 2 partitions
-    before = table_rows(uri, options)
+    before = _twelve_small_files(uri, options)
     run, events = _dags_test_scanned(airflow_home, tmp_path, uri, DELTA_MAINT_TEST_CONN="lake_wasb",
                                      AIRFLOW_CONN_LAKE_WASB=wasb_connection(account, key, endpoint))
     _, tasks = task_results(airflow_home, "delta_maint_storage_conn")

@@ -11,6 +11,7 @@ keys of the versions ``--keep-versions`` keeps).
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pyarrow as pa
@@ -87,10 +88,8 @@ class KeyWriter:
         """Close and delete every file written."""
         self._close_file()
         for path in self.paths:
-            try:
+            with contextlib.suppress(FileNotFoundError):  # already gone: nothing to discard
                 os.remove(path)
-            except FileNotFoundError:
-                pass
         self.paths.clear()
         self.written = 0
 

@@ -406,19 +406,25 @@ class ScannedRun:
 
     out: str
     err: str
-    #: pid -> arguments of every descendant process
+    #: pid -> arguments of every descendant process (the last read: a process's arguments change when it executes)
     seen: dict[int, list[str]]
     #: pid -> environment of every spark-submit JVM
     environs: dict[int, dict[str, str]]
     run_id: str
+    #: every arguments any descendant had, in the order read
+    every_args: list[list[str]]
 
     def submits(self, job: str) -> list[dict[str, str]]:
         """The environments of the spark-submit runs of ``job`` (an application argument)."""
         return [self.environs[pid] for pid, cmd in self.seen.items() if pid in self.environs and job in cmd]
 
 
-def _sample_processes(root: int, seen: dict[int, list[str]], environs: dict[int, dict], stop: threading.Event) -> None:
-    """Note the arguments of every descendant of ``root`` (and the environment of spark-submit's JVMs)."""
+def _sample_processes(root: int, seen: dict[int, list[str]], environs: dict[int, dict], every_args: list[list[str]],
+                      stop: threading.Event) -> None:
+    """Note the arguments of every descendant of ``root`` (and the environment of spark-submit's JVMs).
+
+    A process is noted again when its arguments change: a child forks first and executes its program after
+    (spark-submit executes spark-class, which executes java), and a read in between must not stand for it."""
     while not stop.is_set():
         try:
             children = psutil.Process(root).children(recursive=True)
@@ -427,11 +433,13 @@ def _sample_processes(root: int, seen: dict[int, list[str]], environs: dict[int,
         for p in children:
             try:
                 cmdline = p.cmdline()
-                seen.setdefault(p.pid, cmdline)
+                if seen.get(p.pid) != cmdline:
+                    seen[p.pid] = cmdline
+                    every_args.append(cmdline)
                 if any("SparkSubmit" in part for part in cmdline) and p.pid not in environs:
                     environs[p.pid] = p.environ()
-            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                pass
+            except (psutil.Error, OSError):
+                pass  # gone or changing under the read: the next round reads it again if it is still there
         time.sleep(0.05)
 
 
@@ -455,8 +463,10 @@ def _dags_test_scanned(airflow_home, tmp_path, uri: str, **connections: str) -> 
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen: dict[int, list[str]] = {}
     environs: dict[int, dict] = {}
+    every_args: list[list[str]] = []
     stop = threading.Event()
-    sampler = threading.Thread(target=_sample_processes, args=(proc.pid, seen, environs, stop), daemon=True)
+    sampler = threading.Thread(target=_sample_processes, args=(proc.pid, seen, environs, every_args, stop),
+                               daemon=True)
     sampler.start()
     try:
         out, err = proc.communicate(timeout=500)
@@ -469,7 +479,7 @@ def _dags_test_scanned(airflow_home, tmp_path, uri: str, **connections: str) -> 
         run_id, state = conn.execute("SELECT run_id, state FROM dag_run WHERE dag_id = 'delta_maint_storage_conn' "
                                      "ORDER BY id DESC LIMIT 1").fetchone()
     assert state == "success", out[-6000:] + err[-3000:]
-    return ScannedRun(out, err, seen, environs, run_id), events
+    return ScannedRun(out, err, seen, environs, run_id, every_args), events
 
 
 def _assert_hidden(run: ScannedRun, airflow_home, events, hidden: list[str]) -> None:
@@ -478,7 +488,7 @@ def _assert_hidden(run: ScannedRun, airflow_home, events, hidden: list[str]) -> 
     assert hidden and all(len(value) >= 16 for value in hidden)
     submits = [cmd for cmd in run.seen.values() if any("SparkSubmit" in part for part in cmd)]
     assert len(submits) >= 2, "spark-submit was not seen running"
-    assert [cmd for cmd in run.seen.values() if any(value in part for value in hidden for part in cmd)] == []
+    assert [cmd for cmd in run.every_args if any(value in part for value in hidden for part in cmd)] == []
     texts = {"dags test output": run.out + run.err}
     logs = airflow_home / "logs"
     for f in (logs.rglob("*") if logs.exists() else []):

@@ -288,7 +288,11 @@ def test_executor_killed_mid_job(cluster, s3, monkeypatch, tmp_path, capfd):
 
 # -- storage credentials on the executors ---------------------------------------------------------------
 def _sample(roots: list[int], seen: dict[int, tuple[list[str], dict[str, str]]], stop: threading.Event) -> None:
-    """Note the arguments and environment of every descendant of ``roots`` until ``stop``."""
+    """Note the arguments and environment of every descendant of ``roots`` until ``stop``.
+
+    A process is read again whenever its arguments change: a worker starts an executor through a helper
+    that forks first and executes java after, and a read between the two must not stand for the executor.
+    """
     while not stop.is_set():
         for root in roots:
             try:
@@ -296,12 +300,13 @@ def _sample(roots: list[int], seen: dict[int, tuple[list[str], dict[str, str]]],
             except psutil.NoSuchProcess:
                 continue
             for p in children:
-                if p.pid in seen:
-                    continue
                 try:
-                    seen[p.pid] = (p.cmdline(), p.environ())
-                except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                    pass
+                    cmdline = p.cmdline()
+                    if p.pid in seen and seen[p.pid][0] == cmdline:
+                        continue
+                    seen[p.pid] = (cmdline, p.environ())
+                except (psutil.Error, OSError):
+                    pass  # gone or changing under the read: the next round reads it again if it is still there
         time.sleep(0.05)
 
 
@@ -348,7 +353,8 @@ def test_credentials_reach_the_executors_unseen(cluster, s3, airflow_home, tmp_p
     # the executors did the work: both workers ran tasks of the applications, with nothing in their environment
     executors = {pid: (cmd, environ) for pid, (cmd, environ) in seen.items()
                  if any("CoarseGrainedExecutorBackend" in part for part in cmd)}
-    assert len(executors) >= 2, "no executor was seen"
+    launched = sorted(str(d) for w in cluster.workers for d in (w.folder / "work").glob("app-*/*"))
+    assert len(executors) >= 2, f"{len(executors)} executor(s) seen, one per worker expected; launched: {launched}"
     assert all(not any(k.startswith("AWS_") for k in environ) for _, environ in executors.values())
     submits = [environ for cmd, environ in seen.values() if any("SparkSubmit" in part for part in cmd)]
     assert submits and all(environ.get("AWS_SECRET_ACCESS_KEY") == secret for environ in submits)  # the driver's

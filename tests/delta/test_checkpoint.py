@@ -349,7 +349,9 @@ def test_protocol_features_columns_follow_versions(tmp_path):
                      "writerFeatures": ["appendOnly"]}
 
 
-def test_million_files_checkpoint_in_seconds(tmp_path):
+def test_a_million_file_checkpoint_holds_every_file(tmp_path):
+    """A checkpoint of a million files holds each once with its statistics (its speed is benchmarked, not
+    asserted here)."""
     table = tmp_path / "t"
     _commit(table, 0, [_protocol(1, 2), _metadata({}, partitioned=True)])
     snap = Snapshot.load(str(table))
@@ -366,13 +368,12 @@ def test_million_files_checkpoint_in_seconds(tmp_path):
                "stats": stats}
     snap.files = pa.table([columns.get(f.name, pa.nulls(n, f.type)) for f in ADD_SCHEMA], schema=ADD_SCHEMA)
     snap.tombstones = REMOVE_SCHEMA.empty_table()
-    started = time.perf_counter()
     metrics = write_checkpoint(snap)
-    elapsed = time.perf_counter() - started
     assert metrics["num_add_files"] == n and metrics["num_actions"] == n + 2
-    assert elapsed < 20, f"checkpointing {n} files took {elapsed:.1f}s"
     reread = pq.read_table(table / metrics["path"], columns=["add"])
     assert reread.column("add").null_count == 2
+    adds = reread.column("add").combine_chunks().drop_null()
+    assert pc.struct_field(adds, "path").equals(paths) and pc.struct_field(adds, "stats").equals(stats)
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -367,19 +367,6 @@ def _rewrite_check(shell: Snapshot, params: dict[str, Any], clustering: bool,
     return None
 
 
-def _batches(bins: list[Bin], batch_bytes: int) -> list[list[Bin]]:
-    out: list[list[Bin]] = [[]]
-    total = 0
-    for b in bins:
-        if out[-1] and total + b.input_bytes > batch_bytes:
-            out.append([])
-            total = 0
-        out[-1].append(b)
-        total += b.input_bytes
-    return [b for b in out if b]
-
-
-
 def _execute_bins(tasks: Tasks, spec: RewriteSpec, bins: list[Bin], max_concurrent: int | None,
                   label: str) -> list[list[dict]]:
     """Rewrite bins, one task each (largest first); returns the add actions per bin, in order."""

@@ -50,6 +50,14 @@ class JobContext:
             self._spark = get_spark(self.master)
         return self._spark
 
+    def session_master(self) -> str:
+        """The master of the job's SparkSession (``local[*]`` by default), without starting one."""
+        if self._spark is not None:
+            return str(self._spark.sparkContext.master)
+        from .spark_session import session_master
+
+        return session_master(self.master)
+
     def tasks(self, description: str, threads: int | None = None) -> Tasks:
         """Where the job's parallel work runs: Spark tasks, or (local execution) ``threads``
         threads of this process (default: the CPUs, at most four)."""

@@ -52,6 +52,26 @@ def _submitted() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
+def session_master(master: str | None = None) -> str:
+    """The master of the job's SparkSession, without starting one: the running session's, else (under
+    spark-submit, whose JVM is already up) the submitted one, else ``master`` or ``local[*]``."""
+    from airflow_delta_maint.app.runners.connect_tasks import remote_url
+
+    url = remote_url(master)
+    if url:
+        return url
+    from pyspark import SparkConf, SparkContext
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return str(active.sparkContext.master)
+    if _submitted():
+        SparkContext._ensure_initialized()  # connects to spark-submit's JVM; starts no SparkContext
+        return SparkConf().get("spark.master", "local[*]") or "local[*]"
+    return master or "local[*]"
+
+
 def start_in_background(master: str | None = None) -> threading.Thread:
     """Start the SparkSession in a thread, so it comes up while the driver reads the log and plans.
 

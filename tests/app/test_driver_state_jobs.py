@@ -174,27 +174,30 @@ def test_a_checkpoint_the_stream_cannot_vouch_for_falls_back_to_the_whole_state(
 def test_vacuum_full_keeps_the_valid_set_in_memory_when_the_executors_cannot_see_the_scratch_folder(
         tmp_path, spark, monkeypatch):
     """On a cluster that shares nothing, the driver's scratch folder is not the executors': without
-    DELTA_MAINT_SCRATCH_DIR the large-table path falls back before anything is deleted."""
-    import types
-
+    DELTA_MAINT_SCRATCH_DIR the large-table path is not taken, decided from the session's master before
+    anything is listed, streamed or deleted."""
     import airflow_delta_maint.app.jobs.vacuum as job
+    from airflow_delta_maint.app.context import JobContext
     from airflow_delta_maint.app.runners import vacuum_antijoin as aj
 
     monkeypatch.delenv(aj.SCRATCH_ENV, raising=False)
-    remote = types.SimpleNamespace(sparkContext=types.SimpleNamespace(master="spark://10.0.0.7:7077"))
-    assert aj.scratch_shared(spark) and not aj.scratch_shared(remote)
+    remote = "spark://10.0.0.7:7077"
+    assert JobContext("t").session_master() == spark.sparkContext.master  # the running session's
+    assert aj.scratch_shared(spark.sparkContext.master) and not aj.scratch_shared(remote)
     monkeypatch.setenv(aj.SCRATCH_ENV, str(tmp_path / "shared"))
     assert aj.scratch_shared(remote)
     monkeypatch.delenv(aj.SCRATCH_ENV)
 
     reasons = []
-    monkeypatch.setattr(aj, "scratch_shared", lambda session: False)
+    at_scale = _spy(monkeypatch, job, "_full_at_scale")
+    monkeypatch.setattr(JobContext, "session_master", lambda self: remote)
     monkeypatch.setattr(job, "fell_back", lambda what, exc: reasons.append(str(exc)))
     path = _with_checkpoint(tmp_path)
     make_old(path, "orphan-top.parquet", "p=p1/orphan-a.parquet")
     before = rows(path)
     a, b = _run_both(monkeypatch, path, ["vacuum"])
-    assert len(reasons) == 1 and "set DELTA_MAINT_SCRATCH_DIR to a folder every machine" in reasons[0]
+    assert reasons == [aj.scratch_unshared_reason(remote)] and at_scale == []
+    assert "set DELTA_MAINT_SCRATCH_DIR to a folder every machine" in reasons[0]
     assert a == b and a["status"] == "committed" and a["numFilesDeleted"] >= 2
     assert rows(Path(str(path) + "-streamed")) == before
 
@@ -369,13 +372,13 @@ def test_vacuum_with_an_inventory_falls_back_when_the_executors_cannot_see_the_s
     from airflow_delta_maint.app.runners import vacuum_antijoin as aj
 
     reasons: list[str] = []
-    monkeypatch.setattr(aj, "scratch_shared", lambda session: False)
+    monkeypatch.setattr(aj, "scratch_shared", lambda master: False)
     monkeypatch.setattr(job, "fell_back", lambda what, exc: reasons.append(str(exc)))
     path = _table_with_orphans(tmp_path)
     before = rows(path)
     inventory = _inventory(path, tmp_path / "inventory.parquet")
     a, b = _run_both(monkeypatch, path, ["vacuum", "--inventory", str(inventory), "--keep-versions", "1"])
-    assert len(reasons) == 1 and aj.SCRATCH_ENV in reasons[0]
+    assert len(reasons) == 1 and aj.SCRATCH_ENV in reasons[0] and not reasons[0].startswith(job.LATE_FALLBACK)
     assert a == b and a["status"] == "committed" and a["numFilesDeleted"] >= 4
     left = _files_left(path)
     assert left[0] == left[1] and rows(Path(str(path) + "-streamed")) == before

@@ -318,7 +318,15 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     plan = plan_vacuum(snapshot, args.retention_hours, args.mode, args.ignore_retention_check,
                        listing=listing_log, with_valid=False)
     keep_versions = parse_versions(args.keep_versions)
-    if state is not None and plan.mode == "full" and ctx.spark_allowed and not ctx.connect:
+    at_scale = state is not None and plan.mode == "full" and ctx.spark_allowed and not ctx.connect
+    if at_scale:  # decided before any listing or streaming, so that a fallback does neither twice
+        from ..runners import vacuum_antijoin as aj
+
+        master = ctx.session_master()
+        at_scale = aj.scratch_shared(master)
+        if not at_scale:
+            fell_back("VACUUM", StreamFallback(aj.scratch_unshared_reason(master)))
+    if state is not None and at_scale:
         if prefetch is not None:
             prefetch.cancel()
         # bad input fails here, before any work: a version that cannot be kept, a stale inventory
@@ -453,6 +461,10 @@ def _valid_among(state: StreamedState, cutoff_ms: int, keys: set[str]) -> set[st
         return valid_among(Snapshot.load(state.storage, state.version, paths_only=True), cutoff_ms, keys)
 
 
+#: how a fallback found only once the session is up (its master other than foreseen) begins its reason
+LATE_FALLBACK = "found after the listing: "
+
+
 def _full_at_scale(ctx: JobContext, args: argparse.Namespace, state: StreamedState, plan: VacuumPlan,
                    keep_versions: list[int], kept_states: list[tuple[int, StreamedState | None]],
                    inventory: InventorySource | None = None) -> dict[str, Any]:
@@ -491,10 +503,8 @@ def _full_at_scale(ctx: JobContext, args: argparse.Namespace, state: StreamedSta
         found = listing_job.join()
         spark = ctx.spark("VACUUM")
         frames.append(found.frame)
-        if not aj.scratch_shared(spark):
-            raise StreamFallback(f"the executors of {spark.sparkContext.master} may not see the driver's scratch "
-                                 f"folder: set {aj.SCRATCH_ENV} to a folder every machine of the cluster mounts "
-                                 "for VACUUM in bounded memory")
+        if not aj.scratch_shared(spark.sparkContext.master):  # the session got another master than foreseen
+            raise StreamFallback(f"{LATE_FALLBACK}{aj.scratch_unshared_reason(spark.sparkContext.master)}")
         untracked, valid_count = aj.untracked_files(spark, found, valid_folder, plan.cutoff_ms,
                                                     kept_folder if kept_states else None)
         frames.append(untracked.frame)

@@ -36,7 +36,7 @@ from airflow_delta_maint.delta.storage.store import Storage
 from .vacuum_tasks import delete_rows, list_rows
 
 __all__ = ["SCRATCH_ENV", "ScaledListing", "Untracked", "delete_untracked", "list_into_spark", "listing_from_parquet",
-           "scratch_folder", "scratch_shared", "untracked_files"]
+           "scratch_folder", "scratch_shared", "scratch_unshared_reason", "untracked_files"]
 
 SCRATCH_ENV = "DELTA_MAINT_SCRATCH_DIR"
 log = logging.getLogger("delta_maint.vacuum")
@@ -51,11 +51,17 @@ def scratch_folder() -> str:
     return make_scratch("delta-vacuum-", base)
 
 
-def scratch_shared(spark: Any) -> bool:
-    """Whether the executors read what the driver writes to its scratch folder: a local master, or
-    ``DELTA_MAINT_SCRATCH_DIR`` set (to a folder every machine mounts). Elsewhere the job falls back
-    to the valid set in the driver's memory rather than fail on a cluster that shares nothing."""
-    return bool(os.environ.get(SCRATCH_ENV)) or str(spark.sparkContext.master).startswith("local")
+def scratch_shared(master: str) -> bool:
+    """Whether the executors under ``master`` read what the driver writes to its scratch folder: a
+    local master, or ``DELTA_MAINT_SCRATCH_DIR`` set (to a folder every machine mounts). Elsewhere the
+    job keeps the valid set in the driver's memory rather than fail on a cluster that shares nothing."""
+    return bool(os.environ.get(SCRATCH_ENV)) or str(master).startswith("local")
+
+
+def scratch_unshared_reason(master: str) -> str:
+    """Why the anti-join cannot run under ``master`` (see :func:`scratch_shared`)."""
+    return (f"the executors of {master} may not see the driver's scratch folder: set {SCRATCH_ENV} to a folder "
+            "every machine of the cluster mounts for VACUUM in bounded memory")
 
 
 def remove_scratch(folder: str) -> None:

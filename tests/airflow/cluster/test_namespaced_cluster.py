@@ -168,6 +168,9 @@ def _download(uri: str, options: dict[str, str], dest: Path) -> Path:
 
 
 def test_nightly_dag_on_the_namespaced_cluster(cluster, s3, airflow_home, tmp_path):
+    """The nightly DAG on a cluster that shares nothing with the Airflow worker, down the large-table
+    paths (forced): VACUUM full sees from the submitted master, before listing anything, that the
+    executors cannot read the driver's scratch folder, and keeps its valid set in memory."""
     server, key_id, secret = s3
     options = s3_options(server, key_id, secret)
     uri = "s3://lake/nightly"
@@ -177,11 +180,14 @@ def test_nightly_dag_on_the_namespaced_cluster(cluster, s3, airflow_home, tmp_pa
     result = dags_test(airflow_home, "delta_maintenance_nightly",
                        {"vacuum_retention_hours": 0, "vacuum_ignore_retention_check": True}, timeout=1200,
                        AIRFLOW_VAR_DELTA_MAINT_TABLES=json.dumps([uri]), AIRFLOW_VAR_DELTA_MAINT_SMALL_TABLES="[]",
-                       **cluster_env(cluster, **options))
+                       DELTA_MAINT_STREAM_MIN_FILES="0", **cluster_env(cluster, **options))
     elapsed = time.monotonic() - started
     state, tasks = task_results(airflow_home, "delta_maintenance_nightly")
     out = result.stdout + result.stderr
     assert state == "success", out[-8000:]
+    logs = out + "".join(f.read_text(errors="replace") for f in (airflow_home / "logs").rglob("*") if f.is_file())
+    unshared = f"VACUUM reads the whole state in memory: the executors of {cluster.url} may not see"
+    assert unshared in logs and "found after the listing" not in logs and "anti-join in Spark" not in logs
 
     optimize = tasks[("maintain.optimize", 0)]["value"]
     assert optimize["status"] == "committed" and optimize["version_read"] == 9 and optimize["version_committed"] == 10
@@ -200,13 +206,16 @@ def test_nightly_dag_on_the_namespaced_cluster(cluster, s3, airflow_home, tmp_pa
                                                      before.column("value").to_pylist())]
     assert "OPTIMIZE" in judged["operations"]
 
-    # the work ran on both workers' executors, each with the shipped environment unpacked in its folder
+    # each worker started executors; every executor that ran a task had the shipped environment unpacked in
+    # its folder (which executor gets a one-task job is the scheduler's draw: that each worker ran one is not
+    # asserted)
     assert "Shipping the application's Python environment" in out or "Built the application's Python" in out
+    ran = []
     for worker in cluster.workers:
         runs = [d for d in (worker.folder / "work").glob("app-*/*") if (d / "stderr").exists()]
         assert runs, f"{worker.name} ran no executor"
-        assert any((d / "environment" / "bin" / "python").exists() for d in runs)
-        assert any("Running task" in (d / "stderr").read_text() for d in runs)
+        ran += [d for d in runs if "Running task" in (d / "stderr").read_text()]
+    assert ran and all((d / "environment" / "bin" / "python").exists() for d in ran)
     print(f"nightly DAG on the namespaced cluster: {elapsed:.1f} s; optimize {optimize['duration_s']} s, "
           f"vacuum {vacuum['duration_s']} s")
 
@@ -360,7 +369,7 @@ def test_credentials_reach_the_executors_unseen(cluster, s3, airflow_home, tmp_p
     assert submits and all(environ.get("AWS_SECRET_ACCESS_KEY") == secret for environ in submits)  # the driver's
     ran = [d for w in cluster.workers for d in (w.folder / "work").glob("app-*/*")
            if "Running task" in (d / "stderr").read_text(errors="replace")]
-    assert {d.parts[-3] for d in ran} and len({str(d).split("/work/")[0] for d in ran}) == 2
+    assert ran  # the executors, not the driver, read and wrote the table
 
     # the secret: in no argument, no cluster process's environment, no file the runs wrote
     leaks = [pid for pid, (cmd, _) in seen.items() if any(secret in part for part in cmd)]

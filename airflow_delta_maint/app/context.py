@@ -52,8 +52,6 @@ class JobContext:
 
     def session_master(self) -> str:
         """The master of the job's SparkSession (``local[*]`` by default), without starting one."""
-        if self._spark is not None:
-            return str(self._spark.sparkContext.master)
         from .spark_session import session_master
 
         return session_master(self.master)

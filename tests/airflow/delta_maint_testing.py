@@ -78,3 +78,52 @@ def task_results(home: Path, dag_id: str) -> tuple[str, dict[tuple[str, int], di
                 break
         out[(task_id, map_index)] = {"state": ti_state, "value": value}
     return state, out
+
+
+class ProcessSampler:
+    """Notes the arguments and environment of every descendant of ``roots`` while it runs (a context
+    manager: a thread samples every 50 ms until the ``with`` block ends).
+
+    A process is read again whenever its arguments change: a child forks first and executes its program
+    after (a Spark worker's executor goes through ``jspawnhelper``; spark-submit executes spark-class,
+    which executes java), and a read in between must not stand for it.
+    """
+
+    def __init__(self, roots: list[int]):
+        import threading
+
+        self.roots = roots
+        #: pid -> (arguments, environment) at the last read
+        self.latest: dict[int, tuple[list[str], dict[str, str]]] = {}
+        #: every argument list any descendant had, in the order read
+        self.every_args: list[list[str]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> "ProcessSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        import psutil
+
+        while not self._stop.is_set():
+            for root in self.roots:
+                try:
+                    children = psutil.Process(root).children(recursive=True)
+                except psutil.NoSuchProcess:
+                    continue
+                for p in children:
+                    try:
+                        cmdline = p.cmdline()
+                        if p.pid in self.latest and self.latest[p.pid][0] == cmdline:
+                            continue
+                        self.latest[p.pid] = (cmdline, p.environ())
+                        self.every_args.append(cmdline)
+                    except (psutil.Error, OSError):
+                        pass  # gone or changing under the read: the next round reads it again if it is still there
+            self._stop.wait(0.05)

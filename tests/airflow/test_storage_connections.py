@@ -13,18 +13,15 @@ import os
 import secrets
 import sqlite3
 import subprocess
-import threading
-import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import boto3
-import psutil
 import pyarrow as pa
 import pytest
 from airflow.sdk.exceptions import AirflowException
-from delta_maint_testing import BIN, airflow_env, task_results
+from delta_maint_testing import BIN, ProcessSampler, airflow_env, task_results
 from deltalake import DeltaTable, write_deltalake
 
 from airflow_delta_maint.delta.storage.failures import StorageError
@@ -419,30 +416,6 @@ class ScannedRun:
         return [self.environs[pid] for pid, cmd in self.seen.items() if pid in self.environs and job in cmd]
 
 
-def _sample_processes(root: int, seen: dict[int, list[str]], environs: dict[int, dict], every_args: list[list[str]],
-                      stop: threading.Event) -> None:
-    """Note the arguments of every descendant of ``root`` (and the environment of spark-submit's JVMs).
-
-    A process is noted again when its arguments change: a child forks first and executes its program after
-    (spark-submit executes spark-class, which executes java), and a read in between must not stand for it."""
-    while not stop.is_set():
-        try:
-            children = psutil.Process(root).children(recursive=True)
-        except psutil.NoSuchProcess:
-            return
-        for p in children:
-            try:
-                cmdline = p.cmdline()
-                if seen.get(p.pid) != cmdline:
-                    seen[p.pid] = cmdline
-                    every_args.append(cmdline)
-                if any("SparkSubmit" in part for part in cmdline) and p.pid not in environs:
-                    environs[p.pid] = p.environ()
-            except (psutil.Error, OSError):
-                pass  # gone or changing under the read: the next round reads it again if it is still there
-        time.sleep(0.05)
-
-
 def _twelve_small_files(uri: str, options: dict[str, str]) -> list[tuple]:
     """The example DAG's table: 6 appends of 12 small files in 2 partitions; its rows."""
     write_appends(uri, options, commits=6)
@@ -461,25 +434,20 @@ def _dags_test_scanned(airflow_home, tmp_path, uri: str, **connections: str) -> 
     env.update(connections)
     proc = subprocess.Popen([str(BIN / "airflow"), "dags", "test", "delta_maint_storage_conn"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    seen: dict[int, list[str]] = {}
-    environs: dict[int, dict] = {}
-    every_args: list[list[str]] = []
-    stop = threading.Event()
-    sampler = threading.Thread(target=_sample_processes, args=(proc.pid, seen, environs, every_args, stop),
-                               daemon=True)
-    sampler.start()
-    try:
-        out, err = proc.communicate(timeout=500)
-    finally:
-        stop.set()
-        sampler.join(10)
-        if proc.poll() is None:
-            proc.kill()
+    with ProcessSampler([proc.pid]) as sampler:
+        try:
+            out, err = proc.communicate(timeout=500)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    seen = {pid: cmd for pid, (cmd, _) in sampler.latest.items()}
+    environs = {pid: environ for pid, (cmd, environ) in sampler.latest.items()
+                if any("SparkSubmit" in part for part in cmd)}
     with sqlite3.connect(airflow_home / "airflow.db") as conn:
         run_id, state = conn.execute("SELECT run_id, state FROM dag_run WHERE dag_id = 'delta_maint_storage_conn' "
                                      "ORDER BY id DESC LIMIT 1").fetchone()
     assert state == "success", out[-6000:] + err[-3000:]
-    return ScannedRun(out, err, seen, environs, run_id, every_args), events
+    return ScannedRun(out, err, seen, environs, run_id, sampler.every_args), events
 
 
 def _assert_hidden(run: ScannedRun, airflow_home, events, hidden: list[str]) -> None:

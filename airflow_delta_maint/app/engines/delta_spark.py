@@ -26,7 +26,7 @@ from typing import Any
 
 from airflow_delta_maint.delta.errors import CommitFailedError, InvalidArgumentError
 from airflow_delta_maint.delta.log.listing import LOG_DIR, list_log, read_commit, read_commit_info
-from airflow_delta_maint.delta.plans.optimize import size_percentiles
+from airflow_delta_maint.delta.plans.optimize import SIZE_PERCENTILE_KEYS, size_percentiles
 from airflow_delta_maint.delta.protocol.schema import parse_schema
 from airflow_delta_maint.delta.storage.store import FileInfo, Storage
 
@@ -254,9 +254,6 @@ def optimize(ctx: Any, params: Mapping[str, Any], snapshot: Any, plan: Any,
     return out
 
 
-_SIZE_METRICS = ("minFileSize", "p25FileSize", "p50FileSize", "p75FileSize", "maxFileSize")
-
-
 def _committed_size_percentiles(commits: list[tuple[int, dict]]) -> dict[str, int]:
     """The file-size figures delta-spark wrote in its one commit's ``operationMetrics`` (its own
     percentiles, which the history shows); empty when there is not exactly one such commit."""
@@ -264,7 +261,7 @@ def _committed_size_percentiles(commits: list[tuple[int, dict]]) -> dict[str, in
         return {}
     metrics = commits[0][1].get("operationMetrics") or {}
     try:
-        return {k: int(metrics[k]) for k in _SIZE_METRICS}
+        return {k: int(metrics[k]) for k in SIZE_PERCENTILE_KEYS}
     except (KeyError, TypeError, ValueError):
         return {}
 

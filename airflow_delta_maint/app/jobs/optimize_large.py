@@ -24,8 +24,8 @@ from airflow_delta_maint.delta.log.state_stream import StreamedState, StreamFall
 from airflow_delta_maint.delta.plans.clustering import (DEFAULT_TARGET_CUBE_SIZE, clustering_columns,
                                                         is_clustered)
 from airflow_delta_maint.delta.plans.clustering_rounds import clustering_order, spill_clustering_rounds
-from airflow_delta_maint.delta.plans.optimize import (Bin, OptimizePlan, add_dicts, file_size_settings,
-                                                      size_percentiles)
+from airflow_delta_maint.delta.plans.optimize import (SIZE_PERCENTILE_KEYS, Bin, OptimizePlan, add_dicts,
+                                                      file_size_settings, size_percentiles)
 from airflow_delta_maint.delta.plans.optimize_rounds import (iter_round_snapshots, live_files_among,
                                                              partition_rounds, round_files, spill_rounds)
 from airflow_delta_maint.delta.protocol.actions import ADD_SCHEMA
@@ -52,7 +52,6 @@ class RoundSteps:
 #: per-run counters that the rounds add up
 _SUMS = ("numAddedFiles", "numRemovedFiles", "numAddedBytes", "numRemovedBytes", "numDeletionVectorsRemoved",
          "numBins", "numBinsDroppedByConflicts", "numBinsRebased", "numDeletionVectorsCarried", "numBatches")
-_PERCENTILES = ("minFileSize", "p25FileSize", "p50FileSize", "p75FileSize", "maxFileSize")
 _PLAN_SUMS = ("num_partitions", "num_bins", "num_files_to_rewrite", "num_bytes_to_rewrite", "predicted_output_files",
               "num_deletion_vectors_to_purge")
 
@@ -192,7 +191,7 @@ def merge_rounds(results: list[dict[str, Any]], added_sizes: list[int], total_fi
         return {**out, "plan": plan, "numRounds": len(results)}
     for key in _SUMS:
         out[key] = sum(int(r.get(key) or 0) for r in results)
-    for key in _PERCENTILES:
+    for key in SIZE_PERCENTILE_KEYS:
         out.pop(key, None)
     out.update(size_percentiles(added_sizes))
     out["droppedBins"] = [d for r in results for d in r.get("droppedBins") or ()]

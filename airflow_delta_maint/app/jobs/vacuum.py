@@ -318,15 +318,8 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     plan = plan_vacuum(snapshot, args.retention_hours, args.mode, args.ignore_retention_check,
                        listing=listing_log, with_valid=False)
     keep_versions = parse_versions(args.keep_versions)
-    at_scale = state is not None and plan.mode == "full" and ctx.spark_allowed and not ctx.connect
-    if at_scale:  # decided before any listing or streaming, so that a fallback does neither twice
-        from ..runners import vacuum_antijoin as aj
-
-        master = ctx.session_master()
-        at_scale = aj.scratch_shared(master)
-        if not at_scale:
-            fell_back("VACUUM", StreamFallback(aj.scratch_unshared_reason(master)))
-    if state is not None and at_scale:
+    if state is not None and plan.mode == "full" and ctx.spark_allowed and not ctx.connect \
+            and _executors_see_scratch(ctx):
         if prefetch is not None:
             prefetch.cancel()
         # bad input fails here, before any work: a version that cannot be kept, a stale inventory
@@ -449,6 +442,18 @@ def _delete_between_markers(storage: Storage, snapshot: Snapshot, plan: VacuumPl
                    numDeletedFiles=deleted, numVacuumedDirectories=dirs_vacuumed,
                    numDeletedDirectories=removed_dirs, lastVacuumWatermark=watermark)
     return metrics
+
+
+def _executors_see_scratch(ctx: JobContext) -> bool:
+    """Whether the session's executors can read the driver's scratch folder (the anti-join's valid
+    keys), decided before any listing or streaming so that a fallback does neither twice; logs why not."""
+    from ..runners import vacuum_antijoin as aj
+
+    master = ctx.session_master()
+    if aj.scratch_shared(master):
+        return True
+    fell_back("VACUUM", StreamFallback(aj.scratch_unshared_reason(master)))
+    return False
 
 
 def _valid_among(state: StreamedState, cutoff_ms: int, keys: set[str]) -> set[str]:

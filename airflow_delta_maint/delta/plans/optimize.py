@@ -434,6 +434,10 @@ def plan_optimize(snapshot: Snapshot, *, predicate: str | None = None, zorder_by
     return plan
 
 
+#: the file-size figures of an OPTIMIZE run's metrics, delta-spark's names
+SIZE_PERCENTILE_KEYS: tuple[str, ...] = ("minFileSize", "p25FileSize", "p50FileSize", "p75FileSize", "maxFileSize")
+
+
 def size_percentiles(sizes: Sequence[int]) -> dict[str, int]:
     """min/p25/p50/p75/max of file sizes, as delta-spark's OPTIMIZE metrics name them."""
     if not sizes:

@@ -135,8 +135,8 @@ SUPPORTED_WRITER_FEATURES: dict[str, frozenset[str]] = {
 #: Why the native OPTIMIZE refuses a feature it knows, in the words of its refusal.
 _WHY_NOT_NATIVE: dict[str, str] = {
     **{name: "the native rewrite does not write variant columns" for name in _VARIANT},
-    "collations": "the native statistics and Z-order do not follow collations",
-    "collations-preview": "the native statistics and Z-order do not follow collations",
+    **{name: "the native statistics and Z-order do not follow collations"
+       for name in ("collations", "collations-preview")},
 }
 
 #: Features a job honours only while the table property that activates them is off.

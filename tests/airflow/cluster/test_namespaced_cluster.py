@@ -22,11 +22,10 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import psutil
 import pyarrow.parquet as pq
 import pytest
 from airflow.sdk.exceptions import AirflowException
-from delta_maint_testing import BIN, REPO, airflow_env, dags_test, task_results
+from delta_maint_testing import BIN, REPO, ProcessSampler, airflow_env, dags_test, task_results
 from deltalake import DeltaTable, write_deltalake
 
 from airflow_delta_maint.delta.storage.store import Storage
@@ -296,29 +295,6 @@ def test_executor_killed_mid_job(cluster, s3, monkeypatch, tmp_path, capfd):
 
 
 # -- storage credentials on the executors ---------------------------------------------------------------
-def _sample(roots: list[int], seen: dict[int, tuple[list[str], dict[str, str]]], stop: threading.Event) -> None:
-    """Note the arguments and environment of every descendant of ``roots`` until ``stop``.
-
-    A process is read again whenever its arguments change: a worker starts an executor through a helper
-    that forks first and executes java after, and a read between the two must not stand for the executor.
-    """
-    while not stop.is_set():
-        for root in roots:
-            try:
-                children = psutil.Process(root).children(recursive=True)
-            except psutil.NoSuchProcess:
-                continue
-            for p in children:
-                try:
-                    cmdline = p.cmdline()
-                    if p.pid in seen and seen[p.pid][0] == cmdline:
-                        continue
-                    seen[p.pid] = (cmdline, p.environ())
-                except (psutil.Error, OSError):
-                    pass  # gone or changing under the read: the next round reads it again if it is still there
-        time.sleep(0.05)
-
-
 def test_credentials_reach_the_executors_unseen(cluster, s3, airflow_home, tmp_path):
     """The connection's secret lets the executors (whose environment holds no credential, on a store that
     checks every request) read and write the table, and appears nowhere: no process's arguments or
@@ -341,18 +317,13 @@ def test_credentials_reach_the_executors_unseen(cluster, s3, airflow_home, tmp_p
         del env[key]  # only the connection holds the credentials
     proc = subprocess.Popen([str(BIN / "airflow"), "dags", "test", "delta_maint_storage_conn"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    seen: dict[int, tuple[list[str], dict[str, str]]] = {}
-    stop = threading.Event()
-    sampler = threading.Thread(target=_sample, args=([proc.pid] + [w.proc.pid for w in cluster.workers], seen, stop),
-                               daemon=True)
-    sampler.start()
-    try:
-        out, err = proc.communicate(timeout=900)
-    finally:
-        stop.set()
-        sampler.join(10)
-        if proc.poll() is None:
-            proc.kill()
+    with ProcessSampler([proc.pid] + [w.proc.pid for w in cluster.workers]) as sampler:
+        try:
+            out, err = proc.communicate(timeout=900)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    seen = sampler.latest
     state, tasks = task_results(airflow_home, "delta_maint_storage_conn")
     assert state == "success", out[-6000:] + err[-3000:]
     optimize = tasks[("optimize", -1)]["value"]

@@ -53,8 +53,9 @@ class OptimizeOperator(DeltaMaintenanceOperator):
     :param lease_seconds: how long a run reserves its partitions against other OPTIMIZE runs of the
         table, renewed while it works (default 600; 0 turns reservations off). (templated)
     :param bins_per_commit: commit rewritten bins this many at a time as they are rewritten; ``0``: one
-        commit per batch once all its bins are rewritten; unset: rewritten bins wait for each other
-        until another writer commits during the run, then each goes in at once. (templated)
+        commit per batch once all its bins are rewritten; unset: the run's path from the table's writers,
+        each batch at once on a quiet table, bins one at a time on a busy one (see docs/optimize.md,
+        "Busy tables"). (templated)
     :param min_file_age: leave out files younger than this many seconds, which writers may still be
         working on. (templated)
     :param skip_recent_partitions: leave out partitions that any of the newest N commits changed data

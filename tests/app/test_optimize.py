@@ -33,7 +33,8 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from airflow_delta_maint.app import cli
-from airflow_delta_maint.app.jobs.optimize import _commit_batch, _commit_groups, _execute_bins, plan_from_params
+from airflow_delta_maint.app.jobs.optimize import _commit_batch, _execute_bins, plan_from_params
+from airflow_delta_maint.app.rewrite.rewrite_path import commit_groups
 from airflow_delta_maint.app.rewrite.data_files import RewriteSpec, read_data_file
 from airflow_delta_maint.app.runners.tasks import SparkTasks
 from airflow_delta_maint.delta.errors import DeltaError
@@ -534,7 +535,7 @@ def test_rerun_after_first_batch_redoes_no_finished_bin(tmp_path: Path, spark) -
     before = rows_deltars(path)
     snap = Snapshot.load(str(path))
     plan = plan_from_params(snap, {})
-    batches = [[plan.bins[i] for i in group] for group in _commit_groups(plan.bins, 1, 0)]
+    batches = [[plan.bins[i] for i in group] for group in commit_groups(plan.bins, 1, 0)]
     assert len(batches) == 3
     spec = RewriteSpec(snap.storage, snap.metadata.to_action(), target_file_bytes=plan.max_file_size)
     first = _execute_bins(SparkTasks(spark), spec, batches[0], None, "batch 1/3")

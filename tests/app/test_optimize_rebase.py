@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import time
 from pathlib import Path
 from urllib.parse import unquote
 from typing import Callable, Iterator
@@ -199,15 +200,39 @@ def test_even_split_carries_one_inputs_deletions_into_several_outputs(tmp_path: 
     assert sum(a["deletionVector"]["cardinality"] for a in snap.add_actions()) == len(victims)
 
 
-def test_bins_commit_as_they_are_rewritten_on_a_busy_table(tmp_path: Path) -> None:
-    """Unset --bins-per-commit: rewritten bins wait for each other on a quiet table (one commit),
-    and go in as soon as another writer has committed."""
-    quiet = DVTable(tmp_path / "quiet").create(["a", "b", "c"], 3, 10)
-    m = optimize_local(quiet.path)
-    assert m["versions_committed"] == [1] and m["numBatches"] == 1
+def writer_cadence(table: DVTable, commits: int, every_s: float) -> None:
+    """``commits`` appends by a writer, dated ``every_s`` apart up to now: a writer at work."""
+    first = table.commits + 1
+    for i in range(commits):
+        table.append("a", 2)
+    now = int(time.time() * 1000)
+    for n, version in enumerate(range(first, first + commits)):
+        log_file = table.path / "_delta_log" / f"{version:020d}.json"
+        lines = [json.loads(line) for line in log_file.read_text().splitlines() if line]
+        for action in lines:
+            if "commitInfo" in action:
+                action["commitInfo"]["timestamp"] = now - int((commits - 1 - n) * every_s * 1000)
+        log_file.write_text("\n".join(json.dumps(a) for a in lines) + "\n")
 
+
+def test_a_quiet_table_rewrites_every_bin_at_once(tmp_path: Path) -> None:
+    """Unset --bins-per-commit on a table no writer is at work on: one unit of every bin, one commit."""
+    quiet = DVTable(tmp_path / "quiet").create(["a", "b", "c"], 3, 10)
+    units: list[int] = []
+    with before_commit(lambda bins: units.append(len(bins)), optimize_commit.AFTER_REWRITE):
+        m = optimize_local(quiet.path)
+    assert units == [3]
+    assert m["versions_committed"] == [1] and m["numBatches"] == 1
+    assert m["rewritePath"] == "quiet" and m["writeCadence"]["writerCommitsInWindow"] == 1
+    check(quiet)
+
+
+def test_a_busy_table_commits_bins_as_they_are_rewritten(tmp_path: Path) -> None:
+    """A writer committing every few seconds: bins are rewritten one at a time and wait for each
+    other until another writer commits during the run; from then on each goes in at once."""
     busy = DVTable(tmp_path / "busy").create(["a", "b", "c"], 3, 10)
-    units = []
+    writer_cadence(busy, 4, 5.0)
+    units: list[int] = []
 
     def writer(bins: list) -> None:
         units.append(len(bins))
@@ -217,13 +242,39 @@ def test_bins_commit_as_they_are_rewritten_on_a_busy_table(tmp_path: Path) -> No
     with before_commit(writer, optimize_commit.AFTER_REWRITE):
         m = optimize_local(busy.path, "--max-concurrent-bins", "1")
     assert units == [1, 1, 1]
-    # the writer committed while the first unit was rewritten: from then on each unit goes in at once
     assert m["status"] == "committed" and m["numBins"] == 3 and len(m["versions_committed"]) == 3
+    assert m["rewritePath"] == "busy" and m["writeCadence"]["writerCommitsInWindow"] == 5  # the creation too
     check(busy)
 
+
+def test_a_quiet_run_turns_busy_once_another_writer_commits(tmp_path: Path) -> None:
+    """Quiet at the start (whole batches), a writer commits while the first batch is rewritten: the
+    bins left are rewritten one at a time, each committed at once."""
+    table = DVTable(tmp_path / "t").create(["a", "b", "c", "d"], 3, 10)
+    sizes: dict[str, int] = {}
+    for add in Snapshot.load(str(table.path)).add_actions():
+        sizes[add["partitionValues"]["p"]] = sizes.get(add["partitionValues"]["p"], 0) + add["size"]
+    batch = 2 * max(sizes.values())
+    assert 3 * min(sizes.values()) > batch  # two bins a batch
+    units: list[int] = []
+
+    def writer(bins: list) -> None:
+        units.append(len(bins))
+        if len(units) == 1:
+            table.append("e", 3)
+
+    with before_commit(writer, optimize_commit.AFTER_REWRITE):
+        m = optimize_local(table.path, "--batch-bytes", str(batch), "--max-concurrent-bins", "1")
+    assert units == [2, 1, 1]
+    assert m["rewritePath"] == "quiet, then busy" and "another writer committed" in m["rewritePathReason"]
+    assert m["status"] == "committed" and m["numBins"] == 4 and len(m["versions_committed"]) == 3
+    check(table)
+
+
+def test_bins_per_commit_overrides_the_path(tmp_path: Path) -> None:
     eager = DVTable(tmp_path / "eager").create(["a", "b", "c"], 3, 10)
     m = optimize_local(eager.path, "--bins-per-commit", "2")
-    assert m["versions_committed"] == [1, 2] and m["numBatches"] == 2
+    assert m["versions_committed"] == [1, 2] and m["numBatches"] == 2 and "rewritePath" not in m
     check(eager)
 
 

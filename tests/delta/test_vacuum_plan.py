@@ -25,7 +25,8 @@ from airflow_delta_maint.delta.plans.vacuum import (
     read_last_vacuum_info, remove_empty_dirs, select_candidates, table_retention_ms, valid_among, valid_keys,
     write_last_vacuum_info,
 )
-from airflow_delta_maint.delta.plans.vacuum_files import delete_files_parallel, list_folder, list_subtree
+from airflow_delta_maint.delta.plans.vacuum_files import (SIDECAR_SCAN_MIN, delete_files_parallel, list_folder,
+                                                          list_subtree)
 from airflow_delta_maint.delta.protocol.actions import Metadata
 from airflow_delta_maint.delta.storage.store import FileInfo, Storage
 
@@ -382,6 +383,26 @@ def test_delete_files_counts_existing_and_refuses_the_log(tmp_path):
     with pytest.raises(InvalidArgumentError, match="_delta_log"):
         delete_files(storage, ["_delta_log/00000000000000000000.json"])
     assert (path / "_delta_log" / f"{0:020d}.json").exists()
+
+
+@pytest.mark.parametrize("files", [10, SIDECAR_SCAN_MIN * 2])
+def test_deleted_files_take_their_checksum_sidecars_and_nothing_else(tmp_path, files):
+    """Below and above the folder size that scans the folder for sidecars instead of trying each."""
+    path = _table(tmp_path, versions=1)
+    storage = Storage(str(path))
+    folder = path / "p=1"
+    folder.mkdir()
+    names = [f"part-{i:04d}.parquet" for i in range(files)]
+    for i, name in enumerate(names):
+        (folder / name).write_bytes(b"x")
+        if i % 2 == 0:  # a Hadoop writer's file: its sidecar beside it
+            (folder / f".{name}.crc").write_bytes(b"c")
+    (folder / ".unrelated.crc").write_bytes(b"c")
+    doomed = names[: files * 3 // 4]
+    assert delete_files_parallel(storage, [f"p=1/{n}" for n in doomed], threads=4, batch=7) == len(doomed)
+    left = sorted(p.name for p in folder.iterdir())
+    kept = names[files * 3 // 4:]
+    assert left == sorted([".unrelated.crc", *kept, *(f".{n}.crc" for n in kept if names.index(n) % 2 == 0)])
 
 
 def test_parallel_delete_removes_every_key_and_refuses_the_log_before_deleting(tmp_path):

@@ -8,7 +8,6 @@ import json
 import logging
 import math
 import uuid
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, Callable, Mapping, Sequence
 
 from airflow_delta_maint.delta.errors import InvalidArgumentError
@@ -36,6 +35,7 @@ from .optimize_large import RoundSteps, run_in_rounds
 from airflow_delta_maint.app.rewrite.commit import AFTER_REWRITE, BinCommitter, GroupResult, delete_outputs, remove_action
 from airflow_delta_maint.app.rewrite.data_files import RewriteSpec, delete_run_outputs, output_dir, rewrite_bin
 from airflow_delta_maint.app.rewrite.rebase import BinOutputs
+from airflow_delta_maint.app.rewrite.rewrite_path import RewritePath, busy_unit_bins, commit_groups, rewrite_and_commit
 from airflow_delta_maint.app.runners.tasks import Tasks, raise_worker_error
 
 NAME = "optimize"
@@ -44,8 +44,6 @@ COMPRESSIONS = ("snappy", "zstd", "gzip", "lz4", "none")
 # delta-spark's (Spark's) default: the fastest to write and read; zstd writes files about a
 # quarter smaller for some 10-15% more time (docs/benchmarks.md).
 DEFAULT_COMPRESSION = "snappy"
-#: with the default --bins-per-commit, a run makes at most about this many commits
-MAX_COMMITS_PER_RUN = 50
 #: Z-order and liquid clustering record a row map (8 bytes a row, compressed, on the driver) so that
 #: a bin can be rebased onto concurrent deletion vectors; above this many input rows they do not
 #: (tables with row tracking map rows through their stable row ids instead and need none)
@@ -65,8 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="commit after each this many input bytes (default 50 GiB)")
     parser.add_argument("--bins-per-commit", type=int, default=None,
                         help="commit bins this many together as soon as they are rewritten; 0: one commit per "
-                        "batch once all its bins are rewritten (default: rewritten bins wait for each other until "
-                        "another writer commits during the run, then each goes in at once)")
+                        "batch once all its bins are rewritten (default: a quiet table rewrites each batch at once; "
+                        "a table a writer is committing to, or that one commits to during the run, has its bins "
+                        "rewritten one at a time, each going in as soon as another writer has committed)")
     parser.add_argument("--min-file-age", type=float, default=None, metavar="SECONDS",
                         help="leave out files younger than this (their modificationTime): spares writers that "
                         "are still working on fresh data")
@@ -417,32 +416,21 @@ def _commit_batch(snapshot: Snapshot, plan: OptimizePlan, bins: list[Bin], outpu
     return result.version, sorted(result.dropped)
 
 
-def _commit_groups(bins: list[Bin], batch_bytes: int, per_commit: int) -> list[list[int]]:
-    """Consecutive bins committed together: at most ``per_commit`` bins (0: no limit) and
-    ``batch_bytes`` input bytes each."""
-    groups: list[list[int]] = [[]]
-    total = 0
-    for i, b in enumerate(bins):
-        if groups[-1] and (total + b.input_bytes > batch_bytes or (per_commit and len(groups[-1]) >= per_commit)):
-            groups.append([])
-            total = 0
-        groups[-1].append(i)
-        total += b.input_bytes
-    return [g for g in groups if g]
-
-
-def rewrite_units(params: dict[str, Any], num_bins: int) -> tuple[int, bool]:
-    """How many bins are rewritten together (one Spark job, or one slice of local work) and
-    whether each unit is committed as soon as it is rewritten (else rewritten units are held and
-    committed together when the log moves, see :func:`_execute_plan`).
+def rewrite_units(params: dict[str, Any], num_bins: int, path: RewritePath | None = None) -> tuple[int, bool]:
+    """How many bins are rewritten together (one Spark job, or one slice of local work; 0: a whole
+    batch) and whether each unit is committed as soon as it is rewritten (else rewritten units are
+    held and committed together when the log moves, see :func:`_execute_plan`).
 
     ``--bins-per-commit N``: N bins, each unit committed at once; 0: whole batches, each committed
-    once rewritten (one shuffle for Z-order and clustering). Unset: one bin, or as many as keep the
-    run within ``MAX_COMMITS_PER_RUN`` units, held until the log moves.
+    once rewritten (one shuffle for Z-order and clustering). Unset: the run's path
+    (:mod:`~airflow_delta_maint.app.rewrite.rewrite_path`): whole batches on a quiet table; on a busy
+    one, one bin (or as many as keep the run within ``MAX_COMMITS_PER_RUN`` units) held until the log moves.
     """
     value = params.get("bins_per_commit")
     if value is None:
-        return max(1, math.ceil(num_bins / MAX_COMMITS_PER_RUN)), False
+        if path is not None and not path.busy:
+            return 0, True
+        return busy_unit_bins(num_bins), False
     if int(value) < 0:
         raise InvalidArgumentError(f"bins per commit must be 0 (one commit per batch) or positive, got {value}")
     return int(value), True
@@ -471,6 +459,8 @@ def run_optimize(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
     job's metrics."""
     engine = _check_engine_options(params)
     check_run_options(params)
+    if params.get("bins_per_commit") is None and "_rewrite_path" not in params:
+        params = {**params, "_rewrite_path": RewritePath()}  # one path for the whole run, its rounds included
     if engine != DELTA_SPARK:
         result = run_in_rounds(ctx, params, engine, _ROUND_STEPS)
         if result is not None:
@@ -609,13 +599,17 @@ def _execute_plan(ctx: JobContext, params: dict[str, Any], snapshot: Snapshot, p
     deferred = int(params.get("_deferred") or 0) + int(params.get("_beyond_max") or 0)
     if deferred or params.get("auto"):
         parameters["partitionsDeferred"] = deferred
-    per_unit, eager = rewrite_units(params, len(plan.bins))
-    units = _commit_groups(plan.bins, batch_bytes, per_unit)
+    path: RewritePath | None = params.get("_rewrite_path")
+    if path is not None:
+        path.decide(ctx.storage, snapshot.version)
+    per_unit, eager = rewrite_units(params, len(plan.bins), path)
+    units = commit_groups(plan.bins, batch_bytes, per_unit)
     if plan.layout in ("zorder", "hilbert") and per_unit == 0:
         units = [list(range(len(plan.bins)))]  # one shuffle for the whole plan
-    log.info("OPTIMIZE %s at version %d: %d bins, %d files, %.1f MiB to rewrite in %d units", ctx.storage.root,
-             snapshot.version, len(plan.bins), plan.input_files, plan.input_bytes / 2**20, len(units))
-    rewrite, concurrency = _group_rewriter(ctx, params, spec, plan, per_unit)
+    log.info("OPTIMIZE %s at version %d: %d bins, %d files, %.1f MiB to rewrite in %d units%s", ctx.storage.root,
+             snapshot.version, len(plan.bins), plan.input_files, plan.input_bytes / 2**20, len(units),
+             f" ({path.path} path: {path.cadence.reason()})" if path is not None and path.cadence else "")
+    rewriters = [_group_rewriter(ctx, params, spec, plan, per_unit)]
     committer = BinCommitter(snapshot, plan, parameters, load_base)
     results: list[tuple[list[int], GroupResult]] = []
     committed_keys: set[str] = set()
@@ -638,6 +632,22 @@ def _execute_plan(ctx: JobContext, params: dict[str, Any], snapshot: Snapshot, p
                  f"committed as version {result.version}" if result.version is not None else "dropped",
                  done[0], len(units))
 
+    def turn_busy(n: int) -> None:
+        """A quiet run saw another writer's commit: the units left are rewritten the busy way."""
+        nonlocal eager
+        left = [i for g in units[n + 1:] for i in g]
+        if not left or path is None or not path.turn_busy(
+                f"another writer committed while unit {n + 1} of {len(units)} was rewritten"):
+            return
+        units[n + 1:] = commit_groups([plan.bins[i] for i in left], batch_bytes, busy_unit_bins(len(left)))
+        units[n + 1:] = [[left[j] for j in g] for g in units[n + 1:]]
+        eager = False
+        busy[0] = not wait
+        # units of few bins, more of them at once
+        rewriters.append(_group_rewriter(ctx, params, spec, plan, busy_unit_bins(len(left))))
+        log.info("OPTIMIZE %s: another writer committed during the run; the %d bins left are rewritten in %d "
+                 "units, each committed as soon as it is rewritten", ctx.storage.root, len(left), len(units) - n - 1)
+
     def rewritten(n: int, outputs: list[BinOutputs]) -> None:
         done[0] += 1
         for hook in list(AFTER_REWRITE):
@@ -647,19 +657,26 @@ def _execute_plan(ctx: JobContext, params: dict[str, Any], snapshot: Snapshot, p
         # held units go in one commit; once someone else has committed during this run (a busy
         # table: the sooner a bin lands, the fewer writer commits it is rebased over), each unit
         # goes in as soon as it is rewritten
-        busy[0] = busy[0] or (not wait and committer.log_moved())
+        moved = not busy[0] and committer.log_moved()
+        busy[0] = busy[0] or (not wait and moved)
         if eager or busy[0] or held_bytes >= batch_bytes:
             flush()
+        if moved and path is not None and not path.busy:
+            turn_busy(n)
+
+    def unit_rewriter(n: int, bins: list[Bin]) -> list[BinOutputs]:
+        return rewriters[-1][0](n, bins)
 
     try:
-        _rewrite_and_commit(plan.bins, units, rewrite, rewritten, concurrency)
+        rewrite_and_commit(plan.bins, units, unit_rewriter, rewritten, lambda: rewriters[-1][1])
         flush()
     except BaseException:
         _delete_run_outputs(spec, plan.bins, committed_keys)
         raise
     if added_sizes is not None:
         added_sizes.extend(a["size"] for _, r in results for i in r.committed for a in r.adds.get(i, []))
-    return {**out, **_totals(plan, results, clustered and whole_table, snapshot), "numBatches": len(results)}
+    return {**out, **_totals(plan, results, clustered and whole_table, snapshot), "numBatches": len(results),
+            **(path.metrics() if path is not None else {})}
 
 
 def _group_rewriter(ctx: JobContext, params: dict[str, Any], spec: RewriteSpec, plan: OptimizePlan,
@@ -711,40 +728,6 @@ def _num_records(add: dict) -> int:
         return int(json.loads(add.get("stats") or "{}").get("numRecords") or 0)
     except ValueError:
         return 0
-
-
-def _rewrite_and_commit(bins: list[Bin], groups: list[list[int]],
-                        rewrite: Callable[[int, list[Bin]], list[BinOutputs]],
-                        commit: Callable[[int, list[BinOutputs]], None], concurrency: int) -> None:
-    """Rewrite the groups (``concurrency`` at a time, on threads that each run a Spark job or a
-    slice of local work) and commit each on this thread as soon as it is rewritten. A failure
-    stops the groups not yet started and waits for the running ones before it goes on."""
-    def run(n: int) -> list[BinOutputs]:
-        return rewrite(n, [bins[i] for i in groups[n]])
-
-    if len(groups) == 1:
-        commit(0, run(0))
-        return
-    pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="delta-maint-optimize")
-    futures: dict[Future, int] = {}
-    try:
-        queue = iter(range(len(groups)))
-        for n in queue:
-            futures[pool.submit(run, n)] = n
-            if len(futures) >= concurrency:
-                break
-        while futures:
-            done, _ = wait(list(futures), return_when=FIRST_COMPLETED)
-            for f in sorted(done, key=lambda f: futures[f]):
-                n = futures.pop(f)
-                commit(n, f.result())
-                nxt = next(queue, None)
-                if nxt is not None:
-                    futures[pool.submit(run, nxt)] = nxt
-    finally:
-        for f in futures:
-            f.cancel()
-        pool.shutdown(wait=True)
 
 
 def _totals(plan: OptimizePlan, results: list[tuple[list[int], GroupResult]], clustered: bool,

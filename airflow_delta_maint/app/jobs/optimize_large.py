@@ -211,4 +211,7 @@ def merge_rounds(results: list[dict[str, Any]], added_sizes: list[int], total_fi
     out["totalConsideredFiles"] = total_files
     out["totalFilesSkipped"] = total_files - out["numRemovedFiles"]
     out["numRounds"] = len(results)
+    for key in ("rewritePath", "rewritePathReason", "writeCadence"):  # one path for the run: as it ended
+        if key in results[-1]:
+            out[key] = results[-1][key]
     return out

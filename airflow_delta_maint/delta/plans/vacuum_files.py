@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import zip_longest
@@ -16,7 +17,7 @@ from typing import Callable, Iterable, Sequence
 from airflow_delta_maint.delta.errors import InvalidArgumentError
 from airflow_delta_maint.delta.storage.store import FileInfo, Storage
 
-__all__ = ["Subtree", "delete_files", "delete_files_parallel", "hidden_name", "is_hidden", "list_folder", "list_subtree", "partition_prefixes"]
+__all__ = ["LocalSidecars", "Subtree", "delete_files", "delete_files_parallel", "hidden_name", "is_hidden", "list_folder", "list_subtree", "partition_prefixes"]
 
 _PATH_ESCAPE = set('"#%\'*/:=?\\\x7f{[]^')
 
@@ -142,24 +143,84 @@ def list_subtree(storage: Storage, prefix: str, partition_columns: Sequence[str]
     return out
 
 
-def delete_files(storage: Storage, keys: Sequence[str]) -> int:
+#: a folder with fewer files to delete has each one's sidecar tried instead of the folder scanned
+SIDECAR_SCAN_MIN = 64
+
+
+class LocalSidecars:
+    """The Hadoop checksum sidecars (``.<name>.crc``) in the folders a local delete touches. A folder
+    that loses at least :data:`SIDECAR_SCAN_MIN` files is scanned once (thread-safe) and a sidecar
+    removed only where one exists, instead of a failed unlink for every file of a table no Hadoop
+    writer wrote; in a folder that loses fewer, each file's sidecar is tried."""
+
+    def __init__(self, planned: dict[str, int]) -> None:
+        #: files to delete per folder (local paths)
+        self._planned = planned
+        self._folders: dict[str, frozenset[str]] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def for_keys(cls, storage: Storage, keys: Iterable[str]) -> "LocalSidecars":
+        planned: dict[str, int] = {}
+        for key in keys:
+            folder = storage.local_path(key).rpartition("/")[0]
+            planned[folder] = planned.get(folder, 0) + 1
+        return cls(planned)
+
+    def in_folder(self, folder: str) -> frozenset[str] | None:
+        """The sidecar names in ``folder``; None when each file's sidecar is to be tried."""
+        if self._planned.get(folder, 0) < SIDECAR_SCAN_MIN:
+            return None
+        found = self._folders.get(folder)
+        if found is None:
+            try:
+                with os.scandir(folder) as entries:
+                    found = frozenset(e.name for e in entries if e.name[:1] == "." and e.name.endswith(".crc"))
+            except (FileNotFoundError, NotADirectoryError):
+                found = frozenset()
+            with self._lock:
+                found = self._folders.setdefault(folder, found)
+        return found
+
+
+def _delete_local(storage: Storage, keys: Sequence[str], sidecars: LocalSidecars) -> int:
+    """Unlink local files by name within their folder (one open of each folder a batch touches),
+    with the checksum sidecar of each (as Hadoop's own delete removes it: a hidden file VACUUM never
+    lists)."""
+    by_folder: dict[str, list[str]] = {}
+    for key in keys:
+        folder, _, name = storage.local_path(key).rpartition("/")
+        by_folder.setdefault(folder, []).append(name)
+    deleted = 0
+    for folder, names in by_folder.items():
+        try:
+            fd = os.open(folder or "/", os.O_RDONLY | os.O_DIRECTORY)
+        except (FileNotFoundError, NotADirectoryError):  # the folder and its files are gone
+            continue
+        try:
+            crc = sidecars.in_folder(folder)
+            for name in names:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(name, dir_fd=fd)
+                    deleted += 1
+                if crc is None or f".{name}.crc" in crc:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(f".{name}.crc", dir_fd=fd)
+        finally:
+            os.close(fd)
+    return deleted
+
+
+def delete_files(storage: Storage, keys: Sequence[str], sidecars: LocalSidecars | None = None) -> int:
     """Delete objects; return how many existed (object stores: how many were requested).
 
-    Keys under ``_delta_log`` are refused, whatever the caller planned.
+    Keys under ``_delta_log`` are refused, whatever the caller planned. On local disk the checksum
+    sidecars of the deleted files go too (``sidecars`` shares the folders' scans between calls).
     """
     if any(k.split("/", 1)[0] == "_delta_log" for k in keys):
         raise InvalidArgumentError("refusing to delete a file under _delta_log")
     if storage.is_local:
-        deleted = 0
-        for key in keys:
-            path = storage.local_path(key)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-                deleted += 1
-            # Hadoop's checksum sidecar of a file Spark wrote (a hidden file VACUUM never lists), as
-            # Hadoop's own delete removes it
-            storage.drop_checksum_sidecar(key)
-        return deleted
+        return _delete_local(storage, keys, sidecars or LocalSidecars.for_keys(storage, keys))
     import obstore
 
     deleted = 0
@@ -213,8 +274,9 @@ def delete_files_parallel(storage: Storage, keys: Sequence[str], threads: int = 
     if not batches:
         return 0
     total = 0
+    sidecars = LocalSidecars.for_keys(storage, keys) if storage.is_local else None
     with ThreadPoolExecutor(max_workers=max(1, min(threads, len(batches)))) as pool:
-        for n in pool.map(lambda b: delete_files(storage, b), batches):
+        for n in pool.map(lambda b: delete_files(storage, b, sidecars), batches):
             total += n
             if progress is not None:
                 progress(n)

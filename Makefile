@@ -6,6 +6,7 @@
 #   make test-cluster - a Spark cluster sharing nothing with the Airflow side (network and mount namespaces; root)
 #   make bench  - the benchmarks; their output goes to benchmarks/out/
 #   make bench-busy-table - OPTIMIZE racing a delta-spark writer, ours against delta-spark's own (about 30 min)
+#   make bench-guard - our ratios against delta-rs, compared with those recorded in docs/benchmarks.md (about 5 min)
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -13,7 +14,7 @@ STAMP  := $(VENV)/.installed
 # the Azure Storage emulator the object-store tests start (npm package, installed beside the virtualenv)
 AZURITE := $(VENV)/azurite/node_modules/.bin/azurite-blob
 
-.PHONY: demo test test-delta-spark test-compatibility test-cluster lint test-airflow-min bench bench-busy-table check-java chromium clean
+.PHONY: demo test test-delta-spark test-compatibility test-cluster lint test-airflow-min bench bench-busy-table bench-guard check-java chromium clean
 
 # --compile-bytecode: every Python process (Airflow, spark-submit's driver, Spark's Python workers)
 # then loads bytecode instead of compiling its imports again, as after a pip install
@@ -83,6 +84,12 @@ bench: $(STAMP) check-java
 # over; BENCH_ARGS e.g. "--duration 120 --scenarios ours,delta-spark". Figures in docs/benchmarks.md.
 bench-busy-table: $(STAMP) check-java
 	$(PY) -m benchmarks.bench_busy_table $(BENCH_ARGS)
+
+# OPTIMIZE, Z-order and VACUUM full (with and without Spark's start), the worker's OPTIMIZE check and the
+# checkpoint at 1M files, each as a ratio against delta-rs on the same data in one run; fails when any ratio
+# is more than 15% worse than recorded in docs/benchmarks.md ("Speed guard"). BENCH_ARGS e.g. "--repeat 3".
+bench-guard: $(STAMP) check-java
+	$(PY) -m benchmarks.bench_guard $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) $(VENV_MIN) build dist .pytest_cache

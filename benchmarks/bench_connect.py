@@ -7,7 +7,8 @@ Two comparisons, each alternating on fresh copies after one warm-up run of each 
   either a classic ``local[2]`` session of its own (what spark-submit gives a task) or a client of a Spark
   Connect server (``local[2]`` on 127.0.0.1, started once, its Python workers this virtualenv's), with the
   Z-order by two columns too (Spark Connect shuffles with ``groupBy().applyInArrow``). Wall time of the
-  process and the job's own time (``duration_s``).
+  process and the job's own time (``duration_s``); delta-rs (``optimize.compact`` / ``optimize.z_order``)
+  in a fresh process beside them, its whole process as the peer of the whole task (``wall_vs_delta_rs``).
 - ``vacuum``: full VACUUM of the 100,000-file table of ``bench_vacuum.py`` (50,000 files tracked, the
   other 50,000 orphans), on one ``local[2]`` session, with the RDD runner (``parallelize``) and the
   DataFrame runner (``mapInArrow``) listing the table.
@@ -91,6 +92,18 @@ def _task(table: Path, args: list[str], env: dict[str, str]) -> tuple[float, dic
     return elapsed, json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def _delta_rs(table: Path, layout: str) -> tuple[float, float]:
+    """delta-rs's OPTIMIZE of the same layout in a fresh process, as a task would run it: (process wall
+    seconds, import included; seconds after the import)."""
+    call = "dt.optimize.compact(target_size={t})" if layout == "bin-packing" else \
+        "dt.optimize.z_order(['a', 'b'], target_size={t})"
+    code = ("import time\nfrom deltalake import DeltaTable\nt = time.perf_counter()\n"
+            f"dt = DeltaTable({str(table)!r})\n{call.format(t=TARGET)}\nprint(time.perf_counter() - t)\n")
+    started = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    return time.perf_counter() - started, float(out.split()[-1])
+
+
 def bench_optimize(repeat: int, only_layout: str | None = None) -> list[dict]:
     from benchmarks.bench_optimize import generate
 
@@ -100,7 +113,7 @@ def bench_optimize(repeat: int, only_layout: str | None = None) -> list[dict]:
         generate(src)
     OUT.mkdir(parents=True, exist_ok=True)
     layouts = {"bin-packing": ["--min-file-size", TARGET, "--max-file-size", TARGET],
-               "Z-order (a, b)": ["--zorder-by", "a,b", "--max-file-size", TARGET]}
+               "Z-order": ["--zorder-by", "a,b", "--max-file-size", TARGET]}
     base = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "PYSPARK_GATEWAY_PORT")}
     rows = []
     with ConnectServer(OUT) as url:
@@ -108,24 +121,34 @@ def bench_optimize(repeat: int, only_layout: str | None = None) -> list[dict]:
         for layout, args in layouts.items():
             if only_layout and not layout.lower().startswith(only_layout.lower()):
                 continue
-            times: dict[str, list[tuple[float, float]]] = {s: [] for s in sides}
+            times: dict[str, list[tuple[float, float]]] = {s: [] for s in [*sides, "delta-rs"]}
             for n in range(repeat + 1):
-                for side, env in sides.items():
+                for side in times:
                     table = OUT / f"copy-{side}"
                     shutil.rmtree(table, ignore_errors=True)
                     shutil.copytree(src, table)
                     os.sync()
+                    if side == "delta-rs":
+                        wall, took = _delta_rs(table, layout)
+                        print(f"{layout} {'warm-up' if n == 0 else f'run {n}'} delta-rs: {wall:.1f} s "
+                              f"(after import {took:.1f} s)", flush=True)
+                        if n:
+                            times[side].append((wall, took))
+                        shutil.rmtree(table, ignore_errors=True)
+                        continue
                     extra = ["--master", "local[2]"] if side == "classic" else []
-                    wall, m = _task(table, [*args, *extra], env)
+                    wall, m = _task(table, [*args, *extra], sides[side])
                     assert m["status"] == "committed" and m["numRemovedFiles"] == 2000, m
                     print(f"{layout} {'warm-up' if n == 0 else f'run {n}'} {side}: {wall:.1f} s "
                           f"(job {m['duration_s']:.1f} s, {m['numAddedFiles']} files)", flush=True)
                     if n:
                         times[side].append((wall, m["duration_s"]))
                     shutil.rmtree(table, ignore_errors=True)
+            peer = statistics.median(v[0] for v in times["delta-rs"])
             for side, values in times.items():
-                rows.append({"comparison": "optimize", "layout": layout, "side": side,
-                             "wall_median_s": statistics.median(v[0] for v in values),
+                wall = statistics.median(v[0] for v in values)
+                rows.append({"comparison": "optimize", "layout": layout, "side": side, "wall_median_s": wall,
+                             "wall_vs_delta_rs": round(wall / peer, 3),
                              "job_median_s": statistics.median(v[1] for v in values),
                              "runs": [round(v[0], 1) for v in values]})
     return rows

@@ -1,0 +1,329 @@
+"""Speed guard (a benchmark, not a test): our ratios against delta-rs on the same data in one run,
+compared with the ratios recorded in ``docs/benchmarks.md`` ("Speed guard"); fails when any is more
+than 15% worse.
+
+``make bench-guard`` (about 5 minutes on the 2-core reference machine once its tables are cached
+under ``benchmarks/out/guard/``; the first run builds them, a few minutes more). What it measures:
+
+- ``optimize``: bin-packing of 800 small files (about 360 MB, 8 partitions) into one file per
+  partition; delta-rs ``optimize.compact``.
+- ``zorder``: the same table Z-ordered by ``a, k``; delta-rs ``optimize.z_order``.
+- ``vacuum_full``: full VACUUM of the 100,000-file table of ``bench_vacuum.py`` (100 folders, 50,000
+  orphans: 25,000 removed from the log, 25,000 never in it); delta-rs ``vacuum(full=True)``.
+
+  Each of these twice: excluding Spark's start (ours in this process on a ``local[2]``
+  SparkSession started and warmed beforehand; delta-rs timed inside its process after its import)
+  and including it (``*_with_start``: a fresh ``delta-maint`` process against a fresh delta-rs
+  process, import included; process wall times).
+- ``worker_check_1m``: the OptimizeOperator's check on the worker (``nothing_to_do``, no Spark) of
+  a log of 1,000,000 checkpointed files and 1,000 commits; delta-rs loads the same log and lists its
+  files (``DeltaTable`` + ``get_add_actions``). Each a fresh process, timed after its imports.
+- ``checkpoint_1m``: writing a checkpoint of that log (ours in this process, the large-table path:
+  Spark tasks write the parts); delta-rs ``create_checkpoint`` in a fresh process, after its import.
+
+Every run works on a fresh copy synced to disk (OPTIMIZE's data files hard-linked, the log copied;
+VACUUM's table copied whole, so that its deletes free what they delete; ``vacuum_full_with_start``
+is measured in the first round only, a copy of 100,000 files costing some 15 s). Ours and delta-rs
+alternate; medians of ``--repeat`` rounds (Z-order: one round unless ``--repeat-zorder``). Prints a
+Markdown table and writes it to ``benchmarks/out/guard.md``; ``docs/benchmarks.md`` is edited by
+hand from it.
+
+Usage: python -m benchmarks.bench_guard [--repeat 2] [--only optimize vacuum_full ...] [--tolerance 0.15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+OUT = REPO / "benchmarks" / "out"
+WORK = OUT / "guard"
+DOC = REPO / "docs" / "benchmarks.md"
+LOCK = Path("/tmp/bench.lock")
+TARGET = 256 << 20
+FILES_PER_PARTITION = 100
+MEASURES = ("optimize", "optimize_with_start", "zorder", "zorder_with_start", "vacuum_full",
+            "vacuum_full_with_start", "worker_check_1m", "checkpoint_1m")
+#: the goals against delta-rs (ours ÷ delta-rs), where one is set
+GOALS = {"optimize": 0.6, "zorder": 0.45, "vacuum_full": 0.6}
+DELTA_MAINT = str(Path(sys.executable).with_name("delta-maint"))
+
+
+# -- the tables ------------------------------------------------------------------------------------
+def source(name: str) -> Path:
+    """The cached source table ``name``, built on first use."""
+    path = WORK / "src" / name
+    if (path / ".done").exists():
+        return path
+    shutil.rmtree(path, ignore_errors=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    if name == "optimize":
+        from benchmarks import bench_optimize
+
+        bench_optimize.FILES_PER_PARTITION = FILES_PER_PARTITION
+        bench_optimize.generate(path)
+    elif name == "vacuum_full":
+        from benchmarks.bench_vacuum import build
+
+        build(path, tracked=75_000, removed=25_000)
+    elif name == "log_1m":
+        from benchmarks.bench_worker_checks import generate
+
+        shutil.copytree(generate(1_000_000, "multipart"), path)
+    else:
+        raise ValueError(name)
+    (path / ".done").touch()
+    print(f"built {name} in {time.perf_counter() - started:.0f} s", flush=True)
+    return path
+
+
+def fresh_copy(src: Path, name: str, link_data: bool = True) -> Path:
+    """A copy of ``src`` to run on. ``link_data``: the data files hard-linked (the jobs only read
+    them, write new ones or unlink them, which leaves the source's name), the log copied whole (its
+    files may be replaced). Creating 100,000 small files takes some 15 s on this machine; linking
+    them under 2."""
+    dest = WORK / "run" / name
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if link_data:
+        subprocess.run(["cp", "-al", str(src), str(dest)], check=True)
+        shutil.rmtree(dest / "_delta_log")
+        subprocess.run(["cp", "-a", str(src / "_delta_log"), str(dest / "_delta_log")], check=True)
+    else:
+        subprocess.run(["cp", "-a", str(src), str(dest)], check=True)
+    (dest / ".done").unlink(missing_ok=True)
+    subprocess.run(["sync"], check=True)
+    time.sleep(0.5)
+    return dest
+
+
+# -- the peers ---------------------------------------------------------------------------------------
+_DELTA_RS = {
+    "optimize": "dt.optimize.compact(target_size={target})",
+    "zorder": "dt.optimize.z_order(['a', 'k'], target_size={target})",
+    "vacuum_full": "dt.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False, full=True)",
+    "checkpoint": "dt.create_checkpoint()",
+    "load": "dt.get_add_actions(flatten=True).num_rows",
+}
+
+
+def delta_rs(job: str, table: Path) -> tuple[float, float]:
+    """delta-rs's ``job`` in a fresh process: (seconds after its import, process wall seconds)."""
+    code = ("import time\nfrom deltalake import DeltaTable\nt = time.perf_counter()\n"
+            f"dt = DeltaTable({str(table)!r})\n{_DELTA_RS[job].format(target=TARGET)}\n"
+            "print(time.perf_counter() - t)\n")
+    started = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    return float(out.split()[-1]), time.perf_counter() - started
+
+
+def ours_in_process(args: list[str]) -> float:
+    """Our job in this process, on the warm SparkSession."""
+    from airflow_delta_maint.app.cli import run
+
+    started = time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()):  # the metrics it prints
+        code, metrics = run([*args, "--json"])
+    took = time.perf_counter() - started
+    if code:
+        raise RuntimeError(f"{args}: {metrics.get('error')}")
+    return took
+
+
+def ours_process(args: list[str]) -> float:
+    """Our job in a fresh ``delta-maint`` process (Spark's start included): process wall seconds."""
+    started = time.perf_counter()
+    proc = subprocess.run([DELTA_MAINT, *args, "--json", "--master", "local[2]"], capture_output=True, text=True)
+    took = time.perf_counter() - started
+    if proc.returncode:
+        raise RuntimeError(f"{args}: {proc.stdout[-500:]} {proc.stderr[-500:]}")
+    return took
+
+
+# -- the measures ------------------------------------------------------------------------------------
+def rewrite_round(results: dict[str, list[tuple[float, float]]], job: str, ours_args: list[str]) -> None:
+    src = source("optimize")
+    rs_in, rs_wall = delta_rs(job, fresh_copy(src, "rs"))
+    ours = ours_in_process([ours_args[0], str(fresh_copy(src, "ours")), *ours_args[1:]])
+    ours_wall = ours_process([ours_args[0], str(fresh_copy(src, "ours")), *ours_args[1:]])
+    results.setdefault(job, []).append((ours, rs_in))
+    results.setdefault(f"{job}_with_start", []).append((ours_wall, rs_wall))
+    print(f"{job}: ours {ours:.2f} s (with start {ours_wall:.2f} s), delta-rs {rs_in:.2f} s "
+          f"(with start {rs_wall:.2f} s)", flush=True)
+
+
+def vacuum_round(results: dict[str, list[tuple[float, float]]], with_start: bool) -> None:
+    """Whole copies: deleting a hard link frees nothing, and costs a fraction of a real delete."""
+    src = source("vacuum_full")
+    rs_in, rs_wall = delta_rs("vacuum_full", fresh_copy(src, "rs", link_data=False))
+    args = ["--retention-hours", "0", "--ignore-retention-check"]
+    ours = ours_in_process(["vacuum", str(fresh_copy(src, "ours", link_data=False)), *args])
+    results.setdefault("vacuum_full", []).append((ours, rs_in))
+    line = f"vacuum_full: ours {ours:.2f} s, delta-rs {rs_in:.2f} s (with start {rs_wall:.2f} s)"
+    if with_start:
+        ours_wall = ours_process(["vacuum", str(fresh_copy(src, "ours", link_data=False)), *args])
+        results.setdefault("vacuum_full_with_start", []).append((ours_wall, rs_wall))
+        line += f"; ours with start {ours_wall:.2f} s"
+    print(line, flush=True)
+
+
+def _worker_check(check: str, table: Path) -> float:
+    """One check of ``bench_worker_checks`` in a fresh process: seconds after its imports."""
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.bench_worker_checks", "--child", check, "after", str(table)],
+                          capture_output=True, text=True, cwd=REPO)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode or not lines or json.loads(lines[-1])["status"] != "ok":
+        raise RuntimeError(f"{check}: {proc.stdout[-500:]} {proc.stderr[-1000:]}")
+    return float(json.loads(lines[-1])["seconds"])
+
+
+def worker_check_round(results: dict[str, list[tuple[float, float]]]) -> None:
+    table = source("log_1m")
+    ours, rs = _worker_check("optimize", table), _worker_check("delta_rs", table)
+    results.setdefault("worker_check_1m", []).append((ours, rs))
+    print(f"worker_check_1m: ours {ours:.2f} s, delta-rs {rs:.2f} s", flush=True)
+
+
+def checkpoint_round(results: dict[str, list[tuple[float, float]]]) -> None:
+    src = source("log_1m")
+    rs_in, _ = delta_rs("checkpoint", fresh_copy(src, "rs", link_data=False))
+    ours = ours_in_process(["checkpoint", str(fresh_copy(src, "ours", link_data=False))])
+    results.setdefault("checkpoint_1m", []).append((ours, rs_in))
+    print(f"checkpoint_1m: ours {ours:.2f} s, delta-rs {rs_in:.2f} s", flush=True)
+
+
+# -- the record --------------------------------------------------------------------------------------
+_ROW = re.compile(r"^\| `(\w+)` \|[^|]*\|[^|]*\| \*?\*?([0-9.]+)\*?\*? \|")
+
+
+def recorded(doc: Path = DOC) -> dict[str, float]:
+    """The ratios recorded in the "Speed guard" section of ``docs/benchmarks.md``."""
+    text = doc.read_text()
+    start = text.find("\n## Speed guard")
+    if start < 0:
+        return {}
+    end = text.find("\n## ", start + 5)
+    out: dict[str, float] = {}
+    for line in text[start:end if end > 0 else None].splitlines():
+        m = _ROW.match(line)
+        if m:
+            out[m.group(1)] = float(m.group(2))
+    return out
+
+
+def compare(measured: dict[str, float], baseline: dict[str, float], tolerance: float) -> list[str]:
+    """The measures more than ``tolerance`` worse than recorded."""
+    return [f"{k}: {v:.2f}x against {baseline[k]:.2f}x recorded (more than {tolerance:.0%} worse)"
+            for k, v in measured.items() if k in baseline and v > baseline[k] * (1 + tolerance)]
+
+
+def table(results: dict[str, list[tuple[float, float]]], baseline: dict[str, float]) -> tuple[str, dict[str, float]]:
+    ratios: dict[str, float] = {}
+    lines = ["| measure | ours (s) | delta-rs (s) | ours ÷ delta-rs | recorded | goal |", "|---|---:|---:|---:|---:|---:|"]
+    for key in MEASURES:
+        if key not in results:
+            continue
+        ours = statistics.median(o for o, _ in results[key])
+        peer = statistics.median(r for _, r in results[key])
+        ratios[key] = ours / peer
+        rec = f"{baseline[key]:.2f}" if key in baseline else "-"
+        goal = f"≤ {GOALS[key]:.2f}" if key in GOALS else "-"
+        lines.append(f"| `{key}` | {ours:.2f} | {peer:.2f} | {ratios[key]:.2f} | {rec} | {goal} |")
+    return "\n".join(lines), ratios
+
+
+@contextlib.contextmanager
+def machine_lock() -> Iterator[None]:
+    """Hold ``/tmp/bench.lock`` (other benchmarks wait for it) while timing."""
+    while True:
+        try:
+            with open(LOCK, "x") as fh:
+                fh.write(str(os.getpid()))
+            break
+        except FileExistsError:
+            print("waiting for another benchmark (/tmp/bench.lock)", flush=True)
+            time.sleep(10)
+    try:
+        yield
+    finally:
+        LOCK.unlink(missing_ok=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=2, help="rounds of each measure but Z-order (medians)")
+    parser.add_argument("--repeat-zorder", type=int, default=1)
+    parser.add_argument("--only", nargs="+", choices=("optimize", "zorder", "vacuum_full", "worker_check_1m",
+                                                      "checkpoint_1m"))
+    parser.add_argument("--tolerance", type=float, default=0.15)
+    parser.add_argument("--out", default=str(OUT / "guard.md"))
+    args = parser.parse_args(argv)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    import logging
+
+    logging.basicConfig(level=logging.WARNING)
+    wanted = set(args.only or ("optimize", "zorder", "vacuum_full", "worker_check_1m", "checkpoint_1m"))
+    for name in ("optimize", "vacuum_full", "log_1m"):  # built before the clock runs
+        if (name == "optimize" and wanted & {"optimize", "zorder"}) or (name == "vacuum_full" and "vacuum_full" in wanted) \
+                or (name == "log_1m" and wanted & {"worker_check_1m", "checkpoint_1m"}):
+            source(name)
+    started = time.perf_counter()
+    results: dict[str, list[tuple[float, float]]] = {}
+    with machine_lock():
+        from airflow_delta_maint.app.spark_session import get_spark
+
+        spark = get_spark("local[2]", "bench-guard")
+        spark.range(1).count()
+        if wanted & {"optimize", "zorder", "vacuum_full", "checkpoint_1m"}:  # the Python workers start here
+            ours_in_process(["optimize", str(fresh_copy(source("optimize"), "warm")), "--max-file-size", str(TARGET)])
+        steps: list[tuple[str, int, Callable[[], None]]] = [
+            ("optimize", args.repeat, lambda: rewrite_round(results, "optimize",
+                                                           ["optimize", "--max-file-size", str(TARGET)])),
+            ("zorder", args.repeat_zorder, lambda: rewrite_round(results, "zorder",
+                                                                ["optimize", "--zorder-by", "a,k", "--max-file-size",
+                                                                 str(TARGET)])),
+            ("vacuum_full", args.repeat, lambda: vacuum_round(results, "vacuum_full_with_start" not in results)),
+            ("worker_check_1m", args.repeat, lambda: worker_check_round(results)),
+            ("checkpoint_1m", args.repeat, lambda: checkpoint_round(results)),
+        ]
+        for name, rounds, step in steps:
+            if name in wanted:
+                for _ in range(rounds):
+                    step()
+        spark.stop()
+    shutil.rmtree(WORK / "run", ignore_errors=True)
+    baseline = recorded()
+    text, ratios = table(results, baseline)
+    worse = compare(ratios, baseline, args.tolerance)
+    load = os.getloadavg()[0]
+    report = (f"{text}\n\n{time.strftime('%Y-%m-%d')}, {time.perf_counter() - started:.0f} s, load average "
+              f"{load:.1f} at the end; medians of {args.repeat} rounds (Z-order {args.repeat_zorder}).\n")
+    print("\n" + report)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(report)
+    if not baseline:
+        print("no ratios recorded in docs/benchmarks.md (\"Speed guard\"): nothing to compare with")
+    if worse:
+        print("SLOWER than recorded:\n  " + "\n  ".join(worse))
+        return 1
+    print(f"no ratio more than {args.tolerance:.0%} worse than recorded")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -14,6 +14,7 @@ from deltalake import DeltaTable
 
 from airflow_delta_maint.app import cli
 from airflow_delta_maint.app.context import JobContext
+from airflow_delta_maint.app.rewrite.zorder import SHUFFLE_ENV
 from airflow_delta_maint.app.runners.connect_tasks import DataFrameTasks
 from airflow_delta_maint.app.runners.tasks import SparkTasks
 from airflow_delta_maint.delta.errors import CorruptLogError
@@ -69,6 +70,19 @@ def test_classic_default_is_the_rdd_runner(spark, monkeypatch, tmp_path):
     assert isinstance(JobContext(table=str(tmp_path)).tasks("test"), SparkTasks)
 
 
+#: the shuffles of Z-order and clustering: through the scratch folder (a local master's default), the
+#: RDD shuffle (a cluster's), and Spark Connect's DataFrames
+SHUFFLES = ("scratch", "rdd", "dataframe")
+
+
+def use_shuffle(monkeypatch, kind: str) -> None:
+    monkeypatch.setenv("DELTA_MAINT_SPARK_TASKS", "dataframe" if kind == "dataframe" else "rdd")
+    if kind == "rdd":
+        monkeypatch.setenv(SHUFFLE_ENV, "spark")
+    else:
+        monkeypatch.delenv(SHUFFLE_ENV, raising=False)
+
+
 def _files_as_rows(path: Path) -> list[list[tuple]]:
     """Each live file's rows in file order, the files in a canonical order."""
     files = [pq.read_table(u.removeprefix("file://"), columns=["id", "x", "y"]).to_pylist()
@@ -78,33 +92,35 @@ def _files_as_rows(path: Path) -> list[list[tuple]]:
 
 @pytest.mark.parametrize("args", [["--zorder-by", "x,y"], ["--zorder-by", "x", "--where", "p = 'b'"]])
 def test_zorder_through_dataframes_writes_what_the_rdd_shuffle_writes(spark, monkeypatch, tmp_path: Path, args):
-    """Spark Connect's shuffle (mapInArrow, then groupBy(output file).applyInArrow) on a classic session:
-    the same files, row for row and in the same order, as the RDD shuffle's, and the rows of the table
-    unchanged."""
+    """Spark Connect's shuffle (mapInArrow, then groupBy(output file).applyInArrow) on a classic session
+    and the RDD shuffle: the same files, row for row and in the same order, as the shuffle through the
+    scratch folder, and the rows of the table unchanged."""
     source = make_table(tmp_path / "source", ["a", "b"], 6, 700)
     outputs = {}
-    for kind in ("rdd", "dataframe"):
+    for kind in SHUFFLES:
         path = tmp_path / kind
         shutil.copytree(source, path)
         before = rows_deltars(path)
-        monkeypatch.setenv("DELTA_MAINT_SPARK_TASKS", kind)
+        use_shuffle(monkeypatch, kind)
         code, m = cli.run(["optimize", str(path), "--json", "--max-file-size", "60000", *args])
         assert code == 0 and m["status"] == "committed" and m["numAddedFiles"] >= 2, m
         assert rows_deltars(path) == before
         outputs[kind] = (_files_as_rows(path), m["numAddedFiles"], m["numRemovedFiles"])
-    assert outputs["dataframe"] == outputs["rdd"]
+    assert outputs["dataframe"] == outputs["rdd"], "dataframe vs rdd"
+    assert outputs["scratch"] == outputs["rdd"], "scratch vs rdd"
 
 
 def test_liquid_clustering_through_dataframes_writes_what_the_rdd_shuffle_writes(spark, monkeypatch, tmp_path):
     source = ClusteredTable(tmp_path / "source", files=12, rows=800).path
     outputs = {}
-    for kind in ("rdd", "dataframe"):
+    for kind in SHUFFLES:
         path = tmp_path / kind
         shutil.copytree(source, path)
         before = rows_deltars(path)
-        monkeypatch.setenv("DELTA_MAINT_SPARK_TASKS", kind)
+        use_shuffle(monkeypatch, kind)
         code, m = cli.run(["optimize", str(path), "--json", "--max-file-size", "40000", "--full"])
         assert code == 0 and m["status"] == "committed" and m["numAddedFiles"] >= 2, m
         assert rows_deltars(path) == before
         outputs[kind] = (_files_as_rows(path), m["numAddedFiles"])
-    assert outputs["dataframe"] == outputs["rdd"]
+    assert outputs["dataframe"] == outputs["rdd"], "dataframe vs rdd"
+    assert outputs["scratch"] == outputs["rdd"], "scratch vs rdd"

@@ -231,7 +231,7 @@ def test_a_busy_table_commits_bins_as_they_are_rewritten(tmp_path: Path) -> None
     """A writer committing every few seconds: bins are rewritten one at a time and wait for each
     other until another writer commits during the run; from then on each goes in at once."""
     busy = DVTable(tmp_path / "busy").create(["a", "b", "c"], 3, 10)
-    writer_cadence(busy, 4, 5.0)
+    writer_cadence(busy, 4, 12.0)
     units: list[int] = []
 
     def writer(bins: list) -> None:

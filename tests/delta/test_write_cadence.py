@@ -41,6 +41,8 @@ def table(path: Path, commits: list[tuple[float, str]], ict: bool = False) -> St
     ([(7200, "WRITE"), (3600, "WRITE"), (60, "WRITE")], False, 1),
     # a burst of appends that ended a minute ago (one every 0.2 s): the writer has stopped
     ([(61.0 - 0.2 * i, "WRITE") for i in range(6)], False, 6),
+    # a batch job's burst that has just ended (twenty appends in 4 s): one burst, no cadence
+    ([(4.2 - 0.2 * i, "WRITE") for i in range(20)], False, 8),
     # our own maintenance is nobody's writing
     ([(300, "WRITE"), (30, "OPTIMIZE"), (20, "VACUUM START"), (19, "VACUUM END"), (10, "OPTIMIZE")], False, 1),
     # two writer commits make no cadence
@@ -58,15 +60,16 @@ def test_cadence(tmp_path: Path, commits: list, active: bool, counted: int) -> N
 
 
 def test_in_commit_timestamps_are_the_commit_times(tmp_path: Path) -> None:
-    storage = table(tmp_path / "t", [(30, "WRITE"), (20, "WRITE"), (10, "WRITE"), (1, "WRITE")], ict=True)
-    cadence = read_write_cadence(storage, 3, NOW)
-    assert cadence.active and cadence.writer_commits == 4 and cadence.interval_s == pytest.approx(10, abs=0.5)
+    storage = table(tmp_path / "t", [(40, "WRITE"), (30, "WRITE"), (20, "WRITE"), (10, "WRITE"), (1, "WRITE")],
+                    ict=True)
+    cadence = read_write_cadence(storage, 4, NOW)
+    assert cadence.active and cadence.writer_commits == 5 and cadence.interval_s == pytest.approx(10, abs=0.5)
 
 
 def test_a_quiet_table_costs_one_read_and_a_busy_one_a_bounded_few(tmp_path: Path) -> None:
     reads: list[str] = []
     quiet = table(tmp_path / "quiet", [(86_400 * 2 - i, "WRITE") for i in range(50)])
-    busy = table(tmp_path / "busy", [(100 - 2 * i, "WRITE") for i in range(50)])
+    busy = table(tmp_path / "busy", [(250 - 5 * i, "WRITE") for i in range(50)])
     for storage in (quiet, busy):
         original = storage.read_range
 

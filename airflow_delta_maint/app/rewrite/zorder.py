@@ -7,10 +7,12 @@ their interleaved bits (Z-order) or their position on a Hilbert curve (liquid cl
    is split into as many output files as its bytes need, each made of sub-ranges of at most
    ``SUB_RANGE_BYTES`` input bytes.
 2. Spark tasks read the files (deletion vectors applied), compute each row's Z-value and
-   sub-range, and emit the rows of each sub-range as compressed Arrow IPC. A Python RDD
-   shuffle with an exact partitioner sends every sub-range to the task of its output file; the
-   rows never become Spark SQL rows, and the shuffle runs in the Python workers the sampling
-   job already started. Spark Connect has no RDDs: there the same blobs go through
+   sub-range, and emit the rows of each sub-range as compressed Arrow IPC. Where the executors
+   share the driver's scratch folder (a local master, or ``DELTA_MAINT_SCRATCH_DIR``), the blobs
+   go through files there (:mod:`~airflow_delta_maint.app.runners.scratch_shuffle`), never into
+   the JVM; elsewhere a Python RDD shuffle with an exact partitioner sends every sub-range to the
+   task of its output file. The rows never become Spark SQL rows, and the shuffle runs in the
+   Python workers the sampling job already started. Spark Connect has no RDDs: there the same blobs go through
    ``mapInArrow`` and ``groupBy(output file).applyInArrow``
    (:mod:`~airflow_delta_maint.app.runners.connect_shuffle`), as on classic sessions with
    ``DELTA_MAINT_SPARK_TASKS=dataframe``.
@@ -40,12 +42,15 @@ from airflow_delta_maint.delta.plans.dv_rebase import encode_row_map, pack_sourc
 from airflow_delta_maint.app.rewrite.data_files import DataFileWriter, RewriteSpec, output_dir, read_data_file
 from airflow_delta_maint.app.runners.connect_shuffle import shuffle_to_groups
 from airflow_delta_maint.app.runners.connect_tasks import DataFrameTasks, classic_tasks_kind, is_connect
+from airflow_delta_maint.app.runners.scratch_shuffle import scratch_shared, shuffle_through_scratch
 
 MAX_RANGES = 1000
 SAMPLE_ROWS = 100_000
 SUB_RANGE_BYTES = 64 << 20  # input bytes of one sub-range (sorted in memory at once)
 SPILL_BYTES = 256 << 20  # shuffled bytes a writing task holds in memory before spilling
 Z_COL = "__delta_maint_z"
+#: ``spark``: shuffle through Spark even where the executors share the driver's scratch folder
+SHUFFLE_ENV = "DELTA_MAINT_ZORDER_SHUFFLE"
 #: each row's source (input ordinal in its bin, position in that file; ``dv_rebase.pack_sources``),
 #: carried through the shuffle when the run records row maps, and never written
 SRC_COL = "__delta_maint_src"
@@ -326,6 +331,11 @@ def _write_output(spec: RewriteSpec, groups: dict[int, tuple[str, dict]], layout
             remove_scratch(spill_dir)
 
 
+def _spark_shuffle_forced() -> bool:
+    """``DELTA_MAINT_ZORDER_SHUFFLE=spark``: Spark's shuffle even where the scratch folder is shared."""
+    return os.environ.get(SHUFFLE_ENV, "").strip().lower() == "spark"
+
+
 def _rdd_shuffle(spark: Any) -> bool:
     """Whether this session shuffles with RDDs (classic sessions, unless told to use DataFrames)."""
     return not is_connect(spark) and classic_tasks_kind() == "rdd"
@@ -375,7 +385,12 @@ def execute_zorder(spark, spec: RewriteSpec, plan: OptimizePlan,
     to_file = layout.sub_to_file
     ordinals = ({a["path"]: k for b in plan.bins for k, a in enumerate(b.files)}
                 if row_maps is not None else None)
-    if rdd:
+    if rdd and scratch_shared(spark.sparkContext.master) and not _spark_shuffle_forced():
+        results = shuffle_through_scratch(
+            spark, chunks, layout.num_files,
+            lambda chunk: _split_rows(spec, columns, bounds, bits, layout, chunk, curve, ordinals),
+            lambda sub: int(to_file[sub]), lambda records: _write_output(spec, groups, layout, records))
+    elif rdd:
         results = (spark.sparkContext.parallelize(chunks, slices)
                    .flatMap(lambda chunk: _split_rows(spec, columns, bounds, bits, layout, chunk, curve, ordinals))
                    .partitionBy(layout.num_files, lambda sub: int(to_file[sub]))

@@ -33,12 +33,12 @@ from airflow_delta_maint.delta.storage import scratch
 from airflow_delta_maint.delta.storage.scratch import make_scratch
 from airflow_delta_maint.delta.storage.store import Storage
 
+from .scratch_shuffle import SCRATCH_ENV, scratch_shared
 from .vacuum_tasks import delete_rows, list_rows
 
 __all__ = ["SCRATCH_ENV", "ScaledListing", "Untracked", "delete_untracked", "list_into_spark", "listing_from_parquet",
            "scratch_folder", "scratch_shared", "scratch_unshared_reason", "untracked_files"]
 
-SCRATCH_ENV = "DELTA_MAINT_SCRATCH_DIR"
 log = logging.getLogger("delta_maint.vacuum")
 _LISTING_SCHEMA = "kind string, key string, size long, mtime long"
 
@@ -49,13 +49,6 @@ def scratch_folder() -> str:
     if base:
         os.makedirs(base, exist_ok=True)
     return make_scratch("delta-vacuum-", base)
-
-
-def scratch_shared(master: str) -> bool:
-    """Whether the executors under ``master`` read what the driver writes to its scratch folder: a
-    local master, or ``DELTA_MAINT_SCRATCH_DIR`` set (to a folder every machine mounts). Elsewhere the
-    job keeps the valid set in the driver's memory rather than fail on a cluster that shares nothing."""
-    return bool(os.environ.get(SCRATCH_ENV)) or str(master).startswith("local")
 
 
 def scratch_unshared_reason(master: str) -> str:

@@ -6,7 +6,7 @@
 #   make test-cluster - a Spark cluster sharing nothing with the Airflow side (network and mount namespaces; root)
 #   make bench  - the benchmarks; their output goes to benchmarks/out/
 #   make bench-busy-table - OPTIMIZE racing a delta-spark writer, ours against delta-spark's own (about 30 min)
-#   make bench-guard - our ratios against delta-rs, compared with those recorded in docs/benchmarks.md (about 5 min)
+#   make bench-guard - our ratios against delta-rs, compared with those recorded in docs/benchmarks.md (about 7 min)
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python

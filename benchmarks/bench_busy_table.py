@@ -206,7 +206,7 @@ def run_optimizer(name: str, path: str, n: int, work: Path) -> dict[str, Any]:
             "rebased": m.get("numBinsRebased", 0), "carried": m.get("numDeletionVectorsCarried", 0),
             "dropped": m.get("numBinsDroppedByConflicts", 0),
             "dropped_reasons": [d["reason"][:120] for d in m.get("droppedBins", [])],
-            "error": m.get("error", ""), "reason": m.get("reason", "")}
+            "error": m.get("error", ""), "reason": m.get("reason", ""), "path": m.get("rewritePath")}
 
 
 def run_scenario(name: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -230,7 +230,7 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict[str, Any]:
             r = runs[-1]
             print(f"  {name} run {len(runs)}: {'zorder' if r['zorder'] else 'binpack'} "
                   f"{'landed' if r['landed'] else 'with work, not landed' if r['had_work'] else 'no work'} "
-                  f"{r.get('status', '')} {r.get('error', '')[:100]}", flush=True)
+                  f"{r.get('status', '')} {r.get('path') or ''} {r.get('error', '')[:100]}", flush=True)
         if name == "none":
             while not (work / "writer-done").exists() and writer.poll() is None:
                 time.sleep(1)
@@ -258,6 +258,8 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "statements_failed": len(failed), "statements_failed_conflict": len(conflicts),
         "failed_per_landed_run": round(len(conflicts) / len(landed), 2) if landed else None,
         "failure_kinds": sorted({s["error"].split(":")[0][:80] for s in failed}),
+        "paths": {p: sum(1 for r in runs if r.get("path") == p) for p in sorted({str(r.get("path")) for r in runs
+                                                                                   if r.get("path")})},
         **judged,
         "run_details": runs,
     }

@@ -385,6 +385,7 @@ def execute_zorder(spark, spec: RewriteSpec, plan: OptimizePlan,
     to_file = layout.sub_to_file
     ordinals = ({a["path"]: k for b in plan.bins for k, a in enumerate(b.files)}
                 if row_maps is not None else None)
+    results: list[Any]  # (output file id, add action JSON, row map or None) per output file
     if rdd and scratch_shared(spark.sparkContext.master) and not _spark_shuffle_forced():
         results = shuffle_through_scratch(
             spark, chunks, layout.num_files,

@@ -49,7 +49,10 @@ def test_slices_in_order_and_errors_as_themselves(spark, dataframe_tasks, tmp_pa
         tasks.map_slices(raise_corrupt, items, 4, "broken")
 
 
-def test_optimize_and_vacuum_with_the_dataframe_runner(spark, dataframe_tasks, tmp_path: Path):
+def test_optimize_and_vacuum_with_the_dataframe_runner(spark, dataframe_tasks, tmp_path: Path, monkeypatch):
+    import airflow_delta_maint.app.jobs.vacuum as vacuum_job
+
+    monkeypatch.setattr(vacuum_job, "LOCAL_DRIVER_LIST_MAX", 0)  # VACUUM lists in tasks too
     t = Partitioned(tmp_path / "t")
     t.add("a", 6, rows=30)
     t.add("b", 5, rows=40)

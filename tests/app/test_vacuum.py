@@ -172,10 +172,17 @@ def test_full_vacuum_deletes_old_orphans_and_keeps_what_versions_in_the_window_n
     assert rows(path) == before_versions[4]
 
 
-def test_many_files_are_listed_and_deleted_by_spark_tasks(tmp_path, spark, monkeypatch):
+@pytest.mark.parametrize("listing", ["spark", "driver"])
+def test_many_files_are_listed_and_deleted_by_spark_tasks(tmp_path, spark, monkeypatch, caplog, listing):
+    """Listed in Spark tasks (a local table past the driver's walk) or walked on the driver, deleted
+    by Spark tasks (the path of a run deleting millions): the same files go."""
+    import logging
+
     import airflow_delta_maint.app.jobs.vacuum as vacuum_job
 
-    monkeypatch.setattr(vacuum_job, "SPARK_DELETE_MIN", 1000)  # the path of a run deleting millions
+    monkeypatch.setattr(vacuum_job, "SPARK_DELETE_MIN", 1000)
+    monkeypatch.setattr(vacuum_job, "LOCAL_DRIVER_LIST_MAX", 0 if listing == "spark" else 10**9)
+    caplog.set_level(logging.INFO, logger="delta_maint.vacuum")
     path = aged_table(tmp_path, partitions=6)
     before = rows(path)
     orphans = [f"p=p{i % 6}/orphan-{i:05d}.parquet" for i in range(1500)]
@@ -190,6 +197,8 @@ def test_many_files_are_listed_and_deleted_by_spark_tasks(tmp_path, spark, monke
     assert m["numDeletedFiles"] == m["numFilesToDelete"] >= 1500
     assert not any((path / o).exists() for o in orphans)
     assert rows(path) == before
+    spark_listed = any("subtrees with Spark" in r.getMessage() for r in caplog.records)
+    assert spark_listed is (listing == "spark")
 
 
 def test_dry_run_deletes_and_commits_nothing(tmp_path, spark):

@@ -58,6 +58,10 @@ SPARK_DELETE_MIN = 1_000_000  # this many files or more are deleted by Spark tas
 #: an object-store table whose log references fewer files is listed on the driver in one stream:
 #: at most some 20-40 pages of 1,000 keys (about a second or two on S3), less than a Spark job costs
 DRIVER_LIST_MAX = 20_000
+#: a local table whose log references fewer files is walked on the driver in one stream: a walk costs
+#: some 4 us a file, a Spark job over its subtrees half a second and more (its Python workers' start
+#: on the application's first job)
+LOCAL_DRIVER_LIST_MAX = 200_000
 DRIVER_DELETE_THREADS = 16
 STORE_DELETE_BATCH_MAX = 1000  # keys in one bulk delete request (S3's limit)
 LOCAL_DELETE_BATCH = 50
@@ -111,7 +115,8 @@ def list_table(ctx: JobContext, storage: Storage, cutoff_ms: int, partition_colu
     table on an object store, else in parallel.
 
     ``known_files`` (the files the log references, live and tombstoned) sizes the table before
-    listing. Below :data:`DRIVER_LIST_MAX` on an object store, one recursive listing on the
+    listing. Below :data:`LOCAL_DRIVER_LIST_MAX` on local disk the driver walks the table in one
+    stream. Below :data:`DRIVER_LIST_MAX` on an object store, one recursive listing on the
     driver (a page per 1,000 objects, as delta-rs lists) costs less than a Spark job's tasks and
     its extra per-prefix requests; that listing is ``prefetched`` when given (started before the
     log was read), which is cancelled when the table is listed in parallel instead.
@@ -123,7 +128,8 @@ def list_table(ctx: JobContext, storage: Storage, cutoff_ms: int, partition_colu
     """
     # local execution lists local disk in one stream too: the walk is CPU-bound Python, which
     # threads of one process would only serialize
-    local_disk = storage.is_local and not ctx.spark_allowed
+    local_disk = storage.is_local and (not ctx.spark_allowed or (
+        known_files is not None and known_files < LOCAL_DRIVER_LIST_MAX))
     if local_disk or (not storage.is_local and known_files is not None and known_files < DRIVER_LIST_MAX):
         found = prefetched.subtree(partition_columns) if prefetched is not None else None
         if found is None:

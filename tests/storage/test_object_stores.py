@@ -355,3 +355,54 @@ def _closed_port() -> int:
     from tests.storage.servers import free_port
 
     return free_port()
+
+
+@pytest.mark.spark
+def test_zorder_on_s3_through_the_scratch_shuffle_keeps_the_secret_out(s3_store, spark, shell_env, capsys, caplog,
+                                                                      monkeypatch, tmp_path):
+    """Z-order of an S3 table on a local master shuffles through files in the scratch folder: the secret
+    reaches none of those files, no process's arguments, no log line, no output and no metric; rows
+    unchanged."""
+    import logging
+    import psutil
+
+    from airflow_delta_maint.app.runners import scratch_shuffle
+
+    secret = "zorder-scratch-secret-5d81c2"
+    shell_env({**s3_store.env, "AWS_SECRET_ACCESS_KEY": secret})
+    scratch = tmp_path / "scratch"
+    monkeypatch.setenv(scratch_shuffle.SCRATCH_ENV, str(scratch))
+    monkeypatch.setattr(scratch_shuffle, "remove_scratch", lambda folder: None)  # kept, to be read
+    caplog.set_level(logging.DEBUG)
+    options = {**s3_store.options, "AWS_SECRET_ACCESS_KEY": secret}
+    rs_uri = s3_store.uri("zorder-secret")
+    write_table(rs_uri, options)
+    version, before = rows(rs_uri, options)
+
+    arguments: list[str] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            for proc in psutil.process_iter(["cmdline"]):
+                arguments.append(" ".join(proc.info.get("cmdline") or []))
+            done.wait(0.2)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        code, m = run_cli("optimize", rs_uri, "--zorder-by", "amount,id", "--max-file-size", "1500")
+    finally:
+        done.set()
+        sampler.join()
+    assert code == 0 and m["status"] == "committed" and m["numAddedFiles"] >= 2, m
+    assert rows(rs_uri, options) == (version + 1, before)
+
+    shuffled = [p for p in scratch.rglob("*") if p.is_file() and p.parent.name.isdigit()]
+    assert shuffled, "the Z-order did not shuffle through the scratch folder"
+    assert not any(secret.encode() in p.read_bytes() for p in scratch.rglob("*") if p.is_file())
+    out = capsys.readouterr()
+    assert arguments and not any(secret in a for a in arguments)
+    assert secret not in out.out + out.err
+    assert not any(secret in r.getMessage() for r in caplog.records)
+    assert secret not in json.dumps(m)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence, TypeVar
 
 from airflow_delta_maint.delta.plans.optimize import Bin
@@ -63,7 +63,6 @@ class RewritePath:
     cadence: WriteCadence | None = None
     #: why the run turned busy, when it started quiet
     switched: str | None = None
-    switches: list[str] = field(default_factory=list)
 
     def decide(self, storage: Storage, version: int, now_ms: int | None = None) -> str:
         """The path to start on (or the one already taken), from the commits up to ``version``."""

@@ -31,14 +31,40 @@ def next_crossing(seen: Mapping[str, int], fired_to: int | None, min_commits: in
     :param min_commits: how many commits are enough.
     :return: ``{"from_version", "to_version", "commits"}`` when the table crossed the threshold again.
     """
+    base, commits = _counted(seen, fired_to)
+    if commits < min_commits:
+        return None
+    return {"from_version": base + 1, "to_version": seen["to_version"], "commits": commits}
+
+
+def _counted(seen: Mapping[str, int], fired_to: int | None) -> tuple[int, int]:
+    """The version the count starts after (the later of the reference point and the last version fired
+    for), and the commits after it up to the latest version."""
     base = seen["from_version"] - 1
     latest = seen["to_version"]
     if fired_to is not None and latest >= fired_to:
         base = max(base, fired_to)
-    commits = max(0, latest - base)
-    if commits < min_commits:
-        return None
-    return {"from_version": base + 1, "to_version": latest, "commits": commits}
+    return base, max(0, latest - base)
+
+
+def waiting_message(table_uri: str, seen: Mapping[str, int], fired_to: int | None, min_commits: int) -> str:
+    """
+    The one line a check that is not due logs, e.g. ``s3://b/t: versions 3..4, 2 commits since the last
+    event (version 2), waiting for 3`` or ``s3://b/t: latest version 5, no commits since the last event
+    (version 5), waiting for 3``.
+
+    :param table_uri: the table.
+    :param seen: :func:`~airflow_delta_maint.triggers.commit_interval.count_commits`'s answer.
+    :param fired_to: the ``to_version`` of the last event fired (None: none yet, or forgotten).
+    :param min_commits: how many commits are enough.
+    """
+    base, commits = _counted(seen, fired_to)
+    latest = seen["to_version"]
+    counted = (f"versions {base + 1}..{latest}, {commits} commit{'' if commits == 1 else 's'}" if commits
+               else f"latest version {latest}, no commits")
+    if fired_to is not None and base == fired_to:
+        counted += f" since the last event (version {fired_to})"
+    return f"{table_uri}: {counted}, waiting for {min_commits}"
 
 
 class TableCommitsTrigger(BaseEventTrigger):
@@ -63,7 +89,8 @@ class TableCommitsTrigger(BaseEventTrigger):
     Each check runs the cheap log reads of
     :func:`~airflow_delta_maint.triggers.commit_interval.count_commits` in a worker thread; the
     event loop never blocks. A table that cannot be read (missing, not yet created, not a Delta
-    table) is logged and checked again at the next interval.
+    table) is logged and checked again at the next interval. A check that is not due logs one line
+    (:func:`waiting_message`) when the latest version or the last event changed, not at every check.
 
     The payload is ``{"table_uri", "from_version", "to_version", "commits"}``.
 
@@ -162,6 +189,7 @@ class TableCommitsTrigger(BaseEventTrigger):
             self._fired_to = stored
             self.log.info("%s: last event fired for version %d", self.table_uri, stored)
         last_error = None
+        last_waiting = None  # logged once per state (latest version, last version fired for), not per check
         while True:
             try:
                 seen = await self.check()
@@ -170,6 +198,7 @@ class TableCommitsTrigger(BaseEventTrigger):
                 if message != last_error:
                     self.log.warning("%s (checking again in %ss)", message, self.poke_interval)
                 last_error = message
+                last_waiting = None
             else:
                 last_error = None
                 if self._fired_to is not None and seen["to_version"] < self._fired_to:
@@ -186,9 +215,11 @@ class TableCommitsTrigger(BaseEventTrigger):
                     self._fired_to = event["to_version"]
                     await self._save_fired_to(event["to_version"])
                 else:
-                    self.log.debug("%s: versions %d..%d, waiting for %d commits", self.table_uri,
-                                   seen["from_version"], seen["to_version"], self.min_commits)
+                    waiting = waiting_message(self.table_uri, seen, self._fired_to, self.min_commits)
+                    if waiting != last_waiting:
+                        self.log.info("%s", waiting)
+                    last_waiting = waiting
             await asyncio.sleep(self.poke_interval)
 
 
-__all__ = ["TableCommitsTrigger", "next_crossing", "STATE_KEY_PREFIX"]
+__all__ = ["TableCommitsTrigger", "next_crossing", "waiting_message", "STATE_KEY_PREFIX"]

@@ -62,8 +62,16 @@ def _wait(condition, timeout: float, what: str, procs: dict) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def _start(home: Path, env: dict, name: str, *args: str) -> subprocess.Popen:
-    log = open(home / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
+def _logged(log: Path, *lines: str):
+    """A condition: the component's log holds each of ``lines``."""
+    def condition() -> bool:
+        text = log.read_text(errors="replace") if log.exists() else ""
+        return all(line in text for line in lines)
+    return condition
+
+
+def _start(home: Path, env: dict, name: str, *args: str, log_name: str | None = None) -> subprocess.Popen:
+    log = open(home / (log_name or f"{name}.log"), "wb")  # noqa: SIM115 - closed with the process
     return subprocess.Popen([str(BIN / "airflow"), name, *args], env=env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
 
@@ -114,26 +122,34 @@ def test_dag_runs_once_per_crossing(tmp_path):
                 return bool(conn.execute("SELECT count(*) FROM trigger t JOIN job j ON t.triggerer_id = j.id "
                                          "WHERE t.classpath LIKE '%TableCommitsTrigger'").fetchone()[0])
 
+        # the trigger logs each state it judged not due once: waiting for that line proves it has looked
+        triggerer_log = home / "triggerer.log"
         _wait(watching, 150, "the triggerer to run the watcher", procs)
-        time.sleep(3)
-        assert _runs(db) == []  # one commit: not due
+        _wait(_logged(triggerer_log, f"{table}: versions 0..0, 1 commit, waiting for 3"), 120,
+              "the trigger to judge version 0", procs)
+        assert _runs(db) == [] and _events(db) == []  # one commit: not due
 
         write_appends(table, 2, start=1)  # versions 1, 2: three commits, a crossing
         _wait(lambda: [s for _, s in _runs(db)] == ["success"], 120, "the first run", procs)
-        time.sleep(6)  # the condition stays true: no further run
+        # the condition stays true: the trigger looks again at version 2 and fires nothing more
+        _wait(_logged(triggerer_log, f"{table}: latest version 2, no commits since the last event (version 2), "
+                                     "waiting for 3"), 60, "the trigger to judge version 2 after its event", procs)
         assert len(_runs(db)) == 1
         assert _events(db) == [{"table_uri": str(table), "from_version": 0, "to_version": 2, "commits": 3}]
 
         write_appends(table, 2, start=3)  # versions 3, 4: two commits since the event, not due
-        time.sleep(5)
-        assert len(_runs(db)) == 1
+        _wait(_logged(triggerer_log, f"{table}: versions 3..4, 2 commits since the last event (version 2), "
+                                     "waiting for 3"), 60, "the trigger to judge version 4", procs)
+        assert len(_runs(db)) == 1 and len(_events(db)) == 1
         write_appends(table, 1, start=5)  # version 5: the second crossing
         _wait(lambda: [s for _, s in _runs(db)] == ["success", "success"], 120, "the second run", procs)
 
         _stop(procs.pop("triggerer"))  # a restarted triggerer remembers the last version it fired for
-        procs["triggerer"] = _start(home, env, "triggerer")
-        _wait(watching, 60, "the restarted triggerer to run the watcher", procs)
-        time.sleep(6)
+        restarted_log = home / "triggerer-restarted.log"
+        procs["triggerer"] = _start(home, env, "triggerer", log_name=restarted_log.name)
+        _wait(_logged(restarted_log, f"{table}: last event fired for version 5",
+                      f"{table}: latest version 5, no commits since the last event (version 5), waiting for 3"),
+              120, "the restarted triggerer to judge version 5", procs)
         assert len(_runs(db)) == 2
         second = {"table_uri": str(table), "from_version": 3, "to_version": 5, "commits": 3}
         assert _events(db)[1:] == [second]

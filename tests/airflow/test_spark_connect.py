@@ -172,8 +172,22 @@ def test_spark_connect_failures_are_one_line(connect_server, connect_conn, monke
     # no server: at once
     monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps(
         {"conn_type": "spark_connect", "host": "localhost", "port": _free_port()}))
-    started = time.monotonic()
-    with pytest.raises(AirflowException, match="the Spark Connect server localhost:[0-9]+ is unreachable"):
+    attempts, launched = [], []
+    connect, popen = socket.create_connection, subprocess.Popen
+
+    def probe(address, *args, **kwargs):
+        attempts.append(address)
+        return connect(address, *args, **kwargs)
+
+    def launch(*args, **kwargs):
+        launched.append(args)
+        return popen(*args, **kwargs)
+
+    monkeypatch.setattr(socket, "create_connection", probe)
+    monkeypatch.setattr(subprocess, "Popen", launch)
+    with pytest.raises(AirflowException, match="the Spark Connect server localhost:[0-9]+ is unreachable .*refused"):
         OptimizeOperator(task_id="o", table_uri=str(table), conn_id=CONN_ID).execute({})
-    assert time.monotonic() - started < 10
+    # one refused connection and the answer: no retry, no client process that would retry for minutes
+    assert len(attempts) == 1 and attempts[0][0] == "localhost"
+    assert launched == []
     assert log_files(table) == before

@@ -45,27 +45,33 @@ def test_slices_are_contiguous_even_and_never_empty():
 
 def test_a_failing_slice_raises_itself_after_the_running_ones_stopped():
     started, finished = [], []
+    running = [0]
     lock = threading.Lock()
 
     def work(items):
         items = list(items)
         with lock:
             started.append(items[0])
-        if items[0] == 2:
-            raise ValueError("slice 2 broke")
-        time.sleep(0.2)
-        with lock:
-            finished.append(items[0])
-        return items
+            running[0] += 1
+        try:
+            if items[0] == 2:
+                raise ValueError("slice 2 broke")
+            time.sleep(0.2)
+            with lock:
+                finished.append(items[0])
+            return items
+        finally:
+            with lock:
+                running[0] -= 1
 
     with pytest.raises(ValueError, match="slice 2 broke"):
         LocalTasks(2).map_slices(work, list(range(40)), 40, "t")
-    # the pool was drained before the error came back: nothing still runs, the queued slices never started
+    # the pool was drained before the error came back: no slice runs, the pool's threads have ended (so
+    # no queued slice can start), and the queued slices never started
     with lock:
+        assert running == [0]
         assert set(finished) <= set(started) and len(started) < 40
-        settled = list(finished)
-    time.sleep(0.3)
-    assert finished == settled
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("delta-maint-task")]
 
 
 def test_progress_is_logged_while_slices_run(caplog, monkeypatch):

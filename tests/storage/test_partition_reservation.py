@@ -87,12 +87,22 @@ def test_a_lease_of_a_dead_process_on_this_host_is_taken_over_at_once(tmp_path: 
 
 
 def test_a_live_run_renews_its_lease(tmp_path: Path) -> None:
+    import json
     import time
 
     storage = Storage(str(tmp_path))
     holder = reserve_partitions(storage, ["p=a"], run_id="long", lease_seconds=2)
     try:
-        time.sleep(3.5)  # longer than the lease: only renewal keeps it
-        assert reserve_partitions(storage, ["p=a"], run_id="other").taken_by_others == {"p=a": "long"}
+        first = holder.held["p=a"]
+        first_expires = json.loads(storage.read(first))["expires_at"]
+        deadline = time.monotonic() + 60
+        while holder.held["p=a"] == first:  # the renewer writes the lease's next generation
+            assert time.monotonic() < deadline, "the lease was never renewed"
+            time.sleep(0.05)
+        renewed = json.loads(storage.read(holder.held["p=a"]))
+        assert renewed["run_id"] == "long" and renewed["expires_at"] > first_expires
+        # when the first lease has expired, only the renewal keeps the partition
+        other = reserve_partitions(storage, ["p=a"], run_id="other", now=first_expires)
+        assert other.taken_by_others == {"p=a": "long"} and other.held == {}
     finally:
         holder.release()

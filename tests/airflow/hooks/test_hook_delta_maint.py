@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 
+from airflow_delta_maint.hooks import package_bundle
 from airflow_delta_maint.hooks.delta_maint import APPLICATION, DeltaMaintHook, build_package_zip, pyspark_home
 
 
@@ -81,11 +82,13 @@ def test_spark_home_defaults_to_pyspark(monkeypatch, tmp_path):
     assert imported_before or "pyspark" not in sys.modules  # the Airflow side never imports pyspark
 
 
-def test_package_zip_is_built_once_and_complete(tmp_path):
+def test_package_zip_is_built_once_and_complete(tmp_path, monkeypatch):
     first = build_package_zip(tmp_path)
     mtime = os.stat(first).st_mtime_ns
-    time.sleep(0.01)
+    written: list[str] = []
+    monkeypatch.setattr(package_bundle, "_write_entry", lambda zf, arcname, data: written.append(arcname))
     assert build_package_zip(tmp_path) == first
+    assert written == []  # the second call wrote no entry: nothing was zipped again
     assert os.stat(first).st_mtime_ns == mtime
     assert [p.name for p in tmp_path.iterdir()] == [Path(first).name]
     with zipfile.ZipFile(first) as zf:
@@ -153,8 +156,16 @@ def test_unreachable_master_fails_fast(monkeypatch, tmp_path, small_table):
         port = s.getsockname()[1]
     _conn(monkeypatch, "spark_gone", host="spark://127.0.0.1", port=port)
     hook = DeltaMaintHook(conn_id="spark_gone", cache_dir=tmp_path)
-    started = time.monotonic()
-    with pytest.raises(AirflowException, match=f"spark://127.0.0.1:{port} is unreachable"):
+    attempts = []
+    connect = socket.create_connection
+
+    def probe(address, *args, **kwargs):
+        attempts.append(address)
+        return connect(address, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "create_connection", probe)
+    with pytest.raises(AirflowException, match=f"spark://127.0.0.1:{port} is unreachable .*refused"):
         hook.run_job("inspect", str(small_table))
-    assert time.monotonic() - started < 5
+    # one refused connection and the answer: no retry loop, no wait for a timeout
+    assert attempts == [("127.0.0.1", port)]
     assert hook._submit_sp is None  # spark-submit never started

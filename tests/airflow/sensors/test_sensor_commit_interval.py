@@ -22,18 +22,48 @@ def test_template_fields():
                                                          "storage_options"}
 
 
+def counting_pokes(sensor: CommitIntervalSensor) -> list:
+    """The sensor's pokes, each recorded with its answer (or its error) as it returns."""
+    pokes: list = []
+    poke = sensor.poke
+
+    def recorded(context):
+        try:
+            answer = poke(context)
+        except Exception as exc:
+            pokes.append(exc)
+            raise
+        pokes.append(answer)
+        return answer
+
+    sensor.poke = recorded  # type: ignore[method-assign]
+    return pokes
+
+
 def test_poke_mode_waits_for_commits(small_table):
+    """The commits are written only after two pokes came back empty: the sensor waited for them."""
     sensor = CommitIntervalSensor(task_id="wait", table_uri=str(small_table), min_commits=2, since="version",
-                                  since_version="5", poke_interval=0.2, timeout=60)
-    writer = threading.Timer(0.5, write_appends, args=(small_table, 2), kwargs={"start": 6})
-    writer.start()
-    started = time.monotonic()
+                                  since_version="5", poke_interval=0.05, timeout=60)
+    pokes = counting_pokes(sensor)
+    written = threading.Event()
+
+    def writer() -> None:
+        deadline = time.monotonic() + 60
+        while len(pokes) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        write_appends(small_table, 2, start=6)
+        written.set()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
     try:
         seen = sensor.execute(context={})
     finally:
-        writer.join()
+        thread.join()
     assert seen == {"from_version": 6, "to_version": 7, "commits": 2}
-    assert time.monotonic() - started >= 0.5
+    assert written.is_set()
+    assert [p.is_done for p in pokes[:2]] == [False, False] and pokes[-1].is_done
+    assert pokes[0].xcom_value == {"from_version": 6, "to_version": 5, "commits": 0}
 
 
 def test_deferrable_mode_runs_the_trigger_and_resumes(small_table):
@@ -73,11 +103,12 @@ def test_trigger_error_fails_the_task():
 
 
 def test_missing_table_fails_at_once(tmp_path):
+    """The first poke's error ends the task: no second poke, no wait for the timeout."""
     sensor = CommitIntervalSensor(task_id="wait", table_uri=str(tmp_path / "gone"), min_commits=1, timeout=600)
-    started = time.monotonic()
+    pokes = counting_pokes(sensor)
     with pytest.raises(AirflowException, match="table path does not exist"):
         sensor.execute(context={})
-    assert time.monotonic() - started < 5
+    assert len(pokes) == 1 and isinstance(pokes[0], AirflowException)
 
 
 def test_bad_arguments(small_table):
@@ -121,7 +152,11 @@ def test_three_modes_in_a_dag_run(airflow_home, small_table):
     reader.start()
     try:
         _wait_for_state(airflow_home, proc, "poke", {"running"})
-        time.sleep(2)  # a few pokes come back empty
+        empty = f"{small_table}: 0 commits since version (versions 6..5); waiting for 1"
+        deadline = time.monotonic() + 120
+        while sum(empty in line for line in lines) < 2:  # a few pokes come back empty
+            assert proc.poll() is None and time.monotonic() < deadline, "".join(lines)[-4000:]
+            time.sleep(0.2)
         write_appends(small_table, 1, start=6)
         _wait_for_state(airflow_home, proc, "reschedule", {"up_for_reschedule"})
         write_appends(small_table, 1, start=7)

@@ -6,7 +6,6 @@ import asyncio
 import importlib
 import json
 import threading
-import time
 
 import pytest
 from airflow.triggers.base import TriggerEvent
@@ -91,33 +90,48 @@ def test_fires_at_once_when_enough(small_table):
 
 
 def test_waits_for_commits_without_blocking_the_loop(small_table):
+    """The commits are written only once the event loop ticked while the trigger was waiting for them
+    (after its second check): the trigger's waits leave the loop free."""
     trigger = CommitIntervalTrigger(str(small_table), min_commits=3, since="version", since_version=5,
-                                    poke_interval=0.2)
-    writer = threading.Timer(1.0, write_appends, args=(small_table, 3), kwargs={"start": 6})
+                                    poke_interval=0.05)
+    checks = 0
+    check = trigger.check
+
+    async def counted() -> dict[str, int]:
+        nonlocal checks
+        try:
+            return await check()
+        finally:
+            checks += 1
+
+    trigger.check = counted  # type: ignore[method-assign]
+    ticked = threading.Event()
+    written = threading.Event()
+
+    def writer() -> None:
+        if ticked.wait(60):
+            write_appends(small_table, 3, start=6)
+            written.set()
 
     async def run():
+        waiting = asyncio.ensure_future(anext(trigger.run()))
         ticks = 0
+        while ticks < 10 or checks < 2:
+            await asyncio.sleep(0.01)
+            assert not waiting.done(), f"fired before any commit was written: {waiting.result()}"
+            ticks += 1
+        ticked.set()  # lets the writer write
+        return await asyncio.wait_for(waiting, timeout=60), ticks
 
-        async def ticker():
-            nonlocal ticks
-            while True:
-                ticks += 1
-                await asyncio.sleep(0.05)
-
-        tick_task = asyncio.create_task(ticker())
-        started = time.monotonic()
-        event = await asyncio.wait_for(anext(trigger.run()), timeout=60)
-        tick_task.cancel()
-        return event, ticks, time.monotonic() - started
-
-    writer.start()
+    thread = threading.Thread(target=writer)
+    thread.start()
     try:
-        event, ticks, elapsed = asyncio.run(run())
+        event, ticks = asyncio.run(run())
     finally:
-        writer.join()
+        ticked.set()
+        thread.join()
+    assert written.is_set() and ticks >= 10 and checks >= 3
     assert event.payload == {"status": "success", "from_version": 6, "to_version": 8, "commits": 3}
-    assert elapsed >= 1.0
-    assert ticks >= elapsed / 0.05 * 0.5  # the loop kept running while the trigger waited
 
 
 def test_missing_table_is_an_error_event(tmp_path):

@@ -45,9 +45,14 @@ def test_nightly_dag(airflow_home, tmp_path):
     assert optimize["version_read"] == 9 and optimize["version_committed"] == 10
     assert optimize["numRemovedFiles"] == 20 and optimize["numAddedFiles"] == 2
 
+    # versions 0..10 and no checkpoint (delta-rs writes one every 100 commits, OPTIMIZE none): the default
+    # interval of 5 has two whole windows, 1..5 and 6..10
     compact = tasks[("maintain.compact_log", 0)]["value"]
-    assert compact["operation"] == "compact-log" and compact["status"] in ("committed", "skipped")
-    assert compact["version_read"] == 10
+    assert compact["operation"] == "compact-log" and compact["status"] == "committed", compact
+    assert compact["version_read"] == 10 and compact["last_checkpoint_version"] is None
+    assert [(w["start"], w["end"], w["numCommits"]) for w in compact["windows_written"]] == [(1, 5, 5), (6, 10, 5)]
+    assert compact["numWindowsSkipped"] == 0 and compact["version_committed"] is None
+    assert {f"{s:020d}.{e:020d}.compacted.json" for s, e in [(1, 5), (6, 10)]} <= set(log_files(table))
 
     vacuum = tasks[("maintain.vacuum", 0)]["value"]
     assert vacuum["operation"] == "vacuum" and vacuum["status"] == "committed"

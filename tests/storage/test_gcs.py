@@ -47,7 +47,7 @@ def test_gcs_reading_from_the_environment_and_from_options(gcs_store, gcs_table,
     assert version == COMMITS - 1 and sum(before.values()) == COMMITS * ROWS
     shell_env(gcs_store.env)
     code, m = run_cli("inspect", gcs_table)
-    assert code == 0 and m["status"] != "failed", m
+    assert code == 0 and m["status"] == "skipped", m  # inspect reads only
     assert m["version_read"] == version and m["num_files"] == COMMITS, m
     shell_env({})
     code, m = run_cli("inspect", f"gcs://{gcs_store.bucket}/gcs-table", *storage_args(gcs_store.options))

@@ -257,13 +257,18 @@ def test_streamed_checks_equal_the_in_memory_ones(tmp_path_factory, history):
     # OPTIMIZE's skip check, policy included
     for params in OPTION_SETS:
         params = dict(params, dv_ratio=params.get("dv_ratio", 0.05))
-        assert _answer(nothing_to_do, table, None, params) == _answer(_reference, table, params), params
-        try:  # the stream itself answered, unless a distrusted checkpoint sent it to the snapshot
+        expected = _answer(_reference, table, params)
+        assert _answer(nothing_to_do, table, None, params) == expected, params
+        # the stream itself answers as the plan does (an outline, or the same error for bad input), unless a
+        # distrusted checkpoint sent it to the snapshot
+        try:
             streamed_plan_outline(open_state(table), params)
         except StreamFallback:
-            assert corrupt_in_use
-        except DeltaError:
-            pass
+            assert corrupt_in_use, f"the stream fell back on a log the snapshot trusts: {params}"
+        except DeltaError as exc:
+            assert ("error", type(exc).__name__, str(exc)) == expected, params
+        else:
+            assert expected[0] == "ok", (params, expected)
         # the execution choice's bytes to rewrite
         assert _answer(rewrite_bytes, table, None, params) == _answer(_reference_bytes, table, params), params
 

@@ -40,10 +40,10 @@ from airflow_delta_maint.app.runners.tasks import SparkTasks
 from airflow_delta_maint.delta.errors import DeltaError
 from airflow_delta_maint.delta.log.listing import read_commit
 from airflow_delta_maint.delta.log.snapshot import Snapshot
-from airflow_delta_maint.delta.plans.optimize import plan_optimize
-from airflow_delta_maint.delta.protocol.features import check_supported
 from airflow_delta_maint.delta.storage.store import Storage
 from tests.conftest import CORPUS_DV_TABLES, corpus_path, load_manifest, restore_dv_file_names
+from tests.data.conformance.expected import (
+    changed_partitions, files_per_partition, load_expected, missing_data_files, scrub)
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFEST: dict[str, dict] = {t["table"]: t["oracle"] for t in load_manifest()}
@@ -153,36 +153,16 @@ def optimize(path: Path, *args: str) -> tuple[int, dict]:
 
 
 # -- the corpus -----------------------------------------------------------------------------------
-def _data_present(snap: Snapshot) -> bool:
-    storage = snap.storage
-    for add in snap.add_actions():
-        key = storage.key_for_path(add["path"])
-        if key is None or not os.path.exists(storage.local_path(key)):
-            return False
-    return True
+# Every corpus table, with the outcome recorded for it in tests/data/conformance/expected.json.
+EXPECTED = load_expected("optimize")
 
 
-def _classify() -> tuple[list[str], list[str], list[str]]:
-    supported, unsupported, invalid = [], [], []
-    for name in MANIFEST:
-        try:
-            snap = Snapshot.load(str(corpus_path(name)))
-        except DeltaError:
-            invalid.append(name)
-            continue
-        try:
-            check_supported(snap.protocol, "optimize", snap.metadata)
-        except DeltaError:
-            unsupported.append(name)  # refused from the log alone, data files or not
-            continue
-        # Log-only tables (their data files are not in the corpus) are left out: there is nothing
-        # to rewrite or compare.
-        if _data_present(snap):
-            supported.append(name)
-    return supported, unsupported, invalid
+def _named(*outcomes: str) -> list[str]:
+    return sorted(n for n, e in EXPECTED.items() if e["outcome"] in outcomes)
 
 
-SUPPORTED, UNSUPPORTED, INVALID = _classify()
+REWRITTEN, REFUSED, INVALID, LOG_ONLY = (_named("committed", "skipped"), _named("refused"), _named("invalid"),
+                                         _named("log-only"))
 
 
 def copy_corpus(name: str, tmp_path: Path) -> Path:
@@ -196,59 +176,55 @@ def read_rows(path: Path, name: str) -> Counter:
     return rows_deltars(path) if MANIFEST[name].get("readable") else rows_ours(path)
 
 
-def test_corpus_is_classified() -> None:
-    assert len(SUPPORTED) >= 90 and len(UNSUPPORTED) >= 10 and len(INVALID) >= 5
-
-
-@pytest.mark.parametrize("name", SUPPORTED)
+@pytest.mark.parametrize("name", REWRITTEN)
 def test_corpus_table(name: str, tmp_path: Path, spark) -> None:
+    expected = EXPECTED[name]
     path = copy_corpus(name, tmp_path)
     oracle = MANIFEST[name]
     before = read_rows(path, name)
+    assert sum(before.values()) == expected["rows_before"]
     if oracle.get("rows") is not None:
         assert sum(before.values()) == oracle["rows"]
     snap = Snapshot.load(str(path))
-    plan = plan_optimize(snap)
+    assert (snap.version, snap.num_files) == (expected["version_read"], expected["files_before"])
     files_before = listing(path)
     code, m = optimize(path)
     assert code == 0, m.get("error")
-    if plan.is_empty:
-        assert m["status"] == "skipped" and m["numAddedFiles"] == 0
+    assert m["status"] == expected["outcome"] and m["version_read"] == expected["version_read"]
+    assert (m["numRemovedFiles"], m["numAddedFiles"], m.get("numDeletionVectorsRemoved", 0)) == (
+        expected["removed_files"], expected["added_files"], expected["deletion_vectors_removed"])
+    assert m.get("version_committed") == expected["version_committed"]
+    if expected["outcome"] == "skipped":
+        assert m["reason"] == expected["reason"] and m["numAddedFiles"] == 0
         # every file byte-for-byte as before (same sizes and times, log included): the rows are too
         assert listing(path) == files_before
-        return
+        assert expected["partitions"] == {} and expected["files_after"] == expected["files_before"]
     else:
-        assert m["status"] == "committed" and m["version_committed"] == snap.version + 1
+        assert m["version_committed"] == snap.version + 1
         after_snap = Snapshot.load(str(path))
         assert after_snap.num_files == snap.num_files - m["numRemovedFiles"] + m["numAddedFiles"]
-        assert m["numRemovedFiles"] == plan.input_files
+        assert after_snap.num_files == expected["files_after"]
         assert not any(a.get("deletionVector") for a in after_snap.add_actions())
-        assert m["numDeletionVectorsRemoved"] == sum(b.num_dvs for b in plan.bins)
-        per_partition = Counter(json.dumps(dict(a["partitionValues"] or {}), sort_keys=True) for a in snap.add_actions())
-        per_partition_after = Counter(json.dumps(dict(a["partitionValues"] or {}), sort_keys=True)
-                                      for a in after_snap.add_actions())
-        for b in plan.bins:
-            key = json.dumps(b.partition_values, sort_keys=True)
-            if len(b.files) >= 2:
-                assert per_partition_after[key] < per_partition[key]
+        # each partition's file count, before and after, as recorded (the others keep theirs)
+        assert changed_partitions(files_per_partition(snap), files_per_partition(after_snap)) == \
+            expected["partitions"]
         info = commit_info(path, m["version_committed"])
         assert info["operation"] == "OPTIMIZE"
         assert info["operationMetrics"]["numAddedFiles"] == str(m["numAddedFiles"])
         if oracle.get("loaded"):
             assert DeltaTable(str(path)).version() == m["version_committed"]
-    assert read_rows(path, name) == before
+    after = read_rows(path, name)
+    assert sum(after.values()) == expected["rows_after"]
+    assert after == before
 
 
-@pytest.mark.parametrize("name", UNSUPPORTED)
+@pytest.mark.parametrize("name", REFUSED)
 def test_corpus_unsupported_feature_refused(name: str, tmp_path: Path) -> None:
     path = copy_corpus(name, tmp_path)
-    snap = Snapshot.load(str(path))
-    with pytest.raises(DeltaError) as expected:
-        check_supported(snap.protocol, "optimize", snap.metadata)
     files_before = listing(path)
     code, m = optimize(path)
     assert code == 2 and m["status"] == "failed" and m["error_type"] == "UnsupportedFeatureError"
-    assert m["error"] == str(expected.value)
+    assert scrub(m["error"], path) == EXPECTED[name]["reason"]
     assert "feature" in m["error"] or "Version" in m["error"]
     assert listing(path) == files_before
 
@@ -256,10 +232,21 @@ def test_corpus_unsupported_feature_refused(name: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", INVALID)
 def test_corpus_invalid_log_refused(name: str, tmp_path: Path) -> None:
     path = copy_corpus(name, tmp_path)
+    with pytest.raises(DeltaError):
+        Snapshot.load(str(path))
     files_before = listing(path)
     code, m = optimize(path)
     assert code == 2 and m["status"] == "failed" and m["error"]
+    assert (m["error_type"], scrub(m["error"], path)) == (EXPECTED[name]["error_type"], EXPECTED[name]["error"])
     assert listing(path) == files_before
+
+
+@pytest.mark.parametrize("name", LOG_ONLY)
+def test_corpus_log_only_table_is_missing_data_files(name: str) -> None:
+    """A log-only table is not rewritten: the files its log references are (still) not in the corpus."""
+    snap = Snapshot.load(str(corpus_path(name)))
+    assert (snap.num_files, missing_data_files(snap)) == (EXPECTED[name]["files"], EXPECTED[name]["missing"])
+    assert EXPECTED[name]["missing"] > 0
 
 
 

@@ -16,13 +16,14 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from airflow_delta_maint.app.cli import run
+from airflow_delta_maint.delta.errors import DeltaError
 from airflow_delta_maint.delta.log.listing import read_commit_info
 from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.delta.plans.vacuum import LAST_VACUUM_INFO, read_last_vacuum_info
 from airflow_delta_maint.delta.protocol.deletion_vectors import dv_file_key
-from airflow_delta_maint.delta.protocol.features import unsupported_features
 from airflow_delta_maint.delta.storage.store import Storage
 from tests.conftest import corpus_path, load_manifest
+from tests.data.conformance.expected import load_expected, missing_data_files, scrub
 from tests.delta.test_vacuum_plan import age_commit, protocol_names
 
 pytestmark = pytest.mark.spark
@@ -369,17 +370,27 @@ def test_special_characters_in_partition_values(tmp_path, spark):
 
 
 # -- the conformance corpus ------------------------------------------------------------------------
-def _corpus_tables() -> list[str]:
-    out = []
-    for entry in load_manifest():
-        oracle = entry["oracle"]
-        if not oracle.get("loaded") or not oracle.get("files"):
-            continue
-        storage_root = corpus_path(entry["table"])
-        storage = Storage(str(storage_root))
-        if all((storage_root / k).exists() for k in (storage.key_for_path(f) for f in oracle["files"]) if k):
-            out.append(entry["table"])
-    return out
+# Every corpus table, with the outcome recorded for it in tests/data/conformance/expected.json.
+MANIFEST = {e["table"]: e["oracle"] for e in load_manifest()}
+EXPECTED = load_expected("vacuum")
+ORPHAN = "vacuum-orphan.parquet"
+
+
+def corpus_vacuum_copy(path: Path, snapshot: Snapshot | None) -> list[str]:
+    """Age a copied corpus table for VACUUM: every file outside the log 30 days old, plus a 30-day-old
+    orphan at the root and one in the first file's partition folder (the root's alone when the log
+    does not load). Returns the orphans' keys."""
+    old = (NOW_MS - 30 * DAY_MS) / 1000
+    for p in path.rglob("*"):
+        if p.is_file() and "_delta_log" not in p.parts:
+            os.utime(p, (old, old))
+    orphans = [ORPHAN]
+    if snapshot is not None and snapshot.partition_columns and snapshot.paths:
+        first = snapshot.storage.key_for_path(snapshot.paths[0])
+        if first and "/" in first:
+            orphans.append(first.rsplit("/", 1)[0] + "/" + ORPHAN)
+    make_old(path, *orphans, days=30)
+    return orphans
 
 
 def _referenced(snapshot: Snapshot) -> set[str]:
@@ -399,59 +410,66 @@ def _row_count(snapshot: Snapshot) -> int:
     return total
 
 
-def test_corpus_tables_keep_every_referenced_file_and_every_row(tmp_path, spark):
-    """Every corpus table whose data files are here: everything aged 30 days, plus old orphans.
-    VACUUM deletes only unreferenced files; rows (delta-rs, or footers minus deletion vectors
-    where delta-rs cannot read) are equal before and after; refused tables stay untouched."""
-    manifest = {e["table"]: e["oracle"] for e in load_manifest()}
-    names = _corpus_tables()
-    assert len(names) > 100
-    vacuumed = refused = 0
-    old = (NOW_MS - 30 * DAY_MS) / 1000
-    for name in names:
-        path = tmp_path / name.replace("/", "__")
-        shutil.copytree(corpus_path(name), path)
-        protocol_names(path)
-        for p in path.rglob("*"):
-            if p.is_file() and "_delta_log" not in p.parts:
-                os.utime(p, (old, old))
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_corpus_table_keeps_every_referenced_file_and_every_row(name, tmp_path, spark):
+    """A corpus table, everything aged 30 days, plus old orphans: VACUUM does what expected.json
+    records. It deletes only unreferenced files; rows (delta-rs, or footers minus deletion vectors
+    where delta-rs cannot read) are equal before and after; refused tables and invalid logs stay
+    untouched. Log-only tables (data files not in the corpus) are not vacuumed."""
+    expected = EXPECTED[name]
+    path = tmp_path / name.replace("/", "__")
+    shutil.copytree(corpus_path(name), path)
+    protocol_names(path)
+    snapshot = None
+    if expected["outcome"] == "invalid":
+        with pytest.raises(DeltaError):
+            Snapshot.load(str(path))
+    else:
         snapshot = Snapshot.load(str(path))
-        orphans = ["vacuum-orphan.parquet"]
-        if snapshot.partition_columns:
-            first = snapshot.storage.key_for_path(snapshot.paths[0])
-            if "/" in first:
-                orphans.append(first.rsplit("/", 1)[0] + "/vacuum-orphan.parquet")
-        make_old(path, *orphans, days=30)
-        referenced = _referenced(snapshot)
-        hidden_before = {k: v for k, v in tree(path).items()
-                         if k.startswith("_delta_log/") or any(part[:1] in "._" and not part.startswith("_change_data")
-                                                                and "=" not in part for part in k.split("/"))}
-        readable = manifest[name].get("readable")
-        before = row_tables(path) if readable else _row_count(snapshot)
-        listing_before = tree(path)
-
+    if expected["outcome"] == "log-only":
+        assert (snapshot.num_files, missing_data_files(snapshot)) == (expected["files"], expected["missing"])
+        assert expected["missing"] > 0
+        return
+    orphans = corpus_vacuum_copy(path, snapshot)
+    listing_before = tree(path)
+    if expected["outcome"] in ("refused", "invalid"):
         code, m = vacuum(path)
-        if unsupported_features(snapshot.protocol, "vacuum", snapshot.metadata):
-            assert code == 2 and m["error_type"] == "UnsupportedFeatureError", (name, m)
-            assert tree(path) == listing_before, name
-            refused += 1
-            continue
-        assert code == 0 and m["status"] == "committed", (name, m)
-        after = tree(path)
-        assert not any(o in after for o in orphans), name
-        missing = {k for k in referenced if k in listing_before and k not in after}
-        assert not missing, (name, missing)
-        deleted = {k for k in listing_before if k not in after}
-        for key, value in hidden_before.items():
-            # Hadoop's checksum sidecar (.<name>.crc) goes with its file, as Hadoop's own delete takes it
-            folder, _, base = key.rpartition("/")
-            sidecar_of = f"{folder}/{base[1:-4]}".lstrip("/") if base.startswith(".") and base.endswith(".crc") else None
-            assert key == LAST_VACUUM_INFO or after.get(key) == value or sidecar_of in deleted, (name, key)
-        latest = Snapshot.load(str(path))
-        assert latest.version == snapshot.version + 2 and _referenced(latest) == referenced, name
-        if readable:
-            assert same_rows(row_tables(path), before), name
+        assert code == 2 and m["status"] == "failed", m
+        if expected["outcome"] == "refused":
+            assert m["error_type"] == "UnsupportedFeatureError" and scrub(m["error"], path) == expected["reason"]
         else:
-            assert _row_count(latest) == before, name
-        vacuumed += 1
-    assert vacuumed > 90 and refused >= 1
+            assert (m["error_type"], scrub(m["error"], path)) == (expected["error_type"], expected["error"])
+        assert tree(path) == listing_before
+        return
+    referenced = _referenced(snapshot)
+    hidden_before = {k: v for k, v in listing_before.items()
+                     if k.startswith("_delta_log/") or any(part[:1] in "._" and not part.startswith("_change_data")
+                                                            and "=" not in part for part in k.split("/"))}
+    readable = MANIFEST[name].get("readable")
+    before = row_tables(path) if readable else _row_count(snapshot)
+    assert (sum(t.num_rows for _, t in before) if readable else before) == expected["rows"]
+    if MANIFEST[name].get("rows") is not None:
+        assert expected["rows"] == MANIFEST[name]["rows"]
+
+    code, m = vacuum(path)
+    assert code == 0 and m["status"] == expected["outcome"] == "committed", m
+    assert m["version_read"] == expected["version_read"] == snapshot.version
+    assert m["version_committed"] == expected["version_committed"]
+    assert m["numDeletedFiles"] == expected["deleted_files"]
+    after = tree(path)
+    assert not any(o in after for o in orphans)
+    missing = {k for k in referenced if k in listing_before and k not in after}
+    assert not missing, missing
+    deleted = {k for k in listing_before if k not in after}
+    for key, value in hidden_before.items():
+        # Hadoop's checksum sidecar (.<name>.crc) goes with its file, as Hadoop's own delete takes it
+        folder, _, base = key.rpartition("/")
+        sidecar_of = f"{folder}/{base[1:-4]}".lstrip("/") if base.startswith(".") and base.endswith(".crc") else None
+        assert key == LAST_VACUUM_INFO or after.get(key) == value or sidecar_of in deleted, key
+    latest = Snapshot.load(str(path))
+    assert latest.version == snapshot.version + 2 == expected["version_committed"]
+    assert _referenced(latest) == referenced and latest.num_files == expected["files"]
+    if readable:
+        assert same_rows(row_tables(path), before)
+    else:
+        assert _row_count(latest) == before

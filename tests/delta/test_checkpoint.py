@@ -24,41 +24,36 @@ from airflow_delta_maint.delta.log.checkpoint import (
 from airflow_delta_maint.delta.log.listing import LAST_CHECKPOINT, build_segment
 from airflow_delta_maint.delta.log.snapshot import Snapshot, _clean
 from airflow_delta_maint.delta.protocol.actions import ADD_SCHEMA, REMOVE_SCHEMA
-from airflow_delta_maint.delta.protocol.features import unsupported_features
 from airflow_delta_maint.delta.storage.store import Storage
 
-from tests.conftest import corpus_path, load_manifest
+from tests.conftest import load_manifest
+from tests.data.conformance.expected import load_expected, scrub
 
 import deltalake  # noqa: E402
 
 DAY = 24 * 3600 * 1000
 WEEK = 7 * DAY
 
-# Every table delta-rs 1.6.0 loaded (our reader loads all of them). Where delta-rs could not read
-# the data (deletion vectors, column mapping, V2 checkpoints, variant, missing data files, values
-# pyarrow rejects) the rows are not compared; the file list, stats and deletion vectors are
-# still checked through delta-rs's log and through our reader, and the logical row count
-# (numRecords minus deleted rows) through our reader.
-_LOADED = [t for t in load_manifest() if t["oracle"].get("loaded")]
-
-
-def _gate_allows(entry: dict) -> bool:
-    snap = Snapshot.load(str(corpus_path(entry["table"])))
-    return not unsupported_features(snap.protocol, "checkpoint", snap.metadata)
-
-
+# Every table delta-rs 1.6.0 loaded (our reader loads all of them), with the outcome recorded for it
+# in tests/data/conformance/expected.json. Where delta-rs could not read the data (deletion vectors,
+# column mapping, V2 checkpoints, variant, missing data files, values pyarrow rejects) the rows are
+# not compared; the file list, stats and deletion vectors are still checked through delta-rs's log
+# and through our reader, and the logical row count (numRecords minus deleted rows) through our reader.
+_LOADED = {t["table"]: t for t in load_manifest() if t["oracle"].get("loaded")}
+EXPECTED = load_expected("checkpoint")
+CORPUS = [_LOADED[n] for n in sorted(EXPECTED) if EXPECTED[n]["outcome"] == "committed"]
 # Tables whose writer features the gate refuses (e.g. the unknown `liquid` feature) get no
 # checkpoint: the protocol forbids writers to write tables with features they do not know.
-CORPUS = [t for t in _LOADED if _gate_allows(t)]
-REFUSED = [t for t in _LOADED if not _gate_allows(t)]
+REFUSED = [_LOADED[n] for n in sorted(EXPECTED) if EXPECTED[n]["outcome"] == "refused"]
 
 
 @pytest.mark.parametrize("entry", REFUSED, ids=[t["table"] for t in REFUSED])
 def test_checkpoint_refuses_tables_with_unsupported_writer_features(entry, copy_table):
     table = copy_table(entry["table"])
     listing = sorted(os.listdir(_log(table)))
-    with pytest.raises(UnsupportedFeatureError, match="checkpoint"):
+    with pytest.raises(UnsupportedFeatureError, match="checkpoint") as refused:
         write_checkpoint(Snapshot.load(str(table)))
+    assert scrub(str(refused.value), table) == EXPECTED[entry["table"]]["reason"]
     assert sorted(os.listdir(_log(table))) == listing
 
 
@@ -151,9 +146,25 @@ def _now_keeping_half(snapshot: Snapshot) -> int | None:
     return ts[len(ts) // 2] + tombstone_retention_ms(snapshot.metadata.configuration) - 1
 
 
+def remove_checkpoints_at(table: Path, version: int) -> None:
+    """Set aside any checkpoint already at ``version``, so the one read back is ours."""
+    for name in os.listdir(_log(table)):
+        if _version_of(name) == version and ".checkpoint." in name:
+            os.remove(_log(table) / name)
+
+
+def kept_tombstones(snapshot: Snapshot, now_ms: int | None) -> pa.Table:
+    """The tombstones a checkpoint written at ``now_ms`` keeps (deleted after its retention cutoff)."""
+    cutoff = (now_ms if now_ms is not None else time.time() * 1000) - tombstone_retention_ms(
+        snapshot.metadata.configuration)
+    return snapshot.tombstones.filter(pc.greater(pc.fill_null(snapshot.tombstones.column("deletionTimestamp"), 0),
+                                                 int(cutoff)))
+
+
 @pytest.mark.parametrize("entry", CORPUS, ids=[t["table"] for t in CORPUS])
 def test_checkpoint_replaces_the_log(entry, copy_table):
     oracle = entry["oracle"]
+    expected = EXPECTED[entry["table"]]
     table = copy_table(entry["table"])
     before = Snapshot.load(str(table))
     version = before.version
@@ -162,17 +173,14 @@ def test_checkpoint_replaces_the_log(entry, copy_table):
     adds_before = _rs_add_actions(rs_before)
     rows_before = _rs_rows(rs_before) if oracle.get("readable") else None
 
-    # Any checkpoint already at this version is set aside, so the one read back is ours.
-    for name in os.listdir(_log(table)):
-        if _version_of(name) == version and ".checkpoint." in name:
-            os.remove(_log(table) / name)
-
+    remove_checkpoints_at(table, version)
     now_ms = _now_keeping_half(before)
     metrics = write_checkpoint(before, now_ms=now_ms)
     expected_kind = "v2" if "v2Checkpoint" in oracle["reader_features"] else "classic"
-    assert metrics["kind"] == expected_kind
-    assert metrics["already_existed"] is False and metrics["version"] == version
-    assert metrics["num_add_files"] == before.num_files == oracle["num_files"]
+    assert metrics["kind"] == expected_kind == expected["kind"]
+    assert metrics["already_existed"] is False and metrics["version"] == version == expected["version"]
+    assert metrics["num_add_files"] == before.num_files == oracle["num_files"] == expected["add_files"]
+    assert metrics["num_actions"] == expected["actions"]
     cp_file = table / metrics["path"]
     assert cp_file.stat().st_size == metrics["size_bytes"]
     cp = pq.read_table(cp_file)
@@ -211,10 +219,11 @@ def test_checkpoint_replaces_the_log(entry, copy_table):
     assert after.metadata == before.metadata
     assert _agrees(_files(after.files), _files(before.files))
     assert _logical_rows(before) in (None, _logical_rows(after))
-    cutoff = (now_ms if now_ms is not None else time.time() * 1000) - tombstone_retention_ms(
-        before.metadata.configuration)
-    kept = before.tombstones.filter(pc.greater(pc.fill_null(before.tombstones.column("deletionTimestamp"), 0),
-                                               int(cutoff)))
+    assert (_logical_rows(before), _logical_rows(after)) == (expected["rows_before"], expected["rows_after"])
+    if oracle.get("rows") is not None and expected["rows_after"] is not None:
+        assert expected["rows_after"] == oracle["rows"]
+    kept = kept_tombstones(before, now_ms)
+    assert kept.num_rows == expected["tombstones_kept"]
     assert _tombstones(after.tombstones) == _tombstones(kept)
     if now_ms is not None:
         assert 0 < kept.num_rows <= before.tombstones.num_rows

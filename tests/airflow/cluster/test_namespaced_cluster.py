@@ -192,7 +192,10 @@ def test_nightly_dag_on_the_namespaced_cluster(cluster, s3, airflow_home, tmp_pa
     assert optimize["status"] == "committed" and optimize["version_read"] == 9 and optimize["version_committed"] == 10
     assert optimize["numRemovedFiles"] == 20 and optimize["numAddedFiles"] == 2
     compact = tasks[("maintain.compact_log", 0)]["value"]
-    assert compact["status"] in ("committed", "skipped") and compact["version_read"] == 10
+    # versions 0..10 and no checkpoint: the default interval of 5 has two whole windows, 1..5 and 6..10
+    assert compact["status"] == "committed" and compact["version_read"] == 10, compact
+    assert [(w["start"], w["end"], w["numCommits"]) for w in compact["windows_written"]] == [(1, 5, 5), (6, 10, 5)]
+    assert compact["numWindowsSkipped"] == 0 and compact["version_committed"] is None
     vacuum = tasks[("maintain.vacuum", 0)]["value"]
     assert vacuum["status"] == "committed" and vacuum["numFilesDeleted"] == 20
 

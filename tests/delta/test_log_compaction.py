@@ -25,7 +25,8 @@ from airflow_delta_maint.delta.log.listing import compaction_key, list_log
 from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.delta.storage.store import Storage
 
-from tests.conftest import corpus_path, load_manifest
+from tests.conftest import corpus_path
+from tests.data.conformance.expected import compaction_windows, load_expected, scrub
 
 DAY_MS = 24 * 3600 * 1000
 
@@ -263,7 +264,9 @@ def test_remove_of_pre_window_add_and_readd_inside_window(tmp_path: Path) -> Non
 
 # -- the corpus ----------------------------------------------------------------------------------
 
-CORPUS = [t["table"] for t in load_manifest()]
+# Every corpus table, with the outcome recorded for it in tests/data/conformance/expected.json.
+EXPECTED = load_expected("compact-log")
+CORPUS = sorted(EXPECTED)
 
 
 def _rs_loads(path: Path) -> bool:
@@ -280,23 +283,32 @@ def test_corpus_table(name: str, tmp_path: Path) -> None:
 
     A table our reader refuses (invalid on purpose: missing protocol/metaData, gaps) or a
     feature the job does not support is refused with one clear error and nothing is written.
+    The outcome, the windows written and skipped are those expected.json records.
     """
+    expected = EXPECTED[name]
     src = corpus_path(name)
     t = tmp_path / "t"
     shutil.copytree(src, t)
     before = compaction_files(t)
-    try:
-        reference = state(t, use_compactions=False)
-    except DeltaError:
+    if expected["outcome"] == "invalid":
         with pytest.raises(DeltaError):
+            state(t, use_compactions=False)
+        with pytest.raises(DeltaError) as invalid:
             compact_log(str(t), interval=2)
+        assert (type(invalid.value).__name__, scrub(str(invalid.value), t)) == (expected["error_type"],
+                                                                                 expected["error"])
         assert compaction_files(t) == before
         return
-    try:
-        m = compact_log(str(t), interval=2)
-    except UnsupportedFeatureError:
+    reference = state(t, use_compactions=False)
+    if expected["outcome"] == "refused":
+        with pytest.raises(UnsupportedFeatureError) as refused:
+            compact_log(str(t), interval=2)
+        assert scrub(str(refused.value), t) == expected["reason"]
         assert compaction_files(t) == before
         return
+    m = compact_log(str(t), interval=2)
+    assert m["status"] == expected["outcome"] and m["version_read"] == expected["version_read"]
+    assert compaction_windows(m) == (expected["windows_written"], expected["windows_skipped"])
     written = [compaction_key(w["start"], w["end"]).split("/")[1] for w in m["windows_written"]]
     assert sorted(set(before) | set(written)) == compaction_files(t)
     assert state(t) == reference
@@ -306,10 +318,10 @@ def test_corpus_table(name: str, tmp_path: Path) -> None:
     for v in sorted({w["end"] for w in m["windows_written"]} | {reference["version"] - 1})[-3:]:
         if v >= 0:
             try:
-                expected = state(t, v, use_compactions=False)
+                expected_state = state(t, v, use_compactions=False)
             except DeltaError:
                 continue  # an older version is not reconstructable from what the log kept
-            assert state(t, v) == expected
+            assert state(t, v) == expected_state
     # a rerun is a no-op
     again = compact_log(str(t), interval=2)
     assert again["status"] == "skipped" and again["numWindowsWritten"] == 0

@@ -1,8 +1,10 @@
 # Two entry points on a fresh machine (Python 3.11+, Java 17+, and the Python package index
 # reachable for the first run, which creates .venv/):
 #   make demo   - a demo table of 200 small files, maintained end to end by the example DAG
-#   make test   - the test suite
-#   make test-delta-spark - delta-spark (jars from Maven Central, cached in .cache/) judges the tables our jobs touch
+#   make test   - the test suite: the fast tier first, then everything else (see CONTRIBUTING.md)
+#   make test-fast - the fast tier: no Spark, no servers, no spark-submit (under 2 minutes)
+#   make test-nightly - the property tests with ten times their examples (Hypothesis profile "nightly")
+#   make test-delta-spark - delta-spark (jars from Maven Central, cached in ~/.cache/airflow-delta-maint) judges the tables our jobs touch
 #   make test-cluster - a Spark cluster sharing nothing with the Airflow side (network and mount namespaces; root)
 #   make bench  - the benchmarks; their output goes to benchmarks/out/
 #   make bench-busy-table - OPTIMIZE racing a delta-spark writer, ours against delta-spark's own (about 30 min)
@@ -14,7 +16,7 @@ STAMP  := $(VENV)/.installed
 # the Azure Storage emulator the object-store tests start (npm package, installed beside the virtualenv)
 AZURITE := $(VENV)/azurite/node_modules/.bin/azurite-blob
 
-.PHONY: demo test test-delta-spark test-compatibility test-cluster lint test-airflow-min bench bench-busy-table bench-guard check-java chromium clean
+.PHONY: demo test test-fast test-nightly test-delta-spark test-compatibility test-cluster lint test-airflow-min bench bench-busy-table bench-guard check-java chromium clean
 
 # --compile-bytecode: every Python process (Airflow, spark-submit's driver, Spark's Python workers)
 # then loads bytecode instead of compiling its imports again, as after a pip install
@@ -58,11 +60,23 @@ test-airflow-min: check-java
 	$(VENV_MIN)/bin/python -c 'import airflow, sys; sys.exit(0 if airflow.__version__ == "$(AIRFLOW_MIN)" else "got Airflow " + airflow.__version__)'
 	$(VENV_MIN)/bin/python -m pytest -q -m 'not e2e' tests/airflow/triggers tests/airflow/sensors tests/airflow/operators tests/airflow/hooks tests/airflow/test_provider.py tests/airflow/test_provider_metadata.py
 
+# the tiers (tests/tiers.py): a test is marked spark, services, e2e, delta_spark or cluster from the fixtures
+# and folder it uses; the fast tier is everything else, and fails a test that starts Spark or spark-submit
+FAST := not spark and not services and not e2e and not delta_spark and not cluster
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m '$(FAST)' $(PYTEST_ARGS)
+
+# the whole suite (the README's test command): the fast tier first, for a first answer in two minutes
 test: $(STAMP) $(AZURITE) check-java chromium
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m '$(FAST)' $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m 'not ($(FAST))' $(PYTEST_ARGS)
+
+# the property tests only, with the "nightly" Hypothesis profile (ten times each test's examples, random)
+test-nightly: $(STAMP) check-java
+	HYPOTHESIS_PROFILE=nightly $(PY) -m pytest -q -m hypothesis $(PYTEST_ARGS)
 
 # a pytest process of its own: its SparkSession carries delta-spark's jars, which the rest of the suite
-# must run without (our engine needs none). Ivy resolves the jars into .cache/delta-spark on the first run.
+# must run without (our engine needs none). Ivy resolves the jars into ~/.cache/airflow-delta-maint/delta-spark on a machine's first run.
 test-delta-spark: $(STAMP) check-java
 	$(PY) -m pytest -q tests/delta_spark --ignore=tests/delta_spark/test_matrix.py $(PYTEST_ARGS)
 

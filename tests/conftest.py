@@ -1,4 +1,5 @@
-"""Shared fixtures: the conformance corpus, table copies, one SparkSession per test session."""
+"""Shared fixtures: the conformance corpus, table copies, one SparkSession per test session; the tiers
+(markers given from what a test uses) and the Hypothesis profiles."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.hypothesis_profiles import CI_SEED, load_profile
+from tests.tiers import mark_tiers, tier_guard
+
 REPO = Path(__file__).resolve().parents[1]
 # Real tables written by delta-spark and delta-rs (see tests/data/conformance/README.md);
 # DELTA_MAINT_CORPUS points the tests at another copy.
@@ -19,6 +23,7 @@ CORPUS = Path(os.environ.get("DELTA_MAINT_CORPUS", REPO / "tests" / "data" / "co
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 logging.getLogger("py4j").setLevel(logging.WARNING)  # py4j logs while the interpreter shuts down
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+HYPOTHESIS_PROFILE = load_profile(REPO)
 
 
 def load_manifest() -> list[dict]:
@@ -91,3 +96,30 @@ def pytest_ignore_collect(collection_path, config):
             if not any(p == folder or folder in p.parents for p in named):
                 return True
     return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    """Under the ``ci`` Hypothesis profile every property test draws from one fixed seed."""
+    if HYPOTHESIS_PROFILE == "ci" and config.getoption("hypothesis_seed", None) is None:
+        config.option.hypothesis_seed = str(CI_SEED)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Each test gets the tier markers of the fixtures and folders it uses (``tests/tiers.py``)."""
+    mark_tiers(items)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    """A fast-tier test whose fixtures start Spark, spark-submit or Airflow fails (``tests/tiers.py``)."""
+    with tier_guard(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """A fast-tier test that starts Spark, spark-submit or Airflow fails, naming the marker it lacks: the fast
+    tier stays fast and its markers stay true."""
+    with tier_guard(item):
+        return (yield)

@@ -2,12 +2,13 @@
 (read and keep writing) the tables our jobs touch.
 
 The jars are resolved from Maven Central by Spark itself (``spark.jars.packages``), with Ivy's cache
-under ``.cache/delta-spark/ivy`` in the clone so that reruns need no network. Ivy gets settings of its own
+under ``$XDG_CACHE_HOME/airflow-delta-maint/delta-spark/ivy`` (``~/.cache`` without it), outside the clone,
+so that reruns and fresh clones on the same machine need no network. Ivy gets settings of its own
 that name Maven Central only: Spark's default chain asks the local Maven repository (``~/.m2``) first,
 and an entry there that holds a pom without its jar (Maven leaves those for parents and plugins' needs)
 fails the whole resolution. When Ivy cannot resolve
 them (its launcher exits before the session starts), Maven copies the same artifact and its
-dependencies to ``.cache/delta-spark/maven`` and the session takes them as ``spark.jars``.
+dependencies to ``maven`` beside it and the session takes them as ``spark.jars``.
 ``DELTA_MAINT_DELTA_JARS=maven`` skips Ivy.
 """
 
@@ -24,7 +25,7 @@ from pathlib import Path
 from airflow_delta_maint.hooks.delta_spark_jars import IVY_SETTINGS  # the hook's: Maven Central only
 
 REPO = Path(__file__).resolve().parents[1]
-CACHE = REPO / ".cache" / "delta-spark"
+CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "airflow-delta-maint" / "delta-spark"
 # the jar release for pyspark 4.2.0; the delta-spark Python package of the test extra is the same release
 # (PyPI's 4.4.1 would ask Ivy for a 4.4.1 jar that Maven Central does not serve)
 DELTA_SPARK_VERSION = "4.4.0"
@@ -38,7 +39,7 @@ log = logging.getLogger(__name__)
 
 
 def ivy_conf() -> dict[str, str]:
-    """The conf that has Spark resolve delta-spark with Ivy, from Maven Central only, into the clone's cache."""
+    """The conf that has Spark resolve delta-spark with Ivy, from Maven Central only, into the machine's cache."""
     settings = CACHE / "ivysettings.xml"
     if not settings.exists() or settings.read_text() != IVY_SETTINGS:
         settings.parent.mkdir(parents=True, exist_ok=True)

@@ -92,39 +92,58 @@ import json, sys
 from airflow.dag_processing.dagbag import DagBag
 from airflow.serialization.serialized_objects import DagSerialization
 
-bag = DagBag(dag_folder=sys.argv[1])
-out = {"errors": {str(k): str(v) for k, v in bag.import_errors.items()}, "dags": {}}
-for dag_id, dag in bag.dags.items():
-    try:
-        DagSerialization.to_dict(dag)
-        serialized = None
-    except Exception as exc:
-        serialized = f"{type(exc).__name__}: {exc}"
-    out["dags"][dag_id] = {
-        "tasks": {t.task_id: sorted(t.downstream_task_ids) for t in dag.tasks},
-        "serialization_error": serialized,
-    }
-print("RESULT " + json.dumps(out))
+results = {}
+for folder in sys.argv[1:]:
+    bag = DagBag(dag_folder=folder)
+    out = {"errors": {str(k): str(v) for k, v in bag.import_errors.items()}, "dags": {}}
+    for dag_id, dag in bag.dags.items():
+        try:
+            DagSerialization.to_dict(dag)
+            serialized = None
+        except Exception as exc:
+            serialized = f"{type(exc).__name__}: {exc}"
+        out["dags"][dag_id] = {
+            "tasks": {t.task_id: sorted(t.downstream_task_ids) for t in dag.tasks},
+            "serialization_error": serialized,
+        }
+    results[folder] = out
+print("RESULT " + json.dumps(results))
 """
 
 
-@pytest.mark.parametrize("block", PYTHON_BLOCKS, ids=_ids(PYTHON_BLOCKS))
-def test_python_block_is_a_dag_file_airflow_loads(block, tmp_path):
-    dags = tmp_path / "dags"
-    dags.mkdir()
-    (dags / "snippet.py").write_text(block.text)
+def parse_dag_folders(folders: list[Path], home: Path) -> dict[str, dict]:
+    """Each folder's DAGs and import errors as Airflow's DagBag loads them, all in one Airflow process."""
     env = dict(os.environ)
     env.update({
-        "AIRFLOW_HOME": str(tmp_path / "airflow"),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+        "AIRFLOW_HOME": str(home / "airflow"),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(folders[0]),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{tmp_path / 'airflow.db'}",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
     })
-    result = subprocess.run([sys.executable, "-c", PARSE_DAGS, str(dags)], env=env, capture_output=True,
+    result = subprocess.run([sys.executable, "-c", PARSE_DAGS, *map(str, folders)], env=env, capture_output=True,
                             text=True, timeout=300)
     lines = [ln for ln in result.stdout.splitlines() if ln.startswith("RESULT ")]
     assert result.returncode == 0 and lines, result.stdout[-3000:] + result.stderr[-3000:]
-    parsed = json.loads(lines[-1][len("RESULT "):])
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+@pytest.fixture(scope="module")
+def parsed_blocks(tmp_path_factory) -> dict[str, dict]:
+    """What Airflow makes of every python block, each a DAG file in a folder of its own (one process)."""
+    root = tmp_path_factory.mktemp("doc_dags")
+    folders = {}
+    for i, block in enumerate(PYTHON_BLOCKS):
+        folder = root / f"block{i}"
+        folder.mkdir()
+        (folder / "snippet.py").write_text(block.text)
+        folders[block.id] = folder
+    parsed = parse_dag_folders(list(folders.values()), root)
+    return {block_id: parsed[str(folder)] for block_id, folder in folders.items()}
+
+
+@pytest.mark.parametrize("block", PYTHON_BLOCKS, ids=_ids(PYTHON_BLOCKS))
+def test_python_block_is_a_dag_file_airflow_loads(block, parsed_blocks):
+    parsed = parsed_blocks[block.id]
     assert not parsed["errors"], f"{block.id}: {parsed['errors']}"
     assert parsed["dags"], (f"{block.id}: defines no DAG (a python block must be a complete DAG file; Airflow "
                             "reads only files that mention both 'airflow' and 'dag')")
@@ -175,7 +194,14 @@ def _run_delta_maint(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
                           text=True, timeout=600)
 
 
-@pytest.mark.parametrize("block", SHELL_BLOCKS, ids=_ids(SHELL_BLOCKS))
+def _shell_params() -> list:
+    """Each shell block; one that runs ``delta-maint`` (a Spark job in a process of its own) is end to end."""
+    return [pytest.param(b, id=b.id, marks=[pytest.mark.e2e] if any(argv[0] == "delta-maint"
+                                                                    for argv in shell_commands(b)) else [])
+            for b in SHELL_BLOCKS]
+
+
+@pytest.mark.parametrize("block", _shell_params())
 def test_shell_block_runs(block, tmp_path):
     commands = shell_commands(block)
     assert commands, f"{block.id}: empty shell block"

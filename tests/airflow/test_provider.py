@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from delta_maint_testing import BIN, REPO, airflow_env
 
 from airflow_delta_maint.provider_info import get_provider_info
@@ -21,6 +22,7 @@ def test_provider_info_modules_import():
                 importlib.import_module(module)
 
 
+@pytest.mark.e2e
 def test_airflow_providers_list_finds_it(tmp_path):
     result = subprocess.run([str(BIN / "airflow"), "providers", "list", "--output", "json"],
                             env=airflow_env(tmp_path), capture_output=True, text=True, timeout=300)

@@ -14,6 +14,8 @@ from pathlib import Path
 import airflow
 import jsonschema
 from airflow.triggers.base import BaseTrigger
+
+import pytest
 from delta_maint_testing import BIN, REPO, airflow_env
 
 import airflow_delta_maint
@@ -65,6 +67,7 @@ def test_every_setting_of_the_provider_is_declared():
     assert not set(config) - {"delta_maint"}
 
 
+@pytest.mark.e2e
 def test_airflow_reads_the_declared_setting(tmp_path):
     result = subprocess.run([str(BIN / "airflow"), "config", "get-value", "delta_maint", "history_uri"],
                             env=airflow_env(tmp_path, AIRFLOW__DELTA_MAINT__HISTORY_URI="/lake/history"),

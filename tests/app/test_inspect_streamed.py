@@ -10,6 +10,8 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 
+from tests.hypothesis_profiles import examples
+
 from airflow_delta_maint.app.cli import run
 from airflow_delta_maint.app.jobs import inspect as inspect_job
 from airflow_delta_maint.delta.log.snapshot import Snapshot
@@ -30,7 +32,7 @@ def _add_vacuum(root: Path) -> None:
     (log / f"{latest + 2:020d}.json").write_text(json.dumps(end) + "\n")
 
 
-@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=examples(50), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow])
 @given(history=histories())
 def test_streamed_report_equals_the_in_memory_one(tmp_path_factory, history):

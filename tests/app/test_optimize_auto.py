@@ -135,6 +135,6 @@ def test_reserved_partitions_are_left_to_their_holder(hot_and_cold: Partitioned,
     assert rows_deltars(t.path) == rows
 
 
-def test_auto_refuses_a_predicate(hot_and_cold: Partitioned) -> None:
+def test_auto_refuses_a_predicate(hot_and_cold: Partitioned, spark) -> None:  # the fixture's OPTIMIZE runs on Spark
     code, m = cli.run(["optimize", str(hot_and_cold.path), "--json", "--auto", "--where", "p = 'part1'"])
     assert code != 0 and "--auto chooses partitions itself" in m["error"]

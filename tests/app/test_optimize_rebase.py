@@ -25,6 +25,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from tests.hypothesis_profiles import examples
+
 from airflow_delta_maint.app import cli
 from airflow_delta_maint.app.execution import run_in_process
 from airflow_delta_maint.app.rewrite import commit as optimize_commit
@@ -329,7 +331,7 @@ OPS = st.one_of(
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(rounds=st.lists(st.lists(OPS, max_size=3), min_size=1, max_size=6),
        layout=st.sampled_from([[], ["--bins-per-commit", "1"], ["--bins-per-commit", "0"], ["--target-files", "2"]]),
        row_tracking=st.booleans(), predelete=st.lists(st.integers(0, 80), max_size=10))
@@ -337,7 +339,7 @@ def test_random_interleavings_of_writers_and_bins(tmp_path_factory, rounds, layo
     interleave(tmp_path_factory.mktemp("t"), rounds, layout, row_tracking, predelete, spark=False)
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(6), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(rounds=st.lists(st.lists(OPS, max_size=3), min_size=1, max_size=4), row_tracking=st.booleans(),
        predelete=st.lists(st.integers(0, 80), max_size=10),
        layout=st.sampled_from([["--bins-per-commit", "0"], ["--bins-per-commit", "1"], []]))

@@ -10,6 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.hypothesis_profiles import examples
+
 from airflow_delta_maint.app.jobs.optimize import auto_decision, plan_from_params, purge_params, streamed_plan_outline
 from airflow_delta_maint.app.jobs.optimize_large import merge_rounds
 from airflow_delta_maint.delta.errors import DeltaError, InvalidArgumentError
@@ -53,7 +55,7 @@ def _round_bins(root: str, params: dict, max_files: int) -> tuple[list[tuple], i
     return out, len(rounds)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow])
 @given(history=histories(), options=st.sampled_from(OPTIONS), max_files=st.sampled_from([1, 2, 3, 1000]))
 def test_rounds_make_the_bins_of_the_whole_plan(tmp_path_factory, monkeypatch, history, options, max_files):
@@ -239,7 +241,7 @@ def _cluster_rounds(root: str, params: dict, max_files: int) -> tuple[list[tuple
     return [([], b[1], b[2]) for b in bins], {"numOutputZCubes": len(group_files)}, spill.count
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1), files=st.integers(0, 40), checkpoint=st.booleans(),
        options=st.sampled_from(CLUSTER_OPTIONS), max_files=st.sampled_from([1, 2, 5, 1000]))

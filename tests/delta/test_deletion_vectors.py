@@ -14,6 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from tests.hypothesis_profiles import examples
 from pyroaring import BitMap
 
 from airflow_delta_maint.delta.errors import CorruptLogError, DeltaError, InvalidArgumentError
@@ -139,7 +141,7 @@ def test_inline_dv_with_size_not_a_multiple_of_four():
     assert read_deletion_vector(Storage("/"), dv).tolist() == [1, 2, 9]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.integers(min_value=0, max_value=(1 << 63) - 1), max_size=200)
        | st.lists(st.integers(min_value=0, max_value=300_000), max_size=3000))
 def test_encode_decode_round_trip(rows):

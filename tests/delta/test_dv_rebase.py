@@ -9,6 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.hypothesis_profiles import examples
+
 from airflow_delta_maint.delta.plans.dv_rebase import (ExplicitRowMap, InOrderRowMap, RowMapError, decode_row_map,
                                                        encode_row_map, input_changes, locate_row_ids, merge_locations,
                                                        new_deletions, pack_sources, with_deletion_vector)
@@ -97,7 +99,7 @@ def test_merge_locations_and_the_carried_add() -> None:
     assert "deletionVector" not in add
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(data=st.data())
 def test_in_order_row_map_agrees_with_writing_the_rows_out(data) -> None:
     """Lay the inputs' live rows out in order, cut them into outputs, and check every row is found

@@ -17,6 +17,8 @@ from deltalake.transaction import CommitProperties, Transaction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.hypothesis_profiles import examples
+
 from airflow_delta_maint.delta.errors import DeltaError, InvalidArgumentError, UnsupportedFeatureError
 from airflow_delta_maint.delta.log.compaction import (
     Window, compact_log, compaction_interval, nothing_to_do, plan_windows, reconcile_window, render_window,
@@ -141,7 +143,7 @@ def test_plan_windows_examples() -> None:
         plan_windows(10, None, 1)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(latest=st.integers(0, 120), cp=st.one_of(st.none(), st.integers(0, 120)), interval=st.integers(2, 12),
        existing=st.lists(st.tuples(st.integers(0, 120), st.integers(0, 30)), max_size=4))
 def test_plan_windows_properties(latest: int, cp: int | None, interval: int, existing: list) -> None:
@@ -347,7 +349,7 @@ OPS = st.lists(st.one_of(
 ), min_size=3, max_size=14)
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(15), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=OPS, interval=st.integers(2, 5))
 def test_random_histories(ops: list[tuple[str, int]], interval: int, tmp_path_factory) -> None:
     root = tmp_path_factory.mktemp("hist")

@@ -9,6 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.hypothesis_profiles import examples
+
 from airflow_delta_maint.delta.errors import InvalidArgumentError
 from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.delta.plans.optimize import GIB, file_size_settings, plan_optimize, size_percentiles
@@ -136,7 +138,7 @@ def test_size_percentiles() -> None:
     assert all(isinstance(v, int) for v in m.values())
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(1, 300)), max_size=40),
        st.integers(1, 400), st.integers(1, 400))
 def test_bin_packing_properties(tmp_path_factory, files, min_size, max_size) -> None:

@@ -6,6 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.hypothesis_profiles import examples
+
 from airflow_delta_maint.delta.errors import InvalidArgumentError
 from airflow_delta_maint.delta.plans.predicate import (
     BoolOp, Cmp, In, IsNull, Not, check_partition_columns, columns_of, evaluate, parse_predicate,
@@ -72,7 +74,7 @@ def test_incomparable_types_are_a_clear_error() -> None:
         evaluate(parse_predicate("a < 'x'"), {"a": 1})
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.integers(-1000, 1000), st.integers(-1000, 1000), st.sampled_from(["=", "!=", "<", "<=", ">", ">="]))
 def test_comparisons_match_python(value, literal, op) -> None:
     python = {"=": value == literal, "!=": value != literal, "<": value < literal, "<=": value <= literal,
@@ -81,7 +83,7 @@ def test_comparisons_match_python(value, literal, op) -> None:
     assert evaluate(parse_predicate(f"NOT (c {op} {literal})"), {"c": value}) is (not python)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=20))
 def test_string_literals_round_trip(text) -> None:
     quoted = "'" + text.replace("'", "''") + "'"

@@ -22,6 +22,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.hypothesis_profiles import examples
+
 from airflow_delta_maint.delta.errors import CorruptLogError, InconsistentStateError
 from airflow_delta_maint.delta.log.checkpoint import write_checkpoint
 from airflow_delta_maint.delta.log.compaction import compact_log, reconcile_window, render_window
@@ -371,7 +373,7 @@ def _keys(snap: Snapshot) -> list[tuple[str, str]]:
     return sorted((a["path"], dv_unique_id(a.get("deletionVector"))) for a in snap.add_actions())
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                    HealthCheck.too_slow])
 @given(history=histories())
 def test_random_histories_with_random_compaction_files(tmp_path_factory, history):

@@ -94,9 +94,9 @@ def test_a_broken_history_location_does_not_fail_the_job(tmp_path):
     assert sorted(os.listdir(table / "_delta_log")) == before
 
 
-def test_twenty_concurrent_appenders_lose_no_row(tmp_path):
+def test_ten_concurrent_appenders_lose_no_row(tmp_path):
     history = tmp_path / "history"
-    per_writer, writers = 2, 20
+    per_writer, writers = 2, 10  # 20 appends: the log maintains itself twice (every 10) while they race
     ids: list[str] = []
     errors: list[BaseException] = []
     start = threading.Barrier(writers)

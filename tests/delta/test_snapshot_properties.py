@@ -14,6 +14,8 @@ from deltalake import DeltaTable, write_deltalake
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.hypothesis_profiles import examples
+
 from airflow_delta_maint.delta.log.snapshot import Snapshot
 
 KEYS = ["x", "y", "z z", "a/b"]  # a space and a slash exercise partition path escaping
@@ -85,7 +87,7 @@ def apply(root: str, ops: list[tuple], partitioned: bool) -> int:
     return DeltaTable(root).version()
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(20), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=operations, partitioned=st.booleans())
 def test_every_version_matches_delta_rs(ops: list[tuple], partitioned: bool):
     with tempfile.TemporaryDirectory() as tmp:
@@ -103,7 +105,7 @@ def test_every_version_matches_delta_rs(ops: list[tuple], partitioned: bool):
         assert ours["num_records"] == rows
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(10), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=operations)
 def test_checkpoint_then_commits_equals_commits_alone(ops: list[tuple]):
     """Reading from the newest checkpoint gives the state a full replay of the commits gives."""
@@ -132,7 +134,7 @@ log_paths = st.tuples(st.sampled_from(["", "/", "file:/", "file:///", "file:///t
                       st.lists(segments, min_size=1, max_size=3).map("/".join)).map("".join)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(path=log_paths, root=st.sampled_from(["file:///tbl/root", "s3://b/t"]))
 def test_cheap_file_name_is_the_canonical_path_s_last_segment(path: str, root: str):
     """The pre-filter of checkpoint rows never rejects a row whose canonical path could match."""

@@ -22,6 +22,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.hypothesis_profiles import examples
+
 from airflow_delta_maint.app.execution import rewrite_bytes
 from airflow_delta_maint.app.jobs.optimize import (_outline, _skip_reason, auto_decision, nothing_to_do,
                                                    plan_from_params, streamed_plan_outline)
@@ -231,7 +233,7 @@ def _answer(fn, *args):
     return ("ok", str(result) if result is not None else None, getattr(result, "details", None))
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow])
 @given(history=histories())
 def test_streamed_checks_equal_the_in_memory_ones(tmp_path_factory, history):

@@ -18,6 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.hypothesis_profiles import examples
+
 from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.delta.protocol.actions import Metadata
 from airflow_delta_maint.delta.protocol.schema import PrimitiveType, leaf_columns
@@ -418,7 +420,7 @@ _FLOATS = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True, wi
                     st.sampled_from([float("nan"), 0.0, -0.0, 1.0]))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(values=st.lists(st.tuples(_FLOATS, _FLOATS), min_size=0, max_size=40),
        cuts=st.lists(st.integers(0, 40), max_size=4))
 def test_float_stats_gathered_in_pieces_match_the_whole(values, cuts):

@@ -19,6 +19,8 @@ import pyarrow.parquet as pq
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from tests.hypothesis_profiles import examples
+
 from airflow_delta_maint.app.jobs.optimize import nothing_to_do, streamed_plan_outline
 from airflow_delta_maint.delta.errors import DeltaError
 from airflow_delta_maint.delta.log.snapshot import Snapshot
@@ -119,7 +121,7 @@ def _compare(table: str, options: list[dict], trusted: bool) -> None:
             assert expected[0] == "ok", (params, expected)
 
 
-@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=examples(50), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow])
 @given(history=clustered_histories())
 def test_the_streamed_clustering_check_equals_the_plan(tmp_path_factory, history):
@@ -179,7 +181,7 @@ WIDENED_OPTIONS = [
 ]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow])
 @given(history=widened_histories())
 def test_the_streamed_type_widening_check_equals_the_plan(tmp_path_factory, history, monkeypatch):
@@ -228,7 +230,7 @@ STATS = st.one_of(
     st.text(max_size=20))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(values=st.lists(STATS, max_size=30))
 @example(values=['{"numRecords": 100000000000000000000}'])
 @example(values=['{"numRecords": 5}', '{"numRecords": 1099511627776}'])

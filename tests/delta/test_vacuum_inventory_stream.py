@@ -15,6 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.hypothesis_profiles import examples
+
 from airflow_delta_maint.delta.errors import InvalidArgumentError
 from airflow_delta_maint.delta.plans import vacuum_inventory as vi
 from airflow_delta_maint.delta.storage.store import Storage
@@ -41,7 +43,7 @@ def _rows(rnd: random.Random, root: str, n: int) -> pa.Table:
     return pa.table(out)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(0, 300), form=st.sampled_from(["parquet", "csv", "csv.gz",
                                                                                         "folder"]))

@@ -14,6 +14,8 @@ from deltalake import DeltaTable, write_deltalake
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.hypothesis_profiles import examples
+
 from tests.conftest import corpus_path, restore_dv_file_names
 
 from airflow_delta_maint.delta.errors import DeltaError, InvalidArgumentError
@@ -135,7 +137,7 @@ def test_keys_for_log_paths(tmp_path):
     assert key_for_log_path(storage, "ab:cd/x.parquet") == "ab:cd/x.parquet"  # relative, not a scheme
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.text(st.characters(blacklist_categories=("Cs", "Cc"), blacklist_characters="/"),
                         min_size=1, max_size=12), min_size=1, max_size=3))
 def test_encoded_relative_paths_map_back_to_their_keys(parts):

@@ -7,6 +7,8 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 from hypothesis import HealthCheck, given, settings
 
+from tests.hypothesis_profiles import examples
+
 from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.delta.log.state_stream import StreamFallback, open_state
 from airflow_delta_maint.delta.plans.vacuum import valid_keys
@@ -14,7 +16,7 @@ from airflow_delta_maint.delta.plans.vacuum_valid_stream import write_valid_keys
 from tests.delta.test_state_stream import NOW, OLD, histories, write_history
 
 
-@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=examples(50), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow])
 @given(history=histories())
 def test_streamed_valid_keys_equal_the_valid_set(tmp_path_factory, history):
@@ -33,7 +35,7 @@ def test_streamed_valid_keys_equal_the_valid_set(tmp_path_factory, history):
         assert set(keys) == valid_keys(snapshot, cutoff)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow])
 @given(history=histories())
 def test_streamed_kept_keys_equal_the_kept_set(tmp_path_factory, history):

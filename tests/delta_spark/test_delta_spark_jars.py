@@ -41,7 +41,7 @@ def _probe(tmp_path: Path, command_prefix: list[str], *args: str, **env: str) ->
 
 
 def test_the_ivy_cache_serves_a_rerun_without_network(spark, tmp_path):
-    """The session fixture resolved the jars into .cache/; a process with no network (only loopback, in a
+    """The session fixture resolved the jars into the machine's cache; a process with no network (only loopback, in a
     network namespace of its own) starts delta-spark from that cache."""
     assert (CACHE / "ivy" / "jars" / f"io.delta_delta-spark_2.13-{DELTA_SPARK_VERSION}.jar").exists()
     offline = ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$@"', "offline"]

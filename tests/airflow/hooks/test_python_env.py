@@ -41,9 +41,10 @@ def _confs(cmd: list[str]) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory):
-    """The environment for this worker's Python, built into a fresh cache folder (timed)."""
+    """The environment for this worker's Python, built into a fresh cache folder (timed; gzip level 1,
+    which no test depends on, for a quicker build)."""
     cache = tmp_path_factory.mktemp("env_cache")
-    env = build_python_env(cache)
+    env = build_python_env(cache, compresslevel=1)
     assert env.build_s > 0
     return cache, env
 
@@ -135,6 +136,7 @@ def test_concurrent_builds_build_once(tmp_path):
     assert not any(n.startswith("site-packages/numpy") for n in names)
 
 
+@pytest.mark.services  # pip fetches the other version's wheels from the package index
 def test_environment_for_another_python_version(tmp_path):
     """Another Python version: the same package versions as wheels for that version, through pip."""
     other = "3.12" if THIS_PYTHON != "3.12" else "3.11"

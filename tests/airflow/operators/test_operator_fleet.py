@@ -97,6 +97,7 @@ def in_process_fleet(monkeypatch) -> list[dict]:
 
 
 # -- end to end: one spark-submit for the tables with work ------------------------------------------
+@pytest.mark.e2e
 def test_fleet_maintains_the_others_and_names_the_failed_tables(tmp_path, recorded):
     hot = [tmp_path / f"hot{i}" for i in range(2)]
     for path in hot:
@@ -179,6 +180,7 @@ def _stable(metrics: dict, volatile: set[str], table: str) -> str:
     return text.replace(table, "TABLE")
 
 
+@pytest.mark.e2e
 def test_local_and_spark_execution_give_the_same_compact_log_metrics(tmp_path, recorded):
     a, b = tmp_path / "a", tmp_path / "b"
     write_appends(a, 11)

@@ -4,7 +4,8 @@
 #   make test   - the test suite: the fast tier first, then everything else (see CONTRIBUTING.md)
 #   make test-fast - the fast tier: no Spark, no servers, no spark-submit (under 2 minutes)
 #   make test-nightly - the property tests with ten times their examples (Hypothesis profile "nightly")
-#   make test-delta-spark - delta-spark (jars from Maven Central, cached in ~/.cache/airflow-delta-maint) judges the tables our jobs touch
+#   make test-delta-spark - delta-spark (jars from Maven Central, cached in ~/.cache/airflow-delta-maint) judges the
+#                         tables our jobs touch, the compatibility matrix included
 #   make test-cluster - a Spark cluster sharing nothing with the Airflow side (network and mount namespaces; root)
 #   make bench  - the benchmarks; their output goes to benchmarks/out/
 #   make bench-busy-table - OPTIMIZE racing a delta-spark writer, ours against delta-spark's own (about 30 min)
@@ -75,15 +76,18 @@ test: $(STAMP) $(AZURITE) check-java chromium
 test-nightly: $(STAMP) check-java
 	HYPOTHESIS_PROFILE=nightly $(PY) -m pytest -q -m hypothesis $(PYTEST_ARGS)
 
-# a pytest process of its own: its SparkSession carries delta-spark's jars, which the rest of the suite
-# must run without (our engine needs none). Ivy resolves the jars into ~/.cache/airflow-delta-maint/delta-spark on a machine's first run.
+# pytest processes of their own: their SparkSessions carry delta-spark's jars, which the rest of the suite
+# must run without (our engine needs none). Ivy resolves the jars into ~/.cache/airflow-delta-maint/delta-spark
+# on a machine's first run. Two pytest-xdist workers: each module, and each matrix table's chain (a class),
+# stays on one worker (tests/delta_spark/conftest.py); the matrix (every table delta-spark writes x every job of
+# ours, judged by delta-spark) is part of it.
 test-delta-spark: $(STAMP) check-java
-	$(PY) -m pytest -q tests/delta_spark --ignore=tests/delta_spark/test_matrix.py $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n 2 --dist loadscope tests/delta_spark $(PYTEST_ARGS)
 
-# every table delta-spark writes x every job of ours, judged by delta-spark (about 45 minutes on 2 cores);
-# DELTA_MAINT_WRITE_COMPATIBILITY=1 rewrites docs/compatibility.md from a full run's results
+# the matrix alone, in one process; DELTA_MAINT_WRITE_COMPATIBILITY=1 rewrites docs/compatibility.md from
+# its results
 test-compatibility: $(STAMP) check-java
-	$(PY) -m pytest -q tests/delta_spark/test_matrix.py $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:xdist tests/delta_spark/test_matrix.py $(PYTEST_ARGS)
 
 # a pytest process of its own: a standalone master and two workers, each worker in its own network and mount
 # namespace with a bare system Python (pyspark only), run the example DAG on a moto S3 server (needs root)

@@ -93,6 +93,9 @@ def start_delta_spark(master: str = "local[2]", app_name: str = "delta-spark-jud
             "spark.pyspark.python": os.environ["PYSPARK_PYTHON"],
             # small test tables: no 50-task stages for delta-spark's state reconstruction
             "spark.databricks.delta.snapshotPartitions": "2",
+            # nor a 10,000-task listing job in each of delta-spark's VACUUMs (30 s on 2 cores; the engine
+            # sets the same for its own VACUUM: LISTING_PARALLELISM in app/engines/delta_spark.py)
+            "spark.sql.sources.parallelPartitionDiscovery.parallelism": "4",
             **DELTA_SESSION_CONF, **jar_conf, **conf,
         }
         for key, value in settings.items():

@@ -7,12 +7,15 @@ table (delta-spark reads the same rows, row ids, schema, protocol and properties
 HISTORY agree with our snapshot and commit; it loads our checkpoints and compaction files with the commits
 they cover hidden; time travel to the versions the job kept) or refused it with one message and changed
 nothing. Last, delta-spark keeps writing on the table (INSERT, MERGE, UPDATE, DELETE, RESTORE where the
-history still allows it, its own OPTIMIZE and VACUUM). The results are docs/compatibility.md, which the
-last test compares with the page.
+history still allows it, its own OPTIMIZE and VACUUM). The results are docs/compatibility.md: each case
+compares its result with its cell of the page, so a table's chain can run on any pytest-xdist worker
+(``conftest.py`` keeps a chain on one). ``DELTA_MAINT_WRITE_COMPATIBILITY=1`` on a whole run in one process
+(``make test-compatibility``) rewrites the page instead.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -31,9 +34,10 @@ pytestmark = pytest.mark.delta_spark
 
 TABLES_BY_NAME = {t.name: t for t in TABLES}
 KEEPS_WRITING = "delta-spark-writes"
-CASES = [(t.name, j.name) for t in TABLES for j in CHAIN] + [(t.name, KEEPS_WRITING) for t in TABLES]
-CASES.sort(key=lambda case: [t.name for t in TABLES].index(case[0]))  # each table's chain, then the next
+# each table's chain, then delta-spark writing on it; then the next table
+CASES = [(t.name, job) for t in TABLES for job in [*(j.name for j in CHAIN), KEEPS_WRITING]]
 RESULTS: dict[tuple[str, str], dict[str, str]] = {}
+WRITE_PAGE = os.environ.get("DELTA_MAINT_WRITE_COMPATIBILITY") == "1"
 _CHAINS: dict[str, dict] = {}   # table -> {"path", "state" (delta-spark's last verdict), "start" (version)}
 
 
@@ -68,8 +72,40 @@ def _chain(spark, delta_tables, tmp_path_factory, table) -> dict:
     return chain
 
 
-@pytest.mark.parametrize(("table_name", "job_name"), CASES, ids=[f"{t}-{j}" for t, j in CASES])
-def test_job_on_a_delta_spark_table(spark, delta_tables, tmp_path_factory, table_name, job_name):
+def _columns() -> list:
+    return [*CHAIN, _KeepsWriting()]
+
+
+@functools.cache
+def _page_cells() -> dict[tuple[str, str], str]:
+    """docs/compatibility.md's cells as this process first read them."""
+    return parse(PAGE.read_text() if PAGE.exists() else "", _columns())
+
+
+class _TableChain:
+    """One table's chain of jobs, in order, then delta-spark writing on it. A class per table: pytest-xdist's
+    ``--dist loadscope`` keeps a class's tests on one worker, in order (``make test-delta-spark``)."""
+
+    table_name = ""
+
+    @pytest.mark.parametrize("job_name", [j.name for j in CHAIN] + [KEEPS_WRITING])
+    def test_job(self, spark, delta_tables, tmp_path_factory, job_name):
+        """The job maintains the table or refuses it, judged by delta-spark, as docs/compatibility.md says."""
+        table_name = self.table_name
+        _run_case(spark, delta_tables, tmp_path_factory, table_name, job_name)
+        if not WRITE_PAGE:
+            got, on_page = expected_cell(RESULTS[(table_name, job_name)]), _page_cells().get((table_name, job_name))
+            assert got == on_page, (f"docs/compatibility.md says {on_page!r} for {table_name}/{job_name}, the "
+                                    f"run found {got!r} (DELTA_MAINT_WRITE_COMPATIBILITY=1 make "
+                                    "test-compatibility rewrites the page)")
+
+
+for _table in TABLES:  # TestChain_plain, TestChain_dv_delete_update, ...
+    _name = "TestChain_" + _table.name.replace("-", "_")
+    globals()[_name] = type(_name, (_TableChain,), {"table_name": _table.name, "__module__": __name__})
+
+
+def _run_case(spark, delta_tables, tmp_path_factory, table_name: str, job_name: str) -> None:
     table = TABLES_BY_NAME[table_name]
     chain = _chain(spark, delta_tables, tmp_path_factory, table)
     path, before = chain["path"], chain["state"]
@@ -123,17 +159,16 @@ def test_job_on_a_delta_spark_table(spark, delta_tables, tmp_path_factory, table
 
 
 def test_the_compatibility_page_is_the_matrix_results():
-    """docs/compatibility.md says what the matrix found, case by case (for the cases this run ran)."""
-    assert RESULTS, "no matrix case ran before this test"
-    columns = [*CHAIN, _KeepsWriting()]
-    if os.environ.get("DELTA_MAINT_WRITE_COMPATIBILITY") == "1" and len(RESULTS) == len(CASES):
-        PAGE.write_text(render(RESULTS, TABLES, columns, FEATURE_LABELS))
-    on_page = parse(PAGE.read_text() if PAGE.exists() else "", columns)
-    differ = {f"{t}/{j}": {"page": on_page.get((t, j)), "run": expected_cell(r)}
-              for (t, j), r in RESULTS.items() if on_page.get((t, j)) != expected_cell(r)}
-    assert not differ, ("docs/compatibility.md differs from the matrix's results "
-                        "(DELTA_MAINT_WRITE_COMPATIBILITY=1 make test-delta-spark rewrites it): "
-                        + json.dumps(differ, indent=1)[:4000])
+    """docs/compatibility.md has a cell for exactly the matrix's cases (each case checks its own cell); with
+    DELTA_MAINT_WRITE_COMPATIBILITY=1, a whole run in this process rewrites the page from its results."""
+    if WRITE_PAGE:
+        assert len(RESULTS) == len(CASES), (f"rewriting docs/compatibility.md needs every case in this process "
+                                            f"({len(RESULTS)} of {len(CASES)} ran): make test-compatibility")
+        PAGE.write_text(render(RESULTS, TABLES, _columns(), FEATURE_LABELS))
+    cells = parse(PAGE.read_text() if PAGE.exists() else "", _columns())
+    missing = sorted(f"{t}/{j}" for t, j in CASES if (t, j) not in cells)
+    stale = sorted(f"{t}/{j}" for t, j in cells if (t, j) not in set(CASES))
+    assert not missing and not stale, json.dumps({"not on the page": missing, "on the page only": stale})[:4000]
 
 
 class _KeepsWriting:

@@ -62,14 +62,15 @@ test-airflow-min: check-java
 	$(VENV_MIN)/bin/python -m pytest -q -m 'not e2e' tests/airflow/triggers tests/airflow/sensors tests/airflow/operators tests/airflow/hooks tests/airflow/test_provider.py tests/airflow/test_provider_metadata.py
 
 # the tiers (tests/tiers.py): a test is marked spark, services, e2e, delta_spark or cluster from the fixtures
-# and folder it uses; the fast tier is everything else, and fails a test that starts Spark or spark-submit
+# and folder it uses; the fast tier is everything else (two pytest-xdist workers: no SparkSession to share),
+# and fails a test that starts Spark or spark-submit
 FAST := not spark and not services and not e2e and not delta_spark and not cluster
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m '$(FAST)' $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n 2 -m '$(FAST)' $(PYTEST_ARGS)
 
 # the whole suite (the README's test command): the fast tier first, for a first answer in two minutes
 test: $(STAMP) $(AZURITE) check-java chromium
-	$(PY) -m pytest -q -m '$(FAST)' $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n 2 -m '$(FAST)' $(PYTEST_ARGS)
 	$(PY) -m pytest -q -m 'not ($(FAST))' $(PYTEST_ARGS)
 
 # the property tests only, with the "nightly" Hypothesis profile (ten times each test's examples, random)

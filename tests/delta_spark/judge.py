@@ -40,7 +40,7 @@ import tempfile
 import time
 import zlib
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable
 from urllib.parse import unquote, urlparse
 
@@ -77,6 +77,8 @@ class TableState:
     properties: dict            # DESCRIBE DETAIL properties (the metadata's configuration at a past version)
     num_files: int              # DESCRIBE DETAIL numFiles
     size_in_bytes: int          # DESCRIBE DETAIL sizeInBytes
+    # the latest version's DESCRIBE DETAIL row as read with the rest (None at a past version); not compared
+    detail: dict | None = field(default=None, compare=False, repr=False)
 
 
 # every state read_state returned, by (table, version): what time travel to that version must read later
@@ -262,6 +264,7 @@ def _read_state(spark, path: str, version: int | None, row_tracking: bool, key: 
         protocol["minReaderVersion"], protocol["minWriterVersion"] = detail["minReaderVersion"], detail["minWriterVersion"]
         num_files, size = int(detail["numFiles"]), int(detail["sizeInBytes"])
     else:
+        detail = None
         properties = dict(_java(spark, snap.metadata().configuration()))
         protocol = _protocol(spark, snap)
         num_files, size = int(snap.numOfFiles()), int(snap.sizeInBytes())
@@ -272,7 +275,7 @@ def _read_state(spark, path: str, version: int | None, row_tracking: bool, key: 
         raise ValueError(f"row ids are keyed by column {key!r}, which {path} does not have (columns {columns})")
     state = TableState(version=v, rows=_rows_of(columns, raw), row_ids=_ids_of(key, raw) if row_tracking else None,
                        schema=_schema_json(spark, snap), protocol=protocol, properties=properties,
-                       num_files=num_files, size_in_bytes=size)
+                       num_files=num_files, size_in_bytes=size, detail=detail)
     if row_tracking:
         _ROW_ID_KEYS[id(state)] = (state, key)
     if remember:
@@ -305,13 +308,17 @@ def assert_same_table(before: TableState, after: TableState) -> None:
 # DESCRIBE DETAIL against our snapshot
 
 
-def assert_detail_matches_our_snapshot(spark, path: str) -> None:
+def assert_detail_matches_our_snapshot(spark, path: str, latest: TableState | None = None) -> None:
     """DESCRIBE DETAIL (numFiles, sizeInBytes, properties, partition columns, protocol versions) and delta-spark's
-    latest version equal our engine's snapshot of the latest version."""
+    latest version equal our engine's snapshot of the latest version (``latest``: what :func:`read_state` just
+    read of the latest version, whose DESCRIBE DETAIL is used instead of reading it again)."""
     from airflow_delta_maint.delta.log.snapshot import Snapshot
 
-    version = int(_snapshot(spark, path, fresh=True).version())
-    detail = _detail(spark, path)
+    if latest is not None and latest.detail is not None:
+        version, detail = latest.version, latest.detail
+    else:
+        version = int(_snapshot(spark, path, fresh=True).version())
+        detail = _detail(spark, path)
     ours = Snapshot.load(path)
     pairs = {
         "version": (version, ours.version),

@@ -147,7 +147,7 @@ def _run_case(spark, delta_tables, tmp_path_factory, table_name: str, job_name: 
         return
     after = judge.read_state(spark, str(path), **read)
     judge.assert_same_table(before, after)
-    judge.assert_detail_matches_our_snapshot(spark, str(path))
+    judge.assert_detail_matches_our_snapshot(spark, str(path), latest=after)
     if metrics["operation"] in ("optimize", "vacuum"):
         judge.assert_history_shows_our_commit(spark, str(path), metrics)
     if job.name in ("checkpoint", "compact-log", "cleanup-log"):

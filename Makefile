@@ -68,10 +68,11 @@ FAST := not spark and not services and not e2e and not delta_spark and not clust
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -n 2 -m '$(FAST)' $(PYTEST_ARGS)
 
-# the whole suite (the README's test command): the fast tier first, for a first answer in two minutes
+# the whole suite (the README's test command): the fast tier first, for a first answer in two minutes; then
+# the rest on two workers, each with its own SparkSession, each module's tests on one (its servers start once)
 test: $(STAMP) $(AZURITE) check-java chromium
 	$(PY) -m pytest -q -n 2 -m '$(FAST)' $(PYTEST_ARGS)
-	$(PY) -m pytest -q -m 'not ($(FAST))' $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n 2 --dist loadscope -m 'not ($(FAST))' $(PYTEST_ARGS)
 
 # the property tests only, with the "nightly" Hypothesis profile (ten times each test's examples, random)
 test-nightly: $(STAMP) check-java

@@ -401,7 +401,7 @@ def _referenced(snapshot: Snapshot) -> set[str]:
     return {k for k in keys if k}
 
 
-def _row_count(snapshot: Snapshot) -> int:
+def row_count(snapshot: Snapshot) -> int:
     total = 0
     for action in snapshot.add_actions():
         key = snapshot.storage.key_for_path(action["path"])
@@ -446,7 +446,7 @@ def test_corpus_table_keeps_every_referenced_file_and_every_row(name, tmp_path, 
                      if k.startswith("_delta_log/") or any(part[:1] in "._" and not part.startswith("_change_data")
                                                             and "=" not in part for part in k.split("/"))}
     readable = MANIFEST[name].get("readable")
-    before = row_tables(path) if readable else _row_count(snapshot)
+    before = row_tables(path) if readable else row_count(snapshot)
     assert (sum(t.num_rows for _, t in before) if readable else before) == expected["rows"]
     if MANIFEST[name].get("rows") is not None:
         assert expected["rows"] == MANIFEST[name]["rows"]
@@ -472,4 +472,4 @@ def test_corpus_table_keeps_every_referenced_file_and_every_row(name, tmp_path, 
     if readable:
         assert same_rows(row_tables(path), before)
     else:
-        assert _row_count(latest) == before
+        assert row_count(latest) == before

@@ -143,22 +143,23 @@ def _failure(m: dict, path: Path) -> dict[str, Any]:
     return {"outcome": "invalid", "error_type": m["error_type"], "error": scrub(m["error"], path)}
 
 
-def run_optimize(name: str, oracle: dict, work: Path) -> dict[str, Any]:
-    from airflow_delta_maint.app import cli
+def _load_copy(name: str, work: Path):
+    """A copy of the table (DV file names restored), our snapshot of it (None for a log we reject) and how many
+    of its data files the corpus lacks."""
     from airflow_delta_maint.delta.errors import DeltaError
     from airflow_delta_maint.delta.log.snapshot import Snapshot
-    from tests.app.test_optimize import rows_deltars, rows_ours
 
     path = _copy(name, work, dv_names=True)
     try:
         snap = Snapshot.load(str(path))
     except DeltaError:
         snap = None
-    missing = missing_data_files(snap) if snap is not None else 0
-    rows_before = None
-    if snap is not None and not missing:
-        rows_before = sum((rows_deltars(path) if oracle.get("readable") else rows_ours(path)).values())
-    code, m = cli.run(["optimize", str(path), "--json"])
+    return path, snap, (missing_data_files(snap) if snap is not None else 0)
+
+
+def _refused_invalid_or_log_only(name: str, code: int, m: dict, path: Path, snap, missing: int) -> dict | None:
+    """The entry of a run that failed (refused or invalid) or found the corpus without the table's data
+    (log-only); None when the run's own outcome is the entry."""
     if code:
         assert code == 2 and m["status"] == "failed", m
         failure = _failure(m, path)
@@ -167,6 +168,22 @@ def run_optimize(name: str, oracle: dict, work: Path) -> dict[str, Any]:
             return failure
     if missing:
         return {"outcome": "log-only", "files": snap.num_files, "missing": missing}
+    return None
+
+
+def run_optimize(name: str, oracle: dict, work: Path) -> dict[str, Any]:
+    from airflow_delta_maint.app import cli
+    from airflow_delta_maint.delta.log.snapshot import Snapshot
+    from tests.app.test_optimize import rows_deltars, rows_ours
+
+    path, snap, missing = _load_copy(name, work)
+    rows_before = None
+    if snap is not None and not missing:
+        rows_before = sum((rows_deltars(path) if oracle.get("readable") else rows_ours(path)).values())
+    code, m = cli.run(["optimize", str(path), "--json"])
+    ended = _refused_invalid_or_log_only(name, code, m, path, snap, missing)
+    if ended is not None:
+        return ended
     assert m["status"] in ("committed", "skipped"), m
     after = Snapshot.load(str(path))
     rows_after = sum((rows_deltars(path) if oracle.get("readable") else rows_ours(path)).values())
@@ -183,29 +200,18 @@ def run_optimize(name: str, oracle: dict, work: Path) -> dict[str, Any]:
 
 def run_vacuum(name: str, oracle: dict, work: Path) -> dict[str, Any]:
     from airflow_delta_maint.app import cli
-    from airflow_delta_maint.delta.errors import DeltaError
     from airflow_delta_maint.delta.log.snapshot import Snapshot
-    from tests.app.test_vacuum import corpus_vacuum_copy, _row_count, row_tables
+    from tests.app.test_vacuum import corpus_vacuum_copy, row_count, row_tables
 
-    path = _copy(name, work, dv_names=True)
-    try:
-        snap = Snapshot.load(str(path))
-    except DeltaError:
-        snap = None
-    missing = missing_data_files(snap) if snap is not None else 0
+    path, snap, missing = _load_copy(name, work)
     corpus_vacuum_copy(path, snap)
     rows = None
     if snap is not None and not missing:
-        rows = sum(t.num_rows for _, t in row_tables(path)) if oracle.get("readable") else _row_count(snap)
+        rows = sum(t.num_rows for _, t in row_tables(path)) if oracle.get("readable") else row_count(snap)
     code, m = cli.run(["vacuum", str(path), "--json"])
-    if code:
-        assert code == 2 and m["status"] == "failed", m
-        failure = _failure(m, path)
-        assert snap is not None or failure["outcome"] == "invalid", (name, m)
-        if failure["outcome"] == "refused" or not missing:
-            return failure
-    if missing:
-        return {"outcome": "log-only", "files": snap.num_files, "missing": missing}
+    ended = _refused_invalid_or_log_only(name, code, m, path, snap, missing)
+    if ended is not None:
+        return ended
     latest = Snapshot.load(str(path))
     return {"outcome": m["status"], "version_read": m["version_read"], "version_committed": m["version_committed"],
             "deleted_files": m["numDeletedFiles"], "files": latest.num_files,

@@ -93,12 +93,12 @@ def e2e_program(args) -> str | None:
 
 
 def _spark_started() -> bool:
-    pyspark = sys.modules.get("pyspark")
-    if pyspark is None:
+    """A SparkSession runs in this process (never imports pyspark to find out)."""
+    if "pyspark.sql" not in sys.modules:
         return False
-    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
 
-    return SparkContext._active_spark_context is not None
+    return SparkSession.getActiveSession() is not None
 
 
 @contextlib.contextmanager
@@ -114,7 +114,8 @@ def tier_guard(item: pytest.Item) -> Iterator[None]:
         program = e2e_program(args)
         if program is not None:
             started.append(program)
-            raise RuntimeError(f"{item.nodeid} starts {program}: mark it e2e or request a fixture that does")
+            raise RuntimeError(f"{item.nodeid} starts {program}: request the spark fixture (a SparkSession in "
+                               "this process), or mark it e2e (a program of its own), or request a fixture that does")
         real_init(self, args, *a, **kw)
 
     spark_before = _spark_started()

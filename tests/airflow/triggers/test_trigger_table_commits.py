@@ -321,3 +321,61 @@ def test_the_event_loop_stays_free_and_cancellation_propagates(small_table, monk
         assert calls == [0, 1]
 
     asyncio.run(scenario())
+
+
+
+def _s3_appends(uri: str, options: dict, commits: int, start: int = 0) -> None:
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    for i in range(start, start + commits):
+        write_deltalake(uri, pa.table({"id": pa.array([i], pa.int64())}), mode="append", storage_options=options)
+
+
+@pytest.mark.services  # a moto S3 server with IAM checks, started and stopped here
+def test_the_waiting_line_never_shows_the_connections_secret(tmp_path, monkeypatch, caplog):
+    """A trigger on S3 through a storage connection (the secret is needed: moto checks IAM): the secret reaches
+    no log line (the trigger's own or any logger's), no event and not the serialized trigger."""
+    import boto3
+
+    from tests.storage.servers import start_moto
+
+    server = start_moto(tmp_path, auth_actions=4)
+    try:
+        kw = dict(endpoint_url=server.endpoint, region_name="us-east-1", aws_access_key_id="setup",
+                  aws_secret_access_key="setup")
+        boto3.client("s3", **kw).create_bucket(Bucket="lake")
+        iam = boto3.client("iam", **kw)
+        iam.create_user(UserName="maint")
+        key = iam.create_access_key(UserName="maint")["AccessKey"]
+        iam.put_user_policy(UserName="maint", PolicyName="lake", PolicyDocument=json.dumps({
+            "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Resource": "*", "Action": "s3:*"}]}))
+        secret = key["SecretAccessKey"]
+        options = {"AWS_ENDPOINT_URL": server.endpoint, "AWS_ALLOW_HTTP": "true", "AWS_REGION": "us-east-1",
+                   "AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": secret}
+        uri = "s3://lake/events"
+        _s3_appends(uri, options, 3)
+        monkeypatch.setenv("AIRFLOW_CONN_LAKE_TRIGGER", json.dumps(
+            {"conn_type": "aws", "login": key["AccessKeyId"], "password": secret,
+             "extra": {"region_name": "us-east-1", "endpoint_url": server.endpoint}}))
+        caplog.set_level("DEBUG")
+
+        async def scenario():
+            trig = TableCommitsTrigger(table_uri=uri, min_commits=4, poke_interval=0.05,
+                                       storage_conn_id="lake_trigger")
+            watched = Watched(trig)
+            gen = trig.run()
+            nxt = asyncio.ensure_future(gen.__anext__())
+            await watched.logged(f"{uri}: versions 0..2, 3 commits, waiting for 4", task=nxt)
+            await asyncio.to_thread(_s3_appends, uri, options, 1, 3)
+            event = await asyncio.wait_for(nxt, PATIENCE)
+            await gen.aclose()
+            return trig, watched, event
+
+        trig, watched, event = asyncio.run(scenario())
+    finally:
+        server.stop()
+    assert event.payload == {"table_uri": uri, "from_version": 0, "to_version": 3, "commits": 4}
+    shown = [json.dumps(trig.serialize()), json.dumps(event.payload), *(text for _, text in watched.lines),
+             *(record.getMessage() for record in caplog.records)]
+    assert watched.lines and not [text for text in shown if secret in text]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import socket
@@ -19,18 +18,13 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 
 from airflow_delta_maint.app.environment_errors import describe as describe_environment
-from airflow_delta_maint.app.metrics import read_metrics, write_metrics
-from airflow_delta_maint.hooks import python_env
+from airflow_delta_maint.app.metrics import write_metrics
+from airflow_delta_maint.hooks import application_run, python_env
+from airflow_delta_maint.hooks.application_run import try_read_metrics
 from airflow_delta_maint.hooks.jvm_start import fast_start_options, keep_class_archive
 from airflow_delta_maint.hooks.package_bundle import (
-    _EXCLUDED_DIRS as _EXCLUDED_DIRS,  # re-exported, as every name below: the old import path
-    _EXCLUDED_SUFFIXES as _EXCLUDED_SUFFIXES,
-    APPLICATION as APPLICATION,
+    APPLICATION as APPLICATION,  # re-exported, as every name below: the old import path
     PACKAGE_DIR as PACKAGE_DIR,
-    _bytecode as _bytecode,
-    _package_files as _package_files,
-    _prune_bundles as _prune_bundles,
-    _write_entry as _write_entry,
     build_package_zip as build_package_zip,
     default_cache_dir as default_cache_dir,
 )
@@ -208,6 +202,11 @@ class DeltaMaintHook(SparkSubmitHook):
             self._conf.setdefault(template.format(key), value)
 
     @property
+    def spark_conf(self) -> dict[str, Any]:
+        """The Spark configuration this hook submits with (``--conf``), delta-spark's and the Python plan's included."""
+        return self._conf
+
+    @property
     def master(self) -> str:
         """The Spark master this hook submits to."""
         return self._connection["master"]
@@ -286,29 +285,8 @@ class DeltaMaintHook(SparkSubmitHook):
         folder.mkdir(parents=True, exist_ok=True)
         return str(folder / name)
 
-    @staticmethod
-    def application_args(
-        job: str,
-        table_uri: str,
-        job_args: Sequence[str] = (),
-        metrics_out: str | None = None,
-        storage_options: Mapping[str, Any] | None = None,
-    ) -> list[str]:
-        """
-        The application's command line: ``JOB TABLE [job options] --json --metrics-out URI [--storage-option K=V]...``.
-
-        :param job: the job name (``optimize``, ``vacuum``, ``compact-log``, ``inspect``).
-        :param table_uri: the table's path or URI.
-        :param job_args: the job's own options.
-        :param metrics_out: where the driver writes the metrics JSON.
-        :param storage_options: object-store options for the table.
-        """
-        args = [job, table_uri, *[str(a) for a in job_args], "--json"]
-        if metrics_out:
-            args += ["--metrics-out", metrics_out]
-        for key, value in (storage_options or {}).items():
-            args += ["--storage-option", f"{key}={value}"]
-        return args
+    #: the application's command line (:func:`~airflow_delta_maint.hooks.application_run.application_args`)
+    application_args = staticmethod(application_run.application_args)
 
     def build_command(
         self,
@@ -380,12 +358,12 @@ class DeltaMaintHook(SparkSubmitHook):
             try:
                 self.submit(str(APPLICATION), env=self.submit_env(), start_new_session=True)
             except AirflowException as exc:
-                metrics = self._try_read_metrics(metrics_out, options)
+                metrics = try_read_metrics(metrics_out, options)
                 if metrics and metrics.get("status") == "failed" and metrics.get("error"):
                     raise AirflowException(f"delta-maint {job} failed: {metrics['error']}") from exc
                 self._raise_environment_problem(f"delta-maint {job}", exc)
                 raise
-            metrics = self._try_read_metrics(metrics_out, options)
+            metrics = try_read_metrics(metrics_out, options)
             if metrics is None:
                 raise AirflowException(
                     f"delta-maint {job}: spark-submit succeeded but the driver wrote no metrics to {metrics_out}"
@@ -429,7 +407,7 @@ class DeltaMaintHook(SparkSubmitHook):
                 self.submit(str(APPLICATION), env=self.submit_env(), start_new_session=True)
             except AirflowException as exc:  # a failed table exits non-zero: its results say which
                 error = exc
-            results = self._try_read_metrics(metrics_out, options)
+            results = try_read_metrics(metrics_out, options)
             if results is None or not isinstance(results.get("tables"), list):
                 if error is not None:
                     self._raise_environment_problem("delta-maint fleet", error)
@@ -463,15 +441,6 @@ class DeltaMaintHook(SparkSubmitHook):
                 self._snapshot_tree()
                 last = now
             yield line
-
-    @staticmethod
-    def _try_read_metrics(uri: str, storage_options: Mapping[str, str]) -> dict[str, Any] | None:
-        try:
-            return read_metrics(uri, storage_options)
-        except (OSError, ValueError, json.JSONDecodeError):
-            return None
-        except Exception:  # object-store errors: the metrics are missing, not the job's failure
-            return None
 
     # -- killing ------------------------------------------------------------------------------
     def _snapshot_tree(self) -> list[psutil.Process]:

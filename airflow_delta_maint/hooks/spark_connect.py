@@ -24,16 +24,19 @@ import subprocess
 import sys
 from collections import deque
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_delta_maint.app.environment_errors import describe as describe_environment
 from airflow_delta_maint.app.runners.connect_tasks import ENV_ARCHIVE, ENV_CONF, ENV_PY_FILES, ENV_REMOTE
+from airflow_delta_maint.hooks.application_run import application_args, try_read_metrics
+from airflow_delta_maint.hooks.package_bundle import APPLICATION, build_package_zip, default_cache_dir
 from airflow_delta_maint.hooks.python_env import CONNECT_DISTRIBUTIONS
 
 if TYPE_CHECKING:
-    from airflow_delta_maint.hooks.delta_maint import DeltaMaintHook
+    from airflow_delta_maint.hooks.python_env import PythonPlan
+    from airflow_delta_maint.hooks.storage_credentials import StorageCredentials
 
 CONN_TYPE = "spark_connect"
 #: Spark settings that mean nothing to a Spark Connect client (the server fixes them)
@@ -47,10 +50,42 @@ def connect_url(conn_id: str) -> str:
     return SparkConnectHook(conn_id).get_connection_url()
 
 
-class ConnectRunner:
-    """The runs of one :class:`DeltaMaintHook` whose connection is a Spark Connect server."""
+class ConnectHost(Protocol):
+    """What :class:`ConnectRunner` uses of the hook whose runs it makes
+    (:class:`~airflow_delta_maint.hooks.delta_maint.DeltaMaintHook` is one)."""
 
-    def __init__(self, hook: DeltaMaintHook, conn_id: str):
+    @property
+    def user_env_vars(self) -> Mapping[str, str]:
+        """Environment variables for the application's process."""
+
+    @property
+    def storage_credentials(self) -> StorageCredentials | None:
+        """The table's credentials from an Airflow connection, if any."""
+
+    @property
+    def cache_dir(self) -> str | os.PathLike | None:
+        """Where the package bundle and the packed environment are kept (None: the default)."""
+
+    @property
+    def python_plan(self) -> PythonPlan:
+        """What the hook does about the executors' Python."""
+
+    @property
+    def spark_conf(self) -> Mapping[str, Any]:
+        """The Spark configuration of the runs."""
+
+    @property
+    def log(self) -> Any:
+        """The hook's logger (its ``info`` is used)."""
+
+    def new_metrics_location(self, job: str) -> str:
+        """Where the driver of the next run writes its metrics (a fresh name each call)."""
+
+
+class ConnectRunner:
+    """The runs of one :class:`ConnectHost` (a :class:`DeltaMaintHook`) whose connection is a Spark Connect server."""
+
+    def __init__(self, hook: ConnectHost, conn_id: str):
         self.hook = hook
         self.conn_id = conn_id
         self.url = connect_url(conn_id)
@@ -68,8 +103,6 @@ class ConnectRunner:
                 env.pop(name, None)
             env.update(hook.storage_credentials.env)
         env[ENV_REMOTE] = self.url
-        from airflow_delta_maint.hooks.delta_maint import build_package_zip, default_cache_dir
-
         env[ENV_PY_FILES] = build_package_zip(hook.cache_dir)
         archive = hook.python_plan.spark_archive(hook.cache_dir if hook.cache_dir is not None else default_cache_dir(),
                                                  hook.log.info, CONNECT_DISTRIBUTIONS)
@@ -82,17 +115,15 @@ class ConnectRunner:
             env[ENV_ARCHIVE] = path
         else:
             env.pop(ENV_ARCHIVE, None)
-        conf = {k: str(v) for k, v in hook._conf.items() if k not in _SUBMIT_ONLY}
+        conf = {k: str(v) for k, v in hook.spark_conf.items() if k not in _SUBMIT_ONLY}
         env[ENV_CONF] = json.dumps(conf)
         env.pop("PYSPARK_GATEWAY_PORT", None)
         return env
 
     def command(self, job: str, table_uri: str, job_args: Sequence[str], metrics_out: str,
                 storage_options: Mapping[str, Any] | None) -> list[str]:
-        from airflow_delta_maint.hooks.delta_maint import APPLICATION
-
         return [sys.executable, str(APPLICATION),
-                *self.hook.application_args(job, table_uri, job_args, metrics_out, storage_options)]
+                *application_args(job, table_uri, job_args, metrics_out, storage_options)]
 
     def check_reachable(self, timeout_s: float = 10.0) -> None:
         """Fail at once when the server accepts no connection (the client would retry for minutes)."""
@@ -134,7 +165,7 @@ class ConnectRunner:
         options = {k: str(v) for k, v in (storage_options or {}).items()}
         try:
             code = self._run(self.command(job, table_uri, job_args, metrics_out, storage_options))
-            metrics = hook._try_read_metrics(metrics_out, options)
+            metrics = try_read_metrics(metrics_out, options)
             if metrics and metrics.get("status") == "failed":
                 raise AirflowException(f"delta-maint {job} failed: {metrics.get('error', 'unknown error')}")
             if metrics is None:
@@ -155,7 +186,7 @@ class ConnectRunner:
         write_metrics(spec, spec_uri, options)
         try:
             code = self._run(self.command("fleet", spec_uri, [], metrics_out, storage_options))
-            results = hook._try_read_metrics(metrics_out, options)
+            results = try_read_metrics(metrics_out, options)
             if results is None or not isinstance(results.get("tables"), list):
                 raise self._failure("delta-maint fleet", code)
             return results

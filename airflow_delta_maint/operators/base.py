@@ -21,7 +21,7 @@ from airflow_delta_maint.app.metrics import base_metrics, finish
 from airflow_delta_maint.delta.errors import DeltaError
 from airflow_delta_maint.hooks.delta_maint import DeltaMaintHook
 from airflow_delta_maint.hooks.maintenance_history import configured_history_uri, history_args, record_on_worker
-from airflow_delta_maint.hooks.provider_config import configured_engine, configured_execution
+from airflow_delta_maint.hooks.provider_config import configured_execution
 from airflow_delta_maint.hooks.storage_credentials import (
     StorageCredentials,
     refuse_secret_options,
@@ -34,7 +34,7 @@ from airflow_delta_maint.operators.lineage import (
     operator_lineage,
     table_uri_matches,
 )
-from airflow_delta_maint.operators.options import _as_bool, available_jobs
+from airflow_delta_maint.operators.options import as_bool, available_jobs, check_engine, resolve_engine
 
 if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage
@@ -122,11 +122,7 @@ class DeltaMaintenanceOperator(BaseOperator):
     ) -> None:
         super().__init__(**kwargs)
         self.table_uri = table_uri
-        if engine is not None and "{{" not in str(engine):
-            try:
-                configured_engine(engine)
-            except ValueError as exc:
-                raise AirflowException(str(exc)) from None
+        check_engine(engine)
         self.engine = engine
         self.history_uri = history_uri
         if execution is not None and "{{" not in str(execution) and str(execution).strip().lower() not in EXECUTIONS:
@@ -164,10 +160,7 @@ class DeltaMaintenanceOperator(BaseOperator):
 
     def resolved_engine(self) -> str:
         """The engine of this run: ``engine``, else ``[delta_maint] engine``, else native."""
-        try:
-            return configured_engine(self.engine)
-        except ValueError as exc:
-            raise AirflowException(str(exc)) from None
+        return resolve_engine(self.engine)
 
     def all_job_args(self) -> list[str]:
         """The job's options and the engine's."""
@@ -282,7 +275,7 @@ class DeltaMaintenanceOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         self.resolve_storage_credentials()
         history = configured_history_uri(self.history_uri)
-        if _as_bool(self.skip_if_nothing_to_do):
+        if as_bool(self.skip_if_nothing_to_do):
             skipped = self.check_nothing_to_do()
             if skipped is not None:
                 self.log.info("Nothing to do on %s: %s", self.table_uri, skipped["reason"])

@@ -22,7 +22,7 @@ from airflow_delta_maint.hooks.storage_credentials import (
     worker_options,
 )
 from airflow_delta_maint.operators.lineage import inject_parent_job_info
-from airflow_delta_maint.operators.options import _as_bool, _flag
+from airflow_delta_maint.operators.options import as_bool, check_engine, job_options
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -31,15 +31,6 @@ if TYPE_CHECKING:
 DEFAULT_JOBS: dict[str, dict[str, Any]] = {"optimize": {}, "compact-log": {}, "vacuum": {"mode": "lite"}}
 #: where a fleet runs: submitted, or on the worker when every job there is small enough
 FLEET_EXECUTIONS = ("spark", "auto")
-
-
-def job_options(options: Mapping[str, Any] | None) -> list[str]:
-    """A job's options as command-line flags: ``{"min_file_size": 1000, "dry_run": True}`` ->
-    ``["--min-file-size", "1000", "--dry-run"]`` (False and None are left out, lists comma-joined)."""
-    args: list[str] = []
-    for key, value in (options or {}).items():
-        _flag(args, "--" + str(key).replace("_", "-"), value)
-    return args
 
 
 def with_engine(job: str, options: Mapping[str, Any] | None, engine: str, explicit: bool) -> dict[str, Any]:
@@ -137,11 +128,7 @@ class MaintainTablesOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if engine is not None and "{{" not in str(engine):
-            try:
-                configured_engine(engine)
-            except ValueError as exc:
-                raise AirflowException(str(exc)) from None
+        check_engine(engine)
         self.engine = engine
         if execution is not None and str(execution).strip().lower() not in FLEET_EXECUTIONS:
             raise AirflowException(f"execution must be 'spark' or 'auto', got {execution!r}")
@@ -238,7 +225,7 @@ class MaintainTablesOperator(BaseOperator):
             return []
         spec = self.fleet_spec(history)
         self._credentials = resolve_storage_credentials(self.storage_conn_id, spec.tables[0].table)
-        if _as_bool(self.skip_if_nothing_to_do):
+        if as_bool(self.skip_if_nothing_to_do):
             decision = decide(spec, lambda t: worker_options(self._credentials, t.storage_options),
                               threads=self.check_threads)
         else:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow_delta_maint.operators.base import DeltaMaintenanceOperator
-from airflow_delta_maint.operators.options import _flag
+from airflow_delta_maint.operators.options import job_options
 
 
 class InspectTableOperator(DeltaMaintenanceOperator):
@@ -34,7 +34,4 @@ class InspectTableOperator(DeltaMaintenanceOperator):
         self.small_file_bytes = small_file_bytes
 
     def job_args(self) -> list[str]:
-        args: list[str] = []
-        _flag(args, "--version", self.version)
-        _flag(args, "--small-file-bytes", self.small_file_bytes)
-        return args
+        return job_options({"version": self.version, "small_file_bytes": self.small_file_bytes})

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow_delta_maint.operators.base import DeltaMaintenanceOperator
-from airflow_delta_maint.operators.options import _flag
+from airflow_delta_maint.operators.options import job_options
 
 
 class LogCompactionOperator(DeltaMaintenanceOperator):
@@ -46,12 +46,9 @@ class LogCompactionOperator(DeltaMaintenanceOperator):
         self.cleanup_expired_log = cleanup_expired_log
 
     def job_args(self) -> list[str]:
-        args: list[str] = []
-        _flag(args, "--interval", self.interval)
-        _flag(args, "--max-window-bytes", self.max_window_bytes)
-        _flag(args, "--checkpoint-interval", self.checkpoint_interval)
-        _flag(args, "--cleanup-expired-log", bool(self.cleanup_expired_log))
-        return args
+        return job_options({"interval": self.interval, "max_window_bytes": self.max_window_bytes,
+                            "checkpoint_interval": self.checkpoint_interval,
+                            "cleanup_expired_log": bool(self.cleanup_expired_log)})
 
     def engine_args(self) -> list[str]:
         """The engine applies to the checkpoint and the expired-log cleanup (``--checkpoint-engine``)."""

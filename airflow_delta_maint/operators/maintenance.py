@@ -11,8 +11,6 @@ from airflow_delta_maint.operators.base import DeltaMaintenanceOperator
 from airflow_delta_maint.operators.inspect_table import InspectTableOperator
 from airflow_delta_maint.operators.log_compaction import LogCompactionOperator
 from airflow_delta_maint.operators.optimize import OptimizeOperator
-from airflow_delta_maint.operators.options import _as_bool as _as_bool  # re-exported: the old import path
-from airflow_delta_maint.operators.options import _flag as _flag  # re-exported: the old import path
 from airflow_delta_maint.operators.options import available_jobs
 from airflow_delta_maint.operators.vacuum import VacuumOperator
 

@@ -8,7 +8,7 @@ from typing import Any
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_delta_maint.operators.base import DeltaMaintenanceOperator
-from airflow_delta_maint.operators.options import _as_bool, _flag
+from airflow_delta_maint.operators.options import as_bool, job_options
 
 
 class OptimizeOperator(DeltaMaintenanceOperator):
@@ -141,32 +141,33 @@ class OptimizeOperator(DeltaMaintenanceOperator):
         self.purge = purge
 
     def job_args(self) -> list[str]:
-        args: list[str] = []
-        _flag(args, "--where", self.where)
-        _flag(args, "--zorder-by", self.zorder_by)
-        _flag(args, "--min-file-size", self.min_file_size)
-        _flag(args, "--max-file-size", self.max_file_size)
-        _flag(args, "--max-concurrent-bins", self.max_concurrent_bins)
-        _flag(args, "--batch-bytes", self.batch_bytes)
-        _flag(args, "--dv-ratio", self.dv_ratio)
-        _flag(args, "--compression", self.compression)
-        _flag(args, "--full", _as_bool(self.full))
-        _flag(args, "--min-cube-size", self.min_cube_size)
-        _flag(args, "--target-cube-size", self.target_cube_size)
-        _flag(args, "--rewrite-type-widened", _as_bool(self.rewrite_type_widened))
-        if str(self.policy).strip().lower() not in ("all", "auto"):
+        policy = str(self.policy).strip().lower()
+        if policy not in ("all", "auto"):
             raise AirflowException(f"policy must be 'all' or 'auto', got {self.policy!r}")
-        _flag(args, "--auto", str(self.policy).strip().lower() == "auto")
-        _flag(args, "--all-partitions", _as_bool(self.all_partitions))
-        _flag(args, "--min-num-files", self.min_num_files)
-        _flag(args, "--max-deleted-rows-ratio", self.max_deleted_rows_ratio)
-        _flag(args, "--max-partitions", self.max_partitions)
-        _flag(args, "--lease-seconds", self.lease_seconds)
-        _flag(args, "--target-files", self.target_files)
-        _flag(args, "--bins-per-commit", self.bins_per_commit)
-        _flag(args, "--min-file-age", self.min_file_age)
-        _flag(args, "--skip-recent-partitions", self.skip_recent_partitions)
-        _flag(args, "--wait-for-writer", self.wait_for_writer)
-        _flag(args, "--purge", _as_bool(self.purge))
-        _flag(args, "--dry-run", _as_bool(self.dry_run_only))
-        return args
+        return job_options({
+            "where": self.where,
+            "zorder_by": self.zorder_by,
+            "min_file_size": self.min_file_size,
+            "max_file_size": self.max_file_size,
+            "max_concurrent_bins": self.max_concurrent_bins,
+            "batch_bytes": self.batch_bytes,
+            "dv_ratio": self.dv_ratio,
+            "compression": self.compression,
+            "full": as_bool(self.full),
+            "min_cube_size": self.min_cube_size,
+            "target_cube_size": self.target_cube_size,
+            "rewrite_type_widened": as_bool(self.rewrite_type_widened),
+            "auto": policy == "auto",
+            "all_partitions": as_bool(self.all_partitions),
+            "min_num_files": self.min_num_files,
+            "max_deleted_rows_ratio": self.max_deleted_rows_ratio,
+            "max_partitions": self.max_partitions,
+            "lease_seconds": self.lease_seconds,
+            "target_files": self.target_files,
+            "bins_per_commit": self.bins_per_commit,
+            "min_file_age": self.min_file_age,
+            "skip_recent_partitions": self.skip_recent_partitions,
+            "wait_for_writer": self.wait_for_writer,
+            "purge": as_bool(self.purge),
+            "dry_run": as_bool(self.dry_run_only),
+        })

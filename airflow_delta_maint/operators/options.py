@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+from collections.abc import Mapping
 from typing import Any
 
+from airflow.sdk.exceptions import AirflowException
+
 from airflow_delta_maint.app.jobs import JOB_MODULES
+from airflow_delta_maint.hooks.provider_config import configured_engine
 
 
 def available_jobs() -> list[str]:
@@ -31,8 +35,32 @@ def _flag(args: list[str], option: str, value: Any) -> None:
     args += [option, str(value)]
 
 
-def _as_bool(value: Any) -> bool:
+def job_options(options: Mapping[str, Any] | None) -> list[str]:
+    """A job's options as command-line flags: ``{"min_file_size": 1000, "dry_run": True}`` ->
+    ``["--min-file-size", "1000", "--dry-run"]`` (False and None are left out, lists comma-joined)."""
+    args: list[str] = []
+    for key, value in (options or {}).items():
+        _flag(args, "--" + str(key).replace("_", "-"), value)
+    return args
+
+
+def as_bool(value: Any) -> bool:
     """A flag that may arrive as a rendered template string ("True", "false", "1", ...)."""
     if isinstance(value, str):
         return value.strip().lower() in ("1", "true", "yes", "on")
     return bool(value)
+
+
+def resolve_engine(engine: str | None) -> str:
+    """The engine of a run: ``engine``, else ``[delta_maint] engine``, else native (see
+    :func:`~airflow_delta_maint.hooks.provider_config.configured_engine`); an unknown one raises AirflowException."""
+    try:
+        return configured_engine(engine)
+    except ValueError as exc:
+        raise AirflowException(str(exc)) from None
+
+
+def check_engine(engine: str | None) -> None:
+    """Refuse an unknown ``engine`` when an operator is built; a templated one is checked once rendered."""
+    if engine is not None and "{{" not in str(engine):
+        resolve_engine(engine)

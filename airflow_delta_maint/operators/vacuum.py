@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow_delta_maint.operators.base import DeltaMaintenanceOperator
-from airflow_delta_maint.operators.options import _as_bool, _flag
+from airflow_delta_maint.operators.options import as_bool, job_options
 
 
 class VacuumOperator(DeltaMaintenanceOperator):
@@ -46,12 +46,9 @@ class VacuumOperator(DeltaMaintenanceOperator):
         self.ignore_retention_check = ignore_retention_check
 
     def job_args(self) -> list[str]:
-        args: list[str] = []
-        _flag(args, "--retention-hours", self.retention_hours)
-        _flag(args, "--mode", self.mode)
-        _flag(args, "--dry-run", _as_bool(self.dry_run_only))
-        _flag(args, "--ignore-retention-check", _as_bool(self.ignore_retention_check))
-        return args
+        return job_options({"retention_hours": self.retention_hours, "mode": self.mode,
+                            "dry_run": as_bool(self.dry_run_only),
+                            "ignore_retention_check": as_bool(self.ignore_retention_check)})
 
     def nothing_to_do(self, params: dict[str, Any]) -> str | None:
         """

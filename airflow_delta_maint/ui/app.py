@@ -17,8 +17,8 @@ from urllib.parse import quote
 from fastapi import Depends, FastAPI, Query
 from fastapi.responses import HTMLResponse
 
-from airflow_delta_maint.app.report.page import (_CSS, load_runs, summarize_tables, table_detail,
-                                                 table_section_html, dag_run_link)
+from airflow_delta_maint.app.report.page import (dag_run_link, html_document, load_runs, summarize_tables,
+                                                 table_detail, table_section_html)
 from airflow_delta_maint.delta.errors import DeltaError
 
 URL_PREFIX = "/delta-maint"
@@ -59,8 +59,7 @@ def _e(value: Any) -> str:
 
 
 def _page(title: str, body: str) -> HTMLResponse:
-    return HTMLResponse(f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>{_e(title)}</title>"
-                        f"<style>{_CSS}</style></head><body>{body}</body></html>")
+    return HTMLResponse(html_document(title, body))
 
 
 def _access() -> Any:

@@ -26,7 +26,7 @@ from airflow_delta_maint.app.jobs.inspect import DEFAULT_SMALL_FILE_BYTES, inspe
 
 log = logging.getLogger("delta_maint")
 
-__all__ = ["load_runs", "render_report", "summarize_tables", "table_detail", "write_report"]
+__all__ = ["html_document", "load_runs", "render_report", "summarize_tables", "table_detail", "write_report"]
 
 #: versions sampled for the over-time plots, at most
 MAX_SAMPLES = 30
@@ -251,6 +251,17 @@ def _e(value: Any) -> str:
     return html.escape("" if value is None else str(value))
 
 
+def html_document(title: str, body: str) -> str:
+    """
+    A whole HTML page in the report's style: the document head (``title`` escaped) around ``body``.
+
+    :param title: the page's title.
+    :param body: the page's content, HTML.
+    """
+    return (f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>{_e(title)}</title>"
+            f"<style>{_CSS}</style></head><body>{body}</body></html>")
+
+
 def runs_table_html(runs: Sequence[Mapping[str, Any]], base_url: str | None = None, limit: int = 25) -> str:
     """The last ``limit`` runs as an HTML table, newest first."""
     rows = []
@@ -297,8 +308,7 @@ def render_report(history_uri: str, tables: Sequence[str] | None = None,
     by_table = _by_table(runs)
     names = list(tables) if tables else sorted(by_table)
     generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    out = [f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>Delta maintenance report</title>"
-           f"<style>{_CSS}</style></head><body><h1>Delta maintenance report</h1>"
+    out = ["<h1>Delta maintenance report</h1>"
            f"<p>history {_e(history_uri)}: {len(runs)} runs on {len(by_table)} tables; generated {generated}</p>"]
     if not runs:
         out.append("<p>No maintenance runs recorded yet.</p>")
@@ -316,8 +326,8 @@ def render_report(history_uri: str, tables: Sequence[str] | None = None,
         if name in by_table:
             out.append(table_section_html(table_detail(name, by_table[name], storage_options, small_file_bytes),
                                           base_url))
-    out.append("</body></html>")
-    return "\n".join(out)
+    out.append("")  # the body ends with a line break
+    return html_document("Delta maintenance report", "\n".join(out))
 
 
 def write_report(history_uri: str, out_path: str, tables: Sequence[str] | None = None,

@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence, Tuple, TypeVar
 
 import pyarrow as pa
 
-from airflow_delta_maint.app.runners.connect_tasks import _use_shipped_environment, is_connect
+from airflow_delta_maint.app.runners.connect_tasks import is_connect, slice_calls, use_shipped_environment
 from airflow_delta_maint.app.runners.tasks import raise_worker_error, split_slices
 
 T = TypeVar("T")
@@ -40,15 +40,8 @@ _RESULTS_DDL = "group long, seq int, result binary"
 
 
 def _split(payload: bytes, slices: list[bytes], batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    _use_shipped_environment()
-    from pyspark import cloudpickle
-
-    ids = [i for batch in batches for i in batch.column(0).to_pylist()]
-    if not ids:
-        return
-    fn = cloudpickle.loads(payload)
-    for slice_id in ids:
-        for group, key, blob in fn(iter(pickle.loads(slices[slice_id]))):
+    for _, rows in slice_calls(payload, slices, batches):
+        for group, key, blob in rows:
             yield pa.RecordBatch.from_pydict({"group": [group], "key": [key], "blob": [blob]}, schema=_ROWS)
 
 
@@ -56,7 +49,7 @@ def _group_writer(payload: bytes) -> Callable[..., Iterator[pa.RecordBatch]]:
     """The function ``applyInArrow`` calls per group (its type hints choose the iterator form)."""
 
     def write(group: Tuple[pa.Scalar, ...], batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        _use_shipped_environment()
+        use_shipped_environment()
         from pyspark import cloudpickle
 
         fn = cloudpickle.loads(payload)

@@ -123,8 +123,9 @@ def connect_session(url: str) -> Any:
 
 
 # -- inside the tasks -------------------------------------------------------------------------------
-def _use_shipped_environment() -> None:
-    """Put the shipped environment's packages on this worker's path (once), when the session shipped one."""
+def use_shipped_environment() -> None:
+    """Put the shipped environment's packages on this worker's path (once), when the session shipped one.
+    A task calls it before it unpickles what the driver sent: the modules that needs are imported only then."""
     try:
         from pyspark import SparkFiles
 
@@ -163,13 +164,19 @@ def _check_pyarrow_takes_numpy() -> None:
     _PYARROW_CHECKED = True
 
 
-def run_slice(payload: bytes, slices: list[bytes], batches: Iterator[Any]) -> Iterator[Any]:
-    """One partition of a ``mapInArrow`` over ``range(n)``: for the slice numbered by its row, unpickle
-    the function (after the shipped environment is on the path) and the slice's items, run it, and
-    yield each result pickled."""
-    import pyarrow as pa
+def slice_calls(payload: bytes, slices: list[bytes], batches: Iterator[Any]) -> Iterator[tuple[int, Any]]:
+    """
+    Inside one partition of a ``mapInArrow`` over ``range(n)``: for each slice its rows number, the slice's
+    number and what the driver's function returns for the slice's items.
 
-    _use_shipped_environment()
+    The function and the items are unpickled after the shipped environment is on the path
+    (:func:`use_shipped_environment`); each call happens when the caller asks for the next slice.
+
+    :param payload: the function, cloudpickled.
+    :param slices: each slice's items, pickled.
+    :param batches: the partition's rows (the slice numbers in the first column).
+    """
+    use_shipped_environment()
     from pyspark import cloudpickle
 
     ids = [i for batch in batches for i in batch.column(0).to_pylist()]
@@ -177,7 +184,17 @@ def run_slice(payload: bytes, slices: list[bytes], batches: Iterator[Any]) -> It
         return
     fn = cloudpickle.loads(payload)
     for slice_id in ids:
-        yield from _results(slice_id, fn(iter(pickle.loads(slices[slice_id]))), pa)
+        yield slice_id, fn(iter(pickle.loads(slices[slice_id])))
+
+
+def run_slice(payload: bytes, slices: list[bytes], batches: Iterator[Any]) -> Iterator[Any]:
+    """One partition of a ``mapInArrow`` over ``range(n)``: for the slice numbered by its row, unpickle
+    the function (after the shipped environment is on the path) and the slice's items, run it, and
+    yield each result pickled."""
+    import pyarrow as pa
+
+    for slice_id, results in slice_calls(payload, slices, batches):
+        yield from _results(slice_id, results, pa)
 
 
 def _results(slice_id: int, results: Iterable[Any], pa: Any) -> Iterator[Any]:

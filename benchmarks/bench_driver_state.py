@@ -204,7 +204,7 @@ STAGES = [
     ("airflow_delta_maint.delta.health.state_summary", "summarize_state"),
     ("airflow_delta_maint.delta.log.snapshot", "Snapshot.load"),
     ("airflow_delta_maint.delta.log.checkpoint", "write_checkpoint"),
-    ("airflow_delta_maint.delta.plans.vacuum", "valid_keys"),
+    ("airflow_delta_maint.delta.plans.vacuum_valid", "valid_keys"),
 ]
 
 

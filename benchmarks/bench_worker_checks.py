@@ -321,13 +321,14 @@ def _before(check: str, table: str) -> object:
     from airflow_delta_maint.delta.protocol.features import check_supported
 
     if check in OPTIMIZE_CHECKS:
-        from airflow_delta_maint.app.jobs.optimize import _outline, _skip_reason, auto_decision, plan_from_params
+        from airflow_delta_maint.app.jobs.optimize_check import plan_outline, skip_reason
+        from airflow_delta_maint.app.jobs.optimize_options import auto_decision, plan_from_params
 
         params = OPTIMIZE_CHECKS[check][0]
         snapshot = Snapshot.load(table)
         check_supported(snapshot.protocol, "optimize", snapshot.metadata)
         decision = auto_decision(snapshot, params)
-        return _skip_reason(_outline(plan_from_params(snapshot, params, decision), decision), params)
+        return skip_reason(plan_outline(plan_from_params(snapshot, params, decision), decision), params)
     if check == "vacuum_lite":
         from airflow_delta_maint.delta.plans.vacuum import lite_candidates, plan_vacuum
 

@@ -200,7 +200,8 @@ def rewrite_bytes(table: str, storage_options: Mapping[str, str] | None, params:
     from airflow_delta_maint.delta.log.state_stream import StreamFallback, open_state
     from airflow_delta_maint.delta.storage.store import Storage
 
-    from .jobs.optimize import auto_decision, plan_from_params, streamed_plan_outline
+    from .jobs.optimize_check import streamed_plan_outline
+    from .jobs.optimize_options import auto_decision, plan_from_params
 
     storage = Storage(table, dict(storage_options or {}))
     try:

@@ -50,9 +50,9 @@ def test_slices_in_order_and_errors_as_themselves(spark, dataframe_tasks, tmp_pa
 
 
 def test_optimize_and_vacuum_with_the_dataframe_runner(spark, dataframe_tasks, tmp_path: Path, monkeypatch):
-    import airflow_delta_maint.app.jobs.vacuum as vacuum_job
+    import airflow_delta_maint.app.jobs.vacuum_listing as vacuum_listing
 
-    monkeypatch.setattr(vacuum_job, "LOCAL_DRIVER_LIST_MAX", 0)  # VACUUM lists in tasks too
+    monkeypatch.setattr(vacuum_listing, "LOCAL_DRIVER_LIST_MAX", 0)  # VACUUM lists in tasks too
     t = Partitioned(tmp_path / "t")
     t.add("a", 6, rows=30)
     t.add("b", 5, rows=40)

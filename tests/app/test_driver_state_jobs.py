@@ -84,8 +84,8 @@ def test_vacuum_full_by_anti_join_deletes_what_the_in_memory_run_deletes(tmp_pat
     import airflow_delta_maint.app.jobs.vacuum as job
 
     used = []
-    original = job._full_at_scale
-    monkeypatch.setattr(job, "_full_at_scale", lambda *a, **k: used.append(1) or original(*a, **k))
+    original = job.full_at_scale
+    monkeypatch.setattr(job, "full_at_scale", lambda *a, **k: used.append(1) or original(*a, **k))
     path = _with_checkpoint(tmp_path)
     make_old(path, "orphan-top.parquet", "p=p1/orphan-a.parquet", "p=p2/deep/orphan-b.parquet", "empty/old.bin")
     make_young(path, "p=p0/young.parquet")
@@ -189,7 +189,7 @@ def test_vacuum_full_keeps_the_valid_set_in_memory_when_the_executors_cannot_see
     monkeypatch.delenv(aj.SCRATCH_ENV)
 
     reasons = []
-    at_scale = _spy(monkeypatch, job, "_full_at_scale")
+    at_scale = _spy(monkeypatch, job, "full_at_scale")
     monkeypatch.setattr(JobContext, "session_master", lambda self: remote)
     monkeypatch.setattr(job, "fell_back", lambda what, exc: reasons.append(str(exc)))
     path = _with_checkpoint(tmp_path)
@@ -256,10 +256,11 @@ def test_vacuum_full_with_an_inventory_streams_it_into_the_anti_join(tmp_path, s
     the same metrics as the in-memory path (counts, sizes, folders, the dry run's list, a key the
     inventory lists twice), and the same files left on disk."""
     import airflow_delta_maint.app.jobs.vacuum as job
+    import airflow_delta_maint.app.jobs.vacuum_at_scale as at_scale_job
     from airflow_delta_maint.app.runners import vacuum_antijoin as aj
 
-    at_scale = _spy(monkeypatch, job, "_full_at_scale")
-    streamed = _spy(monkeypatch, job, "write_inventory_listing")
+    at_scale = _spy(monkeypatch, job, "full_at_scale")
+    streamed = _spy(monkeypatch, at_scale_job, "write_inventory_listing")
     listed = _spy(monkeypatch, aj, "list_into_spark")
     in_memory = _spy(monkeypatch, job, "read_inventory")
     path = _table_with_orphans(tmp_path)
@@ -286,9 +287,10 @@ def test_vacuum_full_keeps_the_versions_asked_for_from_streamed_keys(tmp_path, s
     (version 1 from its commits, version 5 from the checkpoint), no set on the driver; alone and
     with an inventory, dry run and real, the same metrics and files as in memory."""
     import airflow_delta_maint.app.jobs.vacuum as job
+    import airflow_delta_maint.app.jobs.vacuum_at_scale as at_scale_job
 
-    at_scale = _spy(monkeypatch, job, "_full_at_scale")
-    streamed = _spy(monkeypatch, job, "write_kept_keys")
+    at_scale = _spy(monkeypatch, job, "full_at_scale")
+    streamed = _spy(monkeypatch, at_scale_job, "write_kept_keys")
     whole = _spy(monkeypatch, job, "kept_version_keys")
     path = _table_with_orphans(tmp_path)
     before, kept_rows = rows(path), rows(path, 1)
@@ -337,7 +339,7 @@ def test_bad_input_on_the_streamed_path_fails_before_any_work(tmp_path, spark, m
     import airflow_delta_maint.app.jobs.vacuum as job
     from tests.app.test_vacuum import tree
 
-    at_scale = _spy(monkeypatch, job, "_full_at_scale")
+    at_scale = _spy(monkeypatch, job, "full_at_scale")
     path = _table_with_orphans(tmp_path)
     stale = _inventory(path, tmp_path / "stale.parquet")
     eight_days_ago = os.path.getmtime(stale) - 8 * 86_400
@@ -369,6 +371,7 @@ def test_bad_input_on_the_streamed_path_fails_before_any_work(tmp_path, spark, m
 def test_vacuum_with_an_inventory_falls_back_when_the_executors_cannot_see_the_scratch_folder(
         tmp_path, spark, monkeypatch):
     import airflow_delta_maint.app.jobs.vacuum as job
+    from airflow_delta_maint.app.jobs.vacuum_at_scale import LATE_FALLBACK
     from airflow_delta_maint.app.runners import vacuum_antijoin as aj
 
     reasons: list[str] = []
@@ -378,7 +381,7 @@ def test_vacuum_with_an_inventory_falls_back_when_the_executors_cannot_see_the_s
     before = rows(path)
     inventory = _inventory(path, tmp_path / "inventory.parquet")
     a, b = _run_both(monkeypatch, path, ["vacuum", "--inventory", str(inventory), "--keep-versions", "1"])
-    assert len(reasons) == 1 and aj.SCRATCH_ENV in reasons[0] and not reasons[0].startswith(job.LATE_FALLBACK)
+    assert len(reasons) == 1 and aj.SCRATCH_ENV in reasons[0] and not reasons[0].startswith(LATE_FALLBACK)
     assert a == b and a["status"] == "committed" and a["numFilesDeleted"] >= 4
     left = _files_left(path)
     assert left[0] == left[1] and rows(Path(str(path) + "-streamed")) == before

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-import airflow_delta_maint.app.jobs.optimize as optimize_job
+import airflow_delta_maint.app.jobs.optimize_execution as optimize_execution
 from airflow_delta_maint.app import cli
 from airflow_delta_maint.app.execution import run_in_process
 from airflow_delta_maint.app.runners.tasks import LocalTasks, split_slices
@@ -131,7 +131,7 @@ def test_a_failed_local_rewrite_leaves_no_file_and_commits_nothing(tmp_path: Pat
     path = make_table(tmp_path / "t", ["a", "b", "c", "d"], 4, 30)
     before_files, before_rows = listing(path), rows_deltars(path)
     version = DeltaTable(str(path)).version()
-    original = optimize_job.rewrite_bin
+    original = optimize_execution.rewrite_bin
     calls = []
 
     def rewrite_then_fail(spec, files, partition_values):
@@ -140,7 +140,7 @@ def test_a_failed_local_rewrite_leaves_no_file_and_commits_nothing(tmp_path: Pat
             raise OSError("disk full")
         return original(spec, files, partition_values)
 
-    monkeypatch.setattr(optimize_job, "rewrite_bin", rewrite_then_fail)
+    monkeypatch.setattr(optimize_execution, "rewrite_bin", rewrite_then_fail)
     code, m = local("optimize", path, "--max-concurrent-bins", "2")
     assert code == 1 and m["status"] == "failed" and m["error"] == "OSError: disk full"
     assert listing(path) == before_files  # the bins already written were deleted
@@ -188,10 +188,10 @@ def test_local_full_vacuum_on_s3_lists_on_threads(tmp_path: Path, monkeypatch, c
     import pyarrow as pa
     from deltalake import write_deltalake
 
-    import airflow_delta_maint.app.jobs.vacuum as vacuum_job
+    import airflow_delta_maint.app.jobs.vacuum_listing as vacuum_listing
     from tests.storage.servers import start_moto
 
-    monkeypatch.setattr(vacuum_job, "DRIVER_LIST_MAX", 0)
+    monkeypatch.setattr(vacuum_listing, "DRIVER_LIST_MAX", 0)
     server = start_moto(tmp_path)
     try:
         key_id, secret = "AKIDLOCALVACUUM", "local-vacuum-secret-9c2e41"

@@ -33,7 +33,8 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from airflow_delta_maint.app import cli
-from airflow_delta_maint.app.jobs.optimize import _commit_batch, _execute_bins, plan_from_params
+from airflow_delta_maint.app.jobs.optimize_execution import commit_batch, execute_bins
+from airflow_delta_maint.app.jobs.optimize_options import plan_from_params
 from airflow_delta_maint.app.rewrite.rewrite_path import commit_groups
 from airflow_delta_maint.app.rewrite.data_files import RewriteSpec, read_data_file
 from airflow_delta_maint.app.runners.tasks import SparkTasks
@@ -435,12 +436,12 @@ def test_concurrent_delete_drops_only_the_bin_it_touched(tmp_path: Path, spark) 
     plan = plan_from_params(snap, {})
     assert len(plan.bins) == 3
     spec = RewriteSpec(snap.storage, snap.metadata.to_action(), target_file_bytes=plan.max_file_size)
-    outputs = _execute_bins(SparkTasks(spark), spec, plan.bins, None, "test")
+    outputs = execute_bins(SparkTasks(spark), spec, plan.bins, None, "test")
     # id 0 is in the first file of partition a
     victim_bin = next(i for i, b in enumerate(plan.bins) if b.partition_values == {"p": "a"})
     DeltaTable(str(path)).delete("id = 0")
     expected = rows_deltars(path)
-    version, dropped = _commit_batch(snap, plan, plan.bins, outputs, {"predicate": [], "zOrderBy": []})
+    version, dropped = commit_batch(snap, plan, plan.bins, outputs, {"predicate": [], "zOrderBy": []})
     assert dropped == [victim_bin] and version == snap.version + 2
     for i, adds in enumerate(outputs):
         for a in adds:
@@ -525,8 +526,8 @@ def test_rerun_after_first_batch_redoes_no_finished_bin(tmp_path: Path, spark) -
     batches = [[plan.bins[i] for i in group] for group in commit_groups(plan.bins, 1, 0)]
     assert len(batches) == 3
     spec = RewriteSpec(snap.storage, snap.metadata.to_action(), target_file_bytes=plan.max_file_size)
-    first = _execute_bins(SparkTasks(spark), spec, batches[0], None, "batch 1/3")
-    version, dropped = _commit_batch(snap, plan, batches[0], first, {"predicate": [], "zOrderBy": []})
+    first = execute_bins(SparkTasks(spark), spec, batches[0], None, "batch 1/3")
+    version, dropped = commit_batch(snap, plan, batches[0], first, {"predicate": [], "zOrderBy": []})
     assert version == snap.version + 1 and not dropped  # then the job dies
     finished = {a["path"] for adds in first for a in adds}
     code, m = optimize(path)

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from tests.hypothesis_profiles import examples
 
-from airflow_delta_maint.app.jobs.optimize import auto_decision, plan_from_params, purge_params, streamed_plan_outline
+from airflow_delta_maint.app.jobs.optimize_check import streamed_plan_outline
+from airflow_delta_maint.app.jobs.optimize_options import auto_decision, plan_from_params, purge_params
 from airflow_delta_maint.app.jobs.optimize_large import merge_rounds
 from airflow_delta_maint.delta.errors import DeltaError, InvalidArgumentError
 from airflow_delta_maint.delta.log.snapshot import Snapshot

@@ -23,6 +23,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from airflow_delta_maint.app import cli
 from airflow_delta_maint.app.jobs import optimize as optimize_job
+from airflow_delta_maint.app.jobs import optimize_execution
 from airflow_delta_maint.delta.log.checkpoint import build_checkpoint_table, last_checkpoint_checksum
 from airflow_delta_maint.delta.log.listing import commit_key, read_commit
 from airflow_delta_maint.delta.log.snapshot import Snapshot
@@ -239,7 +240,7 @@ def test_a_failed_optimize_deletes_what_it_wrote_and_keeps_version_read(tmp_path
     small_table(root)
     v0 = DeltaTable(str(root)).version()
     before_data = data_files(root)
-    original = optimize_job._execute_bins
+    original = optimize_execution.execute_bins
 
     def execute_then_change_metadata(*args, **kwargs):
         out = original(*args, **kwargs)
@@ -250,7 +251,7 @@ def test_a_failed_optimize_deletes_what_it_wrote_and_keeps_version_read(tmp_path
                        [{"commitInfo": {"timestamp": NOW, "operation": "SET TBLPROPERTIES"}}, {"metaData": md}])
         return out
 
-    monkeypatch.setattr(optimize_job, "_execute_bins", execute_then_change_metadata)
+    monkeypatch.setattr(optimize_execution, "execute_bins", execute_then_change_metadata)
     code, m = run("optimize", str(root))
     assert code == 2 and m["status"] == "failed" and "MetadataChanged" in m["error"]
     assert m["version_read"] == v0

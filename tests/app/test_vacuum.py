@@ -179,10 +179,11 @@ def test_many_files_are_listed_and_deleted_by_spark_tasks(tmp_path, spark, monke
     by Spark tasks (the path of a run deleting millions): the same files go."""
     import logging
 
-    import airflow_delta_maint.app.jobs.vacuum as vacuum_job
+    import airflow_delta_maint.app.jobs.vacuum_deletion as vacuum_deletion
+    import airflow_delta_maint.app.jobs.vacuum_listing as vacuum_listing
 
-    monkeypatch.setattr(vacuum_job, "SPARK_DELETE_MIN", 1000)
-    monkeypatch.setattr(vacuum_job, "LOCAL_DRIVER_LIST_MAX", 0 if listing == "spark" else 10**9)
+    monkeypatch.setattr(vacuum_deletion, "SPARK_DELETE_MIN", 1000)
+    monkeypatch.setattr(vacuum_listing, "LOCAL_DRIVER_LIST_MAX", 0 if listing == "spark" else 10**9)
     caplog.set_level(logging.INFO, logger="delta_maint.vacuum")
     path = aged_table(tmp_path, partitions=6)
     before = rows(path)

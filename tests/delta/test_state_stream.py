@@ -25,15 +25,16 @@ from hypothesis import strategies as st
 from tests.hypothesis_profiles import examples
 
 from airflow_delta_maint.app.execution import rewrite_bytes
-from airflow_delta_maint.app.jobs.optimize import (_outline, _skip_reason, auto_decision, nothing_to_do,
-                                                   plan_from_params, streamed_plan_outline)
+from airflow_delta_maint.app.jobs.optimize import nothing_to_do
+from airflow_delta_maint.app.jobs.optimize_check import plan_outline, skip_reason, streamed_plan_outline
+from airflow_delta_maint.app.jobs.optimize_options import auto_decision, plan_from_params
 from airflow_delta_maint.delta.errors import DeltaError
 from airflow_delta_maint.delta.log import state_stream
 from airflow_delta_maint.delta.log.checkpoint import write_checkpoint
 from airflow_delta_maint.delta.log.compaction import _distrusted
 from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.delta.log.state_stream import StreamFallback, open_state, path_hashes
-from airflow_delta_maint.delta.plans.vacuum import valid_among, valid_among_streamed
+from airflow_delta_maint.delta.plans.vacuum_valid import valid_among, valid_among_streamed
 from airflow_delta_maint.delta.protocol.actions import dv_unique_id
 from airflow_delta_maint.delta.protocol.features import check_supported
 from airflow_delta_maint.delta.storage.store import Storage
@@ -216,7 +217,7 @@ def _reference(root: str, params: dict):
     snapshot = Snapshot.load(root)
     check_supported(snapshot.protocol, "optimize", snapshot.metadata)
     decision = auto_decision(snapshot, params)
-    return _skip_reason(_outline(plan_from_params(snapshot, params, decision), decision), params)
+    return skip_reason(plan_outline(plan_from_params(snapshot, params, decision), decision), params)
 
 
 def _reference_bytes(root: str, params: dict):

@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 from tests.hypothesis_profiles import examples
 
-from airflow_delta_maint.app.jobs.optimize import nothing_to_do, streamed_plan_outline
+from airflow_delta_maint.app.jobs.optimize import nothing_to_do
+from airflow_delta_maint.app.jobs.optimize_check import streamed_plan_outline
 from airflow_delta_maint.delta.errors import DeltaError
 from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.delta.log.state_stream import StreamFallback, open_state

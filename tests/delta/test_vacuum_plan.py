@@ -23,12 +23,12 @@ from airflow_delta_maint.delta.log.listing import list_log
 from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.delta.plans.vacuum import (
     DEFAULT_RETENTION_MS, LAST_VACUUM_INFO, VacuumLiteUnavailableError, check_retention, delete_files, is_hidden,
-    key_for_log_path, latest_commit_at_or_before, lite_candidates, nothing_to_do, plan_vacuum,
-    read_last_vacuum_info, remove_empty_dirs, select_candidates, table_retention_ms, valid_among, valid_keys,
-    write_last_vacuum_info,
+    latest_commit_at_or_before, lite_candidates, nothing_to_do, plan_vacuum, read_last_vacuum_info,
+    remove_empty_dirs, select_candidates, table_retention_ms, write_last_vacuum_info,
 )
 from airflow_delta_maint.delta.plans.vacuum_files import (SIDECAR_SCAN_MIN, delete_files_parallel, list_folder,
                                                           list_subtree)
+from airflow_delta_maint.delta.plans.vacuum_valid import key_for_log_path, valid_among, valid_keys
 from airflow_delta_maint.delta.protocol.actions import Metadata
 from airflow_delta_maint.delta.storage.store import FileInfo, Storage
 

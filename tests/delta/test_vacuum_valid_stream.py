@@ -11,7 +11,7 @@ from tests.hypothesis_profiles import examples
 
 from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.delta.log.state_stream import StreamFallback, open_state
-from airflow_delta_maint.delta.plans.vacuum import valid_keys
+from airflow_delta_maint.delta.plans.vacuum_valid import valid_keys
 from airflow_delta_maint.delta.plans.vacuum_valid_stream import write_valid_keys
 from tests.delta.test_state_stream import NOW, OLD, histories, write_history
 

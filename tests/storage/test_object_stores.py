@@ -308,9 +308,9 @@ def test_azure_every_job_from_the_environment(azure_store, spark, shell_env, cap
     """AZURE_STORAGE_ACCOUNT_NAME/KEY and AZURE_STORAGE_USE_EMULATOR (with AZURITE_BLOB_STORAGE_URL for the
     emulator's port) are enough, on the driver and in Spark tasks. Full VACUUM lists with Spark
     tasks here, as on a large table (the S3 test lists this small table on the driver)."""
-    from airflow_delta_maint.app.jobs import vacuum as vacuum_job
+    from airflow_delta_maint.app.jobs import vacuum_listing
 
-    monkeypatch.setattr(vacuum_job, "DRIVER_LIST_MAX", 0)
+    monkeypatch.setattr(vacuum_listing, "DRIVER_LIST_MAX", 0)
     shell_env(azure_store.env)
     maintain_table(azure_store, spark, capsys)
 

@@ -121,7 +121,7 @@ class AutoDecision:
         return f"none of the {self.considered} partitions considered needs compaction"
 
 
-def _deleted_ratio_exceeded(add: dict, ratio: float) -> bool:
+def deleted_ratio_exceeded(add: dict, ratio: float) -> bool:
     dv = add.get("deletionVector")
     if not dv:
         return False
@@ -146,7 +146,7 @@ def _count(snapshot: Snapshot, min_file_size: int, ratio: float, whole_table: bo
         if add["size"] < min_file_size:
             c.small += 1
             c.small_bytes += add["size"]
-        if _deleted_ratio_exceeded(add, ratio):
+        if deleted_ratio_exceeded(add, ratio):
             c.deletes += 1
     return counts
 

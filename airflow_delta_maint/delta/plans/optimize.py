@@ -171,7 +171,7 @@ def validate_zorder(snapshot: Snapshot, columns: Sequence[str]) -> list[Column]:
     return out
 
 
-def _partition_filter(snapshot: Snapshot, predicate: str | None):
+def partition_filter(snapshot: Snapshot, predicate: str | None):
     if not predicate:
         return None
     expr: Expr = parse_predicate(predicate)
@@ -212,7 +212,7 @@ def _literals(expr: Expr):
             yield from _literals(part)
 
 
-def _dv_ratio_exceeded(add: dict, ratio: float) -> bool:
+def dv_ratio_exceeded(add: dict, ratio: float) -> bool:
     dv = add.get("deletionVector")
     if not dv:
         return False
@@ -290,7 +290,7 @@ def plan_target_files(snapshot: Snapshot, target_files: int, *, predicate: str |
         raise InvalidArgumentError(f"target files must be positive, got {target_files}")
     check_rewritable_schema(snapshot)
     min_size, max_size = file_size_settings(snapshot, None, max_file_size)
-    matches = _partition_filter(snapshot, predicate)
+    matches = partition_filter(snapshot, predicate)
     plan = OptimizePlan(snapshot.version, min_size, max_size, [], predicate, num_table_files=snapshot.num_files,
                         layout="even", target_files=int(target_files))
     groups: dict[tuple, list[dict]] = {}
@@ -376,7 +376,7 @@ def plan_optimize(snapshot: Snapshot, *, predicate: str | None = None, zorder_by
     if not 0 <= dv_ratio <= 1:
         raise InvalidArgumentError(f"dv ratio must be between 0 and 1, got {dv_ratio}")
     zorder = validate_zorder(snapshot, zorder_by) if zorder_by else []
-    matches = _partition_filter(snapshot, predicate)
+    matches = partition_filter(snapshot, predicate)
     plan = OptimizePlan(snapshot.version, min_size, max_size, [c.name for c in zorder], predicate,
                         zorder_columns=zorder, num_table_files=snapshot.num_files,
                         layout="zorder" if zorder else "binpack")
@@ -404,7 +404,7 @@ def plan_optimize(snapshot: Snapshot, *, predicate: str | None = None, zorder_by
     for add in adds:
         pv = add["partitionValues"]
         if not zorder and not rewrite_type_widened and add["size"] >= min_size \
-                and not _dv_ratio_exceeded(add, dv_ratio):
+                and not dv_ratio_exceeded(add, dv_ratio):
             continue
         add = {k: v for k, v in add.items() if v is not None}
         if isinstance(add.get("tags"), list):

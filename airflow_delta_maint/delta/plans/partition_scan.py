@@ -27,7 +27,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_delta_maint.delta.log.state_stream import StreamedState, StreamFallback
-from airflow_delta_maint.delta.plans.auto_compaction import PartitionCounts, PartitionKey, _deleted_ratio_exceeded, partition_key
+from airflow_delta_maint.delta.plans.auto_compaction import (PartitionCounts, PartitionKey, deleted_ratio_exceeded,
+                                                             partition_key)
 
 __all__ = ["PartitionScan", "Visit", "partition_ids", "scan_partitions"]
 
@@ -193,7 +194,7 @@ class _Grow:
 
 
 def _dv_ratio_exceeded(dv: dict | None, stats: str | None, ratio: float) -> bool:
-    from airflow_delta_maint.delta.plans.optimize import _dv_ratio_exceeded as exceeded
+    from airflow_delta_maint.delta.plans.optimize import dv_ratio_exceeded as exceeded
 
     return exceeded({"deletionVector": dv, "stats": stats}, ratio)
 
@@ -258,7 +259,7 @@ def scan_partitions(state: StreamedState, *, min_file_size: int, max_file_size: 
             for row, dv, st in zip(dv_rows, dvs, stats):
                 plan_ratio[row] = _dv_ratio_exceeded(dv, st, dv_ratio)
                 if auto_min_file_size is not None:
-                    auto_ratio_hit[row] = _deleted_ratio_exceeded({"deletionVector": dv, "stats": st}, auto_ratio)
+                    auto_ratio_hit[row] = deleted_ratio_exceeded({"deletionVector": dv, "stats": st}, auto_ratio)
         scan.total_files += n
         if auto_min_file_size is not None:
             if not size_valid.all():

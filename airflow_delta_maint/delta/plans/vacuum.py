@@ -25,26 +25,22 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
-from urllib.parse import unquote
-
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from airflow_delta_maint.delta.errors import DeltaError, InvalidArgumentError, MissingVersionError
 from airflow_delta_maint.delta.log.checkpoint import parse_interval_ms
 from airflow_delta_maint.delta.log.listing import LOG_DIR, LogListing, commit_key, list_log, parse_json_lines
-from airflow_delta_maint.delta.log.snapshot import Snapshot, maybe_noncanonical
-from airflow_delta_maint.delta.log.state_stream import StreamedState
+from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.delta.plans.vacuum_files import delete_files, hidden_name, is_hidden, partition_prefixes
+from airflow_delta_maint.delta.plans.vacuum_valid import key_for_log_path, valid_among, valid_among_streamed, valid_keys
 from airflow_delta_maint.delta.protocol.actions import Metadata
 from airflow_delta_maint.delta.protocol.deletion_vectors import dv_file_key
-from airflow_delta_maint.delta.storage.store import FileInfo, Storage, normalize_table_uri
+from airflow_delta_maint.delta.storage.store import FileInfo, Storage
 
 __all__ = [
     "DEFAULT_RETENTION_MS", "LAST_VACUUM_INFO", "LiteRange", "VacuumLiteUnavailableError", "VacuumPlan",
-    "check_retention", "delete_files", "is_hidden", "key_for_log_path", "latest_commit_at_or_before",
+    "check_retention", "delete_files", "is_hidden", "latest_commit_at_or_before",
     "lite_candidates", "lite_check", "lite_range", "nothing_to_do", "plan_vacuum", "read_last_vacuum_info",
-    "select_candidates", "table_retention_ms", "valid_among", "valid_among_streamed", "valid_keys", "write_last_vacuum_info",
+    "select_candidates", "table_retention_ms", "write_last_vacuum_info",
 ]
 
 DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000
@@ -104,146 +100,6 @@ def check_retention(retention_hours: float | None, table_retention: int,
             f"writers still committing need. Use at least {_hours(table_retention)}, or turn the retention "
             "check off (--ignore-retention-check) only when nothing reads old versions of or writes to the table")
     return retention
-
-
-# -- paths ------------------------------------------------------------------------------------------
-def _is_absolute(path: str) -> bool:
-    if path.startswith("/"):
-        return True
-    scheme, sep, rest = path.partition(":")
-    return bool(sep) and len(scheme) > 1 and rest.startswith("/") and scheme.replace("+", "").replace(
-        "-", "").replace(".", "").isalnum() and scheme[0].isalpha()
-
-
-def key_for_log_path(storage: Storage, path: str) -> str | None:
-    """The storage key of a path as the log stores it (relative and URL-encoded, or absolute).
-
-    Returns None for an absolute path outside the table root.
-    """
-    if not _is_absolute(path):
-        return unquote(path) if "%" in path else path
-    if path.startswith("/"):  # an absolute local path without a scheme
-        if not storage.is_local:
-            return None
-        absolute = os.path.normpath(unquote(path))
-        root = storage.local_dir.rstrip("/")
-        return absolute[len(root) + 1:] if absolute.startswith(root + "/") else None
-    try:
-        absolute = normalize_table_uri(path)
-    except ValueError:
-        return None
-    if absolute.startswith(storage.root + "/"):
-        rest = absolute[len(storage.root) + 1:]
-        return rest if absolute.startswith("file://") else unquote(rest)
-    return None
-
-
-def _keys(storage: Storage, paths: Sequence[str]) -> list[str]:
-    out = []
-    for path in paths:
-        if path is None:
-            continue
-        if path[:1] != "/" and ":/" not in path:
-            out.append(unquote(path) if "%" in path else path)
-        else:
-            key = key_for_log_path(storage, path)
-            if key is not None:
-                out.append(key)
-    return out
-
-
-def _dv_keys(storage: Storage, table: pa.Table) -> list[str]:
-    if table.num_rows == 0:
-        return []
-    column = table.column("deletionVector")
-    present = pc.indices_nonzero(column.is_valid())
-    if len(present) == 0:
-        return []
-    keys = []
-    for dv in column.take(present).to_pylist():
-        key = dv_file_key(storage, dv)
-        if key is not None:
-            keys.append(key)
-    return keys
-
-
-def _referencing(snapshot: Snapshot, cutoff_ms: int) -> list[pa.Table]:
-    """The file actions whose files VACUUM keeps: active files and tombstones deleted at or
-    after the cutoff."""
-    tables = [snapshot.files]
-    tombstones = snapshot.tombstones
-    if tombstones.num_rows:
-        deleted_at = pc.fill_null(tombstones.column("deletionTimestamp"), 0)
-        tables.append(tombstones.filter(pc.greater_equal(deleted_at, cutoff_ms)))
-    return tables
-
-
-def _split_simple(paths: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, list[str]]:
-    """Paths whose key is the path itself (relative, nothing escaped: nearly all of them), as
-    Arrow; the others as a Python list for :func:`_keys`. Vectorised: no Python per simple path."""
-    paths = paths.drop_null()
-    if isinstance(paths, pa.ChunkedArray):
-        paths = paths.combine_chunks()
-    odd = maybe_noncanonical(paths)  # '%' or ':' anywhere, or a leading '/': a byte scan
-    return paths.filter(pa.array(~odd)), paths.filter(pa.array(odd)).to_pylist()
-
-
-def valid_keys(snapshot: Snapshot, cutoff_ms: int) -> set[str]:
-    """Keys VACUUM must keep: active files, tombstones deleted at or after ``cutoff_ms``, and the
-    deletion vector files of both. Paths outside the table root are left out."""
-    storage = snapshot.storage
-    keep: set[str] = set()
-    for table in _referencing(snapshot, cutoff_ms):
-        simple, odd = _split_simple(table.column("path"))
-        keep.update(simple.to_pylist())
-        keep.update(_keys(storage, odd))
-        keep.update(_dv_keys(storage, table))
-    return keep
-
-
-def valid_among(snapshot: Snapshot, cutoff_ms: int, keys: Iterable[str]) -> set[str]:
-    """The ``keys`` that are in the valid set (:func:`valid_keys`), without building all of it:
-    cheap when the keys are few and the table is large (lite mode)."""
-    wanted = set(keys)
-    if not wanted:
-        return set()
-    lookup = pa.array(sorted(wanted), pa.string())
-    found: set[str] = set()
-    for table in _referencing(snapshot, cutoff_ms):
-        found |= _found_in(snapshot.storage, table, lookup, wanted)
-    return found
-
-
-def valid_among_streamed(state: StreamedState, cutoff_ms: int, keys: Iterable[str]) -> set[str]:
-    """:func:`valid_among` on a state streamed from the log in bounded memory: reads the
-    checkpoint's ``add.path``, ``add.deletionVector``, ``remove.path``, ``remove.deletionVector``
-    and ``remove.deletionTimestamp``, one row group at a time (``state_stream``).
-
-    Raises:
-        StreamFallback: the streamed state cannot be vouched for; use :func:`valid_among`.
-    """
-    wanted = set(keys)
-    if not wanted:
-        return set()
-    lookup = pa.array(sorted(wanted), pa.string())
-    found: set[str] = set()
-    for kind, table in state.scan([], ["deletionTimestamp"]):
-        if kind == "remove":
-            deleted_at = pc.fill_null(table.column("deletionTimestamp"), 0)
-            table = table.filter(pc.greater_equal(deleted_at, cutoff_ms))
-        if table.num_rows:
-            found |= _found_in(state.storage, table, lookup, wanted)
-    return found
-
-
-def _found_in(storage: Storage, table: pa.Table, lookup: pa.Array, wanted: set[str]) -> set[str]:
-    found: set[str] = set()
-    simple, odd = _split_simple(table.column("path"))
-    if len(simple):
-        found.update(simple.filter(pc.fill_null(pc.is_in(simple, value_set=lookup), False)).to_pylist())
-    found.update(k for k in _keys(storage, odd) if k in wanted)
-    found.update(k for k in _dv_keys(storage, table) if k in wanted)
-    return found
 
 
 def select_candidates(files: Iterable[FileInfo], valid: set[str] | frozenset[str], cutoff_ms: int,

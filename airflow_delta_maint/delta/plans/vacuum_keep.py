@@ -23,7 +23,7 @@ import pyarrow as pa
 from airflow_delta_maint.delta.errors import InvalidArgumentError, MissingVersionError
 from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.delta.log.state_stream import StreamedState, StreamFallback, open_state
-from airflow_delta_maint.delta.plans.vacuum import valid_keys
+from airflow_delta_maint.delta.plans.vacuum_valid import valid_keys
 from airflow_delta_maint.delta.plans.vacuum_valid_stream import KeyWriter, file_keys
 from airflow_delta_maint.delta.storage.store import Storage
 

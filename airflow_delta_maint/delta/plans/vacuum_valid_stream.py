@@ -1,6 +1,6 @@
 """VACUUM's valid set of a large table, streamed from the log into parquet files instead of a set.
 
-:func:`~airflow_delta_maint.delta.plans.vacuum.valid_keys` builds a Python set of every key the
+:func:`~airflow_delta_maint.delta.plans.vacuum_valid.valid_keys` builds a Python set of every key the
 table still references (some 100 bytes per file). For a large table
 :func:`write_valid_keys` streams the same keys, one row group of the checkpoint at a time
 (``StreamedState.scan``: the file actions' path, deletion vector and deletion time), into parquet
@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_delta_maint.delta.log.state_stream import StreamedState
-from airflow_delta_maint.delta.plans.vacuum import _dv_keys, _keys, _split_simple
+from airflow_delta_maint.delta.plans.vacuum_valid import dv_keys, log_path_keys, split_simple_paths
 from airflow_delta_maint.delta.storage.store import Storage
 
 __all__ = ["KEY_SCHEMA", "KeyWriter", "file_keys", "write_valid_keys"]
@@ -31,10 +31,10 @@ FILE_KEYS = 2_000_000
 
 def file_keys(storage: Storage, table: pa.Table) -> pa.Array:
     """The keys of a piece of file actions (``path``, ``deletionVector``): their data files and
-    deletion-vector files, as :func:`~airflow_delta_maint.delta.plans.vacuum.valid_keys` finds
+    deletion-vector files, as :func:`~airflow_delta_maint.delta.plans.vacuum_valid.valid_keys` finds
     them (paths outside the table root left out)."""
-    simple, odd = _split_simple(table.column("path"))
-    extra = _keys(storage, odd) + _dv_keys(storage, table)
+    simple, odd = split_simple_paths(table.column("path"))
+    extra = log_path_keys(storage, odd) + dv_keys(storage, table)
     if not extra:
         return simple.cast(pa.string())
     return pa.concat_arrays([simple.cast(pa.string()), pa.array(extra, pa.string())])

@@ -1,0 +1,340 @@
+"""Running one OPTIMIZE plan: reserve its partitions, rewrite its bins (Spark tasks, threads of this
+process under local execution, a shuffle for Z-order and clustering, or delta-spark's OPTIMIZE) and
+commit them group by group as they are rewritten."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import uuid
+from typing import Any, Callable
+
+from airflow_delta_maint.delta.errors import InvalidArgumentError
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.plans.auto_compaction import AutoDecision, partition_key, partition_label
+from airflow_delta_maint.delta.plans.clustering import clustering_quality, tag_clustered_files
+from airflow_delta_maint.delta.plans.optimize import Bin, OptimizePlan
+from airflow_delta_maint.delta.plans.partition_reservation import DEFAULT_LEASE_SECONDS, reserve_partitions
+from airflow_delta_maint.delta.protocol.features import table_features
+from airflow_delta_maint.delta.protocol.row_tracking import row_tracking
+
+from ..context import JobContext
+from ..engines import DELTA_SPARK
+from .optimize_metrics import run_metrics
+from .optimize_options import DEFAULT_BATCH_BYTES, DEFAULT_COMPRESSION, purge_params
+from airflow_delta_maint.app.rewrite.commit import AFTER_REWRITE, BinCommitter, GroupResult
+from airflow_delta_maint.app.rewrite.data_files import RewriteSpec, delete_run_outputs, output_dir, rewrite_bin
+from airflow_delta_maint.app.rewrite.rebase import BinOutputs
+from airflow_delta_maint.app.rewrite.rewrite_path import RewritePath, busy_unit_bins, commit_groups, rewrite_and_commit
+from airflow_delta_maint.app.runners.tasks import Tasks, raise_worker_error
+
+#: Z-order and liquid clustering record a row map (8 bytes a row, compressed, on the driver) so that
+#: a bin can be rebased onto concurrent deletion vectors; above this many input rows they do not
+#: (tables with row tracking map rows through their stable row ids instead and need none)
+MAX_ROW_MAP_ROWS = 50_000_000
+log = logging.getLogger("delta_maint.optimize")
+
+
+def execute_bins(tasks: Tasks, spec: RewriteSpec, bins: list[Bin], max_concurrent: int | None,
+                 label: str) -> list[list[dict]]:
+    """Rewrite bins, one task each (largest first); returns the add actions per bin, in order."""
+    order = sorted(range(len(bins)), key=lambda i: -bins[i].input_bytes)
+    waves = [order] if not max_concurrent else [order[i:i + max_concurrent] for i in range(0, len(order), max_concurrent)]
+    results: dict[int, list[dict]] = {}
+    for wave in waves:
+        payload = [(i, bins[i].files, bins[i].partition_values) for i in wave]
+        log.info("%s: rewriting %d bins (%.1f MiB)", label, len(wave), sum(bins[i].input_bytes for i in wave) / 2**20)
+        results.update(tasks.map_slices(lambda items: [(i, rewrite_bin(spec, files, pvs)) for i, files, pvs in items],
+                                        payload, len(payload), f"{label} bins"))
+    return [results[i] for i in range(len(bins))]
+
+
+def _delete_run_outputs(spec: RewriteSpec, bins: list[Bin], committed: frozenset[str] | set[str] = frozenset()
+                        ) -> None:
+    """After a failed Spark job: delete what this run's tasks wrote and no commit of the run
+    references (``committed``: storage keys of committed outputs). Best effort: a task still running
+    when its job failed may write after this, and VACUUM removes that file later."""
+    try:
+        n = delete_run_outputs(spec, [output_dir(spec.storage, b.files) for b in bins], keep=committed)
+    except Exception as exc:  # orphans are harmless: VACUUM removes them after the retention period
+        log.warning("could not delete the files of the failed rewrite: %s", exc)
+        return
+    if n:
+        log.warning("OPTIMIZE %s: the rewrite failed; deleted the %d files its tasks had written", spec.storage.root, n)
+
+
+def commit_batch(snapshot: Snapshot, plan: OptimizePlan, bins: list[Bin], outputs: list[list[dict]],
+                 parameters: dict, after_version: int | None = None) -> tuple[int | None, list[int]]:
+    """Commit one batch of bins in one commit, rebased onto concurrent deletion vectors (see
+    ``optimize_commit``); bins whose inputs were removed meanwhile are dropped.
+
+    Returns (committed version or None, indexes of the bins dropped).
+    """
+    committer = BinCommitter(snapshot, plan, parameters)
+    committer.after = after_version
+    result = committer.commit(bins, [BinOutputs(o) for o in outputs])
+    return result.version, sorted(result.dropped)
+
+
+def rewrite_units(params: dict[str, Any], num_bins: int, path: RewritePath | None = None) -> tuple[int, bool]:
+    """How many bins are rewritten together (one Spark job, or one slice of local work; 0: a whole
+    batch) and whether each unit is committed as soon as it is rewritten (else rewritten units are
+    held and committed together when the log moves, see :func:`_execute_plan`).
+
+    ``--bins-per-commit N``: N bins, each unit committed at once; 0: whole batches, each committed
+    once rewritten (one shuffle for Z-order and clustering). Unset: the run's path
+    (:mod:`~airflow_delta_maint.app.rewrite.rewrite_path`): whole batches on a quiet table; on a busy
+    one, one bin (or as many as keep the run within ``MAX_COMMITS_PER_RUN`` units) held until the log moves.
+    """
+    value = params.get("bins_per_commit")
+    if value is None:
+        if path is not None and not path.busy:
+            return 0, True
+        return busy_unit_bins(num_bins), False
+    if int(value) < 0:
+        raise InvalidArgumentError(f"bins per commit must be 0 (one commit per batch) or positive, got {value}")
+    return int(value), True
+
+
+def check_spark_for(ctx: JobContext, layout: str) -> None:
+    """Z-order and liquid clustering shuffle: refused under local execution."""
+    if layout in ("zorder", "hilbert") and not ctx.spark_allowed:
+        what = "Liquid clustering" if layout == "hilbert" else "Z-order"
+        raise InvalidArgumentError(f"{what} of {ctx.storage.root} needs Spark (a shuffle), which local execution "
+                                   "does not start; run it with execution 'spark'")
+
+
+def run_plan(ctx: JobContext, params: dict[str, Any], engine: str, snapshot: Snapshot, plan: OptimizePlan,
+             decision: AutoDecision | None, added_sizes: list[int] | None = None,
+             load_base: Callable[[int], Snapshot] | None = None, whole_table: bool = True) -> dict[str, Any]:
+    """Run one plan of ``snapshot`` (the whole table, or a round of a large one: ``whole_table``
+    false, and no clustering quality, which needs every file), its options checked before
+    (:func:`~.optimize_options.check_run_options`): reserve its partitions, rewrite and commit. ``added_sizes`` collects the committed files' sizes;
+    ``load_base`` loads the snapshot a commit is rebased onto (see ``BinCommitter``)."""
+    out: dict[str, Any] = {"version_read": snapshot.version, "predicate": plan.predicate,
+                           "compression": params.get("compression") or DEFAULT_COMPRESSION,
+                           "zOrderBy": plan.zorder_by, "minFileSizeSetting": plan.min_file_size,
+                           "maxFileSizeSetting": plan.max_file_size}
+    if decision is not None:
+        out["autoCompaction"] = decision.metrics()
+        params = {**params, "_beyond_max": sum(1 for r in decision.skipped.values() if r.startswith("beyond"))}
+    clustered = plan.layout == "hilbert"
+    if clustered:
+        out["clusteringBy"] = plan.clustering_by
+        out["clusteringStats"] = plan.clustering_stats
+        if whole_table:
+            out["clusteringQualityBefore"] = clustering_quality(snapshot.add_actions(), plan.zorder_columns)
+    if params.get("dry_run"):
+        return {**out, "status": "dry_run", "plan": plan.summary()}
+    empty = {"numAddedFiles": 0, "numRemovedFiles": 0, "numAddedBytes": 0, "numRemovedBytes": 0}
+    if plan.is_empty:
+        reason = decision.reason() if decision is not None else (
+            "nothing to cluster" if clustered else "nothing to compact")
+        return {**out, "status": "skipped", "reason": reason, **empty}
+    check_spark_for(ctx, plan.layout)
+    ctx.storage.require_put_if_absent()  # refuse a store without put-if-absent before any file is written
+    lease = int(params["lease_seconds"]) if params.get("lease_seconds") is not None else DEFAULT_LEASE_SECONDS
+    if engine == DELTA_SPARK:
+        from ..engines.delta_spark import session
+
+        session(ctx)  # a session that cannot run delta-spark fails before any partition is reserved
+    if not lease:
+        return _execute(engine, ctx, params, snapshot, plan, out, restricted=decision is not None,
+                        added_sizes=added_sizes, load_base=load_base, whole_table=whole_table)
+    labels = {id(b): partition_label(partition_key(b.partition_values)) for b in plan.bins}
+    with reserve_partitions(ctx.storage, sorted(set(labels.values())), lease_seconds=lease) as reservation:
+        if reservation.taken_by_others:
+            out["partitionsReservedByOthers"] = dict(sorted(reservation.taken_by_others.items()))
+            log.info("OPTIMIZE %s: %d partitions are being optimized by another run; leaving them out",
+                     ctx.storage.root, len(reservation.taken_by_others))
+            plan.bins = [b for b in plan.bins if labels[id(b)] in reservation.held]
+            params = {**params, "_deferred": len(reservation.taken_by_others)}
+            if plan.is_empty:
+                return {**out, "status": "skipped", **empty,
+                        "reason": "every partition of the plan is reserved by another OPTIMIZE run"}
+        return _execute(engine, ctx, params, snapshot, plan, out,
+                        restricted=decision is not None or bool(reservation.taken_by_others),
+                        added_sizes=added_sizes, load_base=load_base, whole_table=whole_table)
+
+
+def _execute(engine: str, ctx: JobContext, params: dict[str, Any], snapshot: Snapshot, plan: OptimizePlan,
+             out: dict[str, Any], restricted: bool, added_sizes: list[int] | None = None,
+             load_base: Callable[[int], Snapshot] | None = None, whole_table: bool = True) -> dict[str, Any]:
+    """Run the plan with the engine. delta-spark gets the plan's partitions as its WHERE clause when the
+    run is limited to some (the auto-compaction policy's choice, partitions reserved by other runs)."""
+    if engine != DELTA_SPARK:
+        return _execute_plan(ctx, params, snapshot, plan, out, added_sizes, load_base, whole_table)
+    from ..engines import delta_spark
+
+    partitions: list[dict[str, str | None]] | None = None
+    if restricted:
+        seen: dict[tuple, dict[str, str | None]] = {}
+        for b in plan.bins:
+            seen.setdefault(partition_key(b.partition_values), dict(b.partition_values))
+        partitions = list(seen.values())
+    return {**out, **delta_spark.optimize(ctx, purge_params(params), snapshot, plan, partitions)}
+
+
+def _execute_plan(ctx: JobContext, params: dict[str, Any], snapshot: Snapshot, plan: OptimizePlan,
+                  out: dict[str, Any], added_sizes: list[int] | None = None,
+                  load_base: Callable[[int], Snapshot] | None = None, whole_table: bool = True) -> dict[str, Any]:
+    """Rewrite the plan's bins and commit them group by group as they are rewritten."""
+    clustered = plan.layout == "hilbert"
+    batch_bytes = int(params["batch_bytes"]) if params.get("batch_bytes") is not None else DEFAULT_BATCH_BYTES
+    # On a table with deletion vectors every file's stats say whether they are exact; ours are.
+    tight_bounds = True if "deletionVectors" in table_features(snapshot.protocol)[1] else None
+    compression = params.get("compression") or DEFAULT_COMPRESSION
+    rows = row_tracking(snapshot.protocol, snapshot.metadata, snapshot.domains)
+    spec = RewriteSpec(ctx.storage, snapshot.metadata.to_action(), compression=compression,
+                       target_file_bytes=plan.max_file_size, tight_bounds=tight_bounds,
+                       run_token=uuid.uuid4().hex[:8], row_tracking=rows,
+                       required_stats_columns=tuple(c.logical_path for c in plan.zorder_columns) if clustered else ())
+    # delta-spark's names and order: predicate, zOrderBy, clusterBy (always; [] unless clustered), auto, and
+    # isFull on a clustered table
+    parameters: dict[str, Any] = {"predicate": [plan.predicate] if plan.predicate else [], "zOrderBy": plan.zorder_by,
+                                  "clusterBy": plan.clustering_by if clustered else [],
+                                  "auto": bool(params.get("auto"))}
+    if clustered:
+        parameters["isFull"] = bool(params.get("full"))
+    if plan.layout == "even":
+        parameters["targetFiles"] = plan.target_files
+    # partitions left for a later run (reserved by another run, past --max-partitions): the
+    # auto-compaction policy looks past this commit for them
+    deferred = int(params.get("_deferred") or 0) + int(params.get("_beyond_max") or 0)
+    if deferred or params.get("auto"):
+        parameters["partitionsDeferred"] = deferred
+    path: RewritePath | None = params.get("_rewrite_path")
+    if path is not None:
+        path.decide(ctx.storage, snapshot.version)
+    per_unit, eager = rewrite_units(params, len(plan.bins), path)
+    units = commit_groups(plan.bins, batch_bytes, per_unit)
+    if plan.layout in ("zorder", "hilbert") and per_unit == 0:
+        units = [list(range(len(plan.bins)))]  # one shuffle for the whole plan
+    log.info("OPTIMIZE %s at version %d: %d bins, %d files, %.1f MiB to rewrite in %d units%s", ctx.storage.root,
+             snapshot.version, len(plan.bins), plan.input_files, plan.input_bytes / 2**20, len(units),
+             f" ({path.path} path: {path.cadence.reason()})" if path is not None and path.cadence else "")
+    # a quiet run records no row maps (about a tenth of a Z-order's time): a bin whose inputs a writer
+    # deletes from meanwhile is dropped instead of rebased, and the run turns busy for the rest
+    rewriters = [_group_rewriter(ctx, params, spec, plan, per_unit, row_maps=path is None or path.busy)]
+    committer = BinCommitter(snapshot, plan, parameters, load_base)
+    results: list[tuple[list[int], GroupResult]] = []
+    committed_keys: set[str] = set()
+    held: list[tuple[list[int], list[BinOutputs]]] = []
+    done = [0]
+    busy = [False]
+    wait = float(params.get("wait_for_writer") or 0)
+
+    def flush() -> None:
+        if not held:
+            return
+        group = [i for g, _ in held for i in g]
+        outputs = [o for _, outs in held for o in outs]
+        held.clear()
+        result = committer.commit([plan.bins[i] for i in group], outputs, wait_for_writer_s=wait)
+        results.append((group, result))
+        for adds in result.adds.values():
+            committed_keys.update(k for k in (ctx.storage.key_for_path(a["path"]) for a in adds) if k)
+        log.info("OPTIMIZE %s: %d bins %s; %d/%d units rewritten", ctx.storage.root, len(group),
+                 f"committed as version {result.version}" if result.version is not None else "dropped",
+                 done[0], len(units))
+
+    def turn_busy(n: int) -> None:
+        """A quiet run saw another writer's commit: the units left are rewritten the busy way."""
+        nonlocal eager
+        left = [i for g in units[n + 1:] for i in g]
+        if not left or path is None or not path.turn_busy(
+                f"another writer committed while unit {n + 1} of {len(units)} was rewritten"):
+            return
+        units[n + 1:] = commit_groups([plan.bins[i] for i in left], batch_bytes, busy_unit_bins(len(left)))
+        units[n + 1:] = [[left[j] for j in g] for g in units[n + 1:]]
+        eager = False
+        busy[0] = not wait
+        # units of few bins, more of them at once
+        rewriters.append(_group_rewriter(ctx, params, spec, plan, busy_unit_bins(len(left)), row_maps=True))
+        log.info("OPTIMIZE %s: another writer committed during the run; the %d bins left are rewritten in %d "
+                 "units, each committed as soon as it is rewritten", ctx.storage.root, len(left), len(units) - n - 1)
+
+    def rewritten(n: int, outputs: list[BinOutputs]) -> None:
+        done[0] += 1
+        for hook in list(AFTER_REWRITE):
+            hook([plan.bins[i] for i in units[n]])
+        held.append((units[n], outputs))
+        held_bytes = sum(plan.bins[i].input_bytes for g, _ in held for i in g)
+        # held units go in one commit; once someone else has committed during this run (a busy
+        # table: the sooner a bin lands, the fewer writer commits it is rebased over), each unit
+        # goes in as soon as it is rewritten
+        moved = not busy[0] and committer.log_moved()
+        busy[0] = busy[0] or (not wait and moved)
+        if eager or busy[0] or held_bytes >= batch_bytes:
+            flush()
+        if moved and path is not None and not path.busy:
+            turn_busy(n)
+
+    def unit_rewriter(n: int, bins: list[Bin]) -> list[BinOutputs]:
+        return rewriters[-1][0](n, bins)
+
+    try:
+        rewrite_and_commit(plan.bins, units, unit_rewriter, rewritten, lambda: rewriters[-1][1])
+        flush()
+    except BaseException:
+        _delete_run_outputs(spec, plan.bins, committed_keys)
+        raise
+    if added_sizes is not None:
+        added_sizes.extend(a["size"] for _, r in results for i in r.committed for a in r.adds.get(i, []))
+    return {**out, **run_metrics(plan, results, clustered and whole_table, snapshot), "numBatches": len(results),
+            **(path.metrics() if path is not None else {})}
+
+
+def _group_rewriter(ctx: JobContext, params: dict[str, Any], spec: RewriteSpec, plan: OptimizePlan,
+                    per_commit: int, row_maps: bool = True) -> tuple[Callable[[int, list[Bin]], list[BinOutputs]], int]:
+    """The function that rewrites one group of bins, and how many groups may be rewritten at once;
+    ``row_maps``: Z-order and clustering record the row maps a rebase needs (see ``MAX_ROW_MAP_ROWS``)."""
+    max_bins = params.get("max_concurrent_bins")
+    if plan.layout in ("zorder", "hilbert"):
+        from airflow_delta_maint.app.rewrite.zorder import execute_zorder
+
+        want_maps = row_maps and not spec.row_tracking.materializes and \
+            sum(_num_records(f) for b in plan.bins for f in b.files) <= MAX_ROW_MAP_ROWS
+
+        def zorder(n: int, bins: list[Bin]) -> list[BinOutputs]:
+            maps: list[list[bytes]] | None = [] if want_maps else None
+            try:
+                adds = execute_zorder(ctx.spark(), spec, dataclasses.replace(plan, bins=bins), maps)
+            except Exception as exc:
+                raise_worker_error(exc)
+                raise
+            if plan.layout == "hilbert":  # each bin became one new ZCube
+                adds = [tag_clustered_files(o, plan.zorder_columns) for o in adds]
+            return [BinOutputs(a, maps[i] if maps is not None else None) for i, a in enumerate(adds)]
+
+        return zorder, 1  # a shuffle keeps every core busy: one at a time, committed while the next runs
+    tasks = ctx.tasks(f"OPTIMIZE {ctx.storage.root}", threads=int(max_bins) if max_bins else None)
+    if plan.layout == "even":
+        from airflow_delta_maint.app.rewrite.even_split import execute_even
+
+        def even(n: int, bins: list[Bin]) -> list[BinOutputs]:
+            adds = execute_even(tasks, spec, dataclasses.replace(plan, bins=bins), f"commit {n + 1}")
+            return [BinOutputs(a) for a in adds]
+
+        return even, 1
+    if per_commit == 0:
+        concurrency = 1
+    else:
+        concurrency = max(1, math.ceil(tasks.parallelism / per_commit))
+        if max_bins:
+            concurrency = max(1, min(concurrency, int(max_bins) // per_commit or 1))
+
+    def binpack(n: int, bins: list[Bin]) -> list[BinOutputs]:
+        return [BinOutputs(a) for a in execute_bins(tasks, spec, bins, max_bins, f"commit {n + 1}")]
+
+    return binpack, concurrency
+
+
+def _num_records(add: dict) -> int:
+    try:
+        return int(json.loads(add.get("stats") or "{}").get("numRecords") or 0)
+    except ValueError:
+        return 0
+

@@ -1,4 +1,10 @@
-"""The ``delta-maint`` command line (also the spark-submit entry, through ``main.py``)."""
+"""The ``delta-maint`` command line (also the spark-submit entry, through ``main.py``).
+
+It reads the application's settings from the environment (:class:`~.settings.Settings`) and hands them
+to the job on its context. Outside spark-submit it starts the job's SparkSession itself: with ``--conf``,
+with delta-spark's packages, extension and catalog for ``--engine delta-spark`` (as the Airflow hook
+adds them to a submission), and, unless ``--verbose``, without Spark's start-up chatter (:mod:`.console`).
+"""
 
 from __future__ import annotations
 
@@ -11,13 +17,15 @@ import sys
 from typing import Any, Sequence
 
 from airflow_delta_maint.app.runners.connect_tasks import remote_url
+from airflow_delta_maint.delta.errors import DeltaError
 from .context import JobContext
-from .execution import needs_spark
+from .execution import needs_spark, uses_delta_spark
 from .fleet_cli import FLEET, add_fleet_parser, run_fleet_command
-from .jobs import JOB_MODULES, execute_job
+from .jobs import JOB_MODULES, execute_job, refused
 from .metrics import write_metrics
 from airflow_delta_maint.app.report.command import REPORT, add_report_parser, run_report
-from .spark_session import start_in_background
+from .settings import Settings
+from .spark_session import add_session_arguments, session_conf, start_in_background
 
 log = logging.getLogger("delta_maint")
 
@@ -43,26 +51,37 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--master", help="Spark master for a run outside spark-submit (default local[*])")
         p.add_argument("--history-uri", metavar="URI",
                        help="append this run to the maintenance history (a Delta table) at URI")
+        add_session_arguments(p)
         module.add_arguments(p)
     add_report_parser(sub)
     add_fleet_parser(sub)
     return parser
 
 
-def run(argv: Sequence[str] | None = None) -> tuple[int, dict[str, Any]]:
-    """Parse arguments, run one job, print and write its metrics. Returns (exit code, metrics)."""
+def run(argv: Sequence[str] | None = None, *, console: bool = False) -> tuple[int, dict[str, Any]]:
+    """Parse arguments, run one job, print and write its metrics. Returns (exit code, metrics).
+
+    ``console``: the run is a person's or a script's (the ``delta-maint`` command): a SparkSession it
+    starts itself shows no start-up chatter unless ``--verbose``. Without it (the application file that
+    spark-submit and the Airflow hook run, tests) Spark's output is left as it is.
+    """
     args = build_parser().parse_args(argv)
     if args.job == REPORT:
         return run_report(args)
+    quiet = console and not args.verbose and not _spark_runs_elsewhere(args.master)
+    if quiet:
+        from .console import silence_python_warnings
+
+        silence_python_warnings()
     if args.job == FLEET:
-        return run_fleet_command(args)
+        return run_fleet_command(args, quiet=quiet)
     module = importlib.import_module(JOB_MODULES[args.job])
-    if (os.environ.get("PYSPARK_GATEWAY_PORT") or remote_url(args.master)) and needs_spark(args.job, vars(args)):
-        # under spark-submit (or against Spark Connect) the worker already found work: start Spark
-        # (open the session, add the artifacts) while the driver plans
-        start_in_background(args.master)
-    ctx = JobContext(table=args.table, storage_options=dict(args.storage_option), master=args.master)
-    code, metrics = execute_job(args.job, module, args, ctx)
+    try:
+        settings = Settings.from_environ(os.environ)
+    except DeltaError as exc:
+        code, metrics = refused(args.job, args.table, exc)
+    else:
+        code, metrics = _run_job(args, module, settings, quiet)
     if args.metrics_out:
         write_metrics(metrics, args.metrics_out, dict(args.storage_option))
     if args.json:
@@ -74,15 +93,39 @@ def run(argv: Sequence[str] | None = None) -> tuple[int, dict[str, Any]]:
     return code, metrics
 
 
+def _spark_runs_elsewhere(master: str | None) -> bool:
+    """True under spark-submit (its JVM is up, its conf applies) or against Spark Connect."""
+    return bool(os.environ.get("PYSPARK_GATEWAY_PORT") or remote_url(master))
+
+
+def _run_job(args: argparse.Namespace, module: Any, settings: Settings, quiet: bool) -> tuple[int, dict[str, Any]]:
+    params = vars(args)
+    conf = {} if _spark_runs_elsewhere(args.master) else session_conf(
+        dict(args.conf), delta_spark=uses_delta_spark(args.job, params), quiet=quiet, cache_dir=settings.cache_dir)
+    if _spark_runs_elsewhere(args.master) and needs_spark(args.job, params):
+        # under spark-submit (or against Spark Connect) the worker already found work: start Spark
+        # (open the session, add the artifacts) while the driver plans
+        start_in_background(args.master)
+    ctx = JobContext(table=args.table, storage_options=dict(args.storage_option), master=args.master,
+                     settings=settings, spark_conf=conf)
+    return execute_job(args.job, module, args, ctx)
+
+
 def _format_human(metrics: dict[str, Any]) -> str:
     return "\n".join(f"{k}: {v}" for k, v in metrics.items())
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, console: bool = True) -> int:
+    """The ``delta-maint`` command (``console``, see :func:`run`); ``app/main.py`` runs it with
+    ``console=False``."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    code, _ = run(argv)
+    if console:  # standard output carries the result; what Spark's JVM prints there goes to standard error
+        from .console import children_print_to_stderr
+
+        children_print_to_stderr()
+    code, _ = run(argv, console=console)
     return code
 
 

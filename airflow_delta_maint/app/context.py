@@ -1,4 +1,4 @@
-"""What a job gets from the framework: the table, storage options, Spark on demand, a logger."""
+"""What a job gets from the framework: the table, storage options, the settings, Spark on demand, a logger."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from airflow_delta_maint.delta.storage.store import Storage
+
+from .settings import Settings
 
 if TYPE_CHECKING:
     from airflow_delta_maint.app.runners.tasks import Tasks
@@ -23,6 +25,11 @@ class JobContext:
     #: False when the job runs in the Airflow worker's process (local execution): parallel work runs
     #: on threads, and work only Spark can do (a shuffle) fails with a clear error
     spark_allowed: bool = True
+    #: the application's settings, read from the environment by the entry point that made this context
+    settings: Settings = field(default_factory=Settings)
+    #: Spark configuration for the session this process starts itself (outside spark-submit): the
+    #: command line's ``--conf``, the delta-spark engine's packages, its quiet log4j configuration
+    spark_conf: dict[str, str] = field(default_factory=dict)
     _spark: Any = None
     _storage: Storage | None = None
 
@@ -47,7 +54,7 @@ class JobContext:
                     "run it with execution 'spark'")
             from .spark_session import get_spark
 
-            self._spark = get_spark(self.master)
+            self._spark = get_spark(self.master, conf=self.spark_conf)
         return self._spark
 
     def session_master(self) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,6 +20,7 @@ from airflow_delta_maint.delta.errors import InvalidArgumentError
 
 from .context import JobContext
 from .jobs import JOB_MODULES, execute_job
+from .settings import Settings
 
 #: jobs whose work never starts Spark
 DRIVER_ONLY_JOBS = frozenset({"compact-log", "checkpoint", "cleanup-log", "inspect"})
@@ -30,7 +32,7 @@ def needs_spark(job: str, params: Mapping[str, Any]) -> bool:
     Lite VACUUM counts as driver-only: it starts Spark only to delete a million files or more. Every
     job on the delta-spark engine needs Spark (dry runs of OPTIMIZE and cleanup-log plan with our core).
     """
-    if _delta_spark(job, params):
+    if uses_delta_spark(job, params):
         return True
     if job in DRIVER_ONLY_JOBS:
         return False
@@ -41,8 +43,9 @@ def needs_spark(job: str, params: Mapping[str, Any]) -> bool:
     return True
 
 
-def _delta_spark(job: str, params: Mapping[str, Any]) -> bool:
-    """True when delta-spark does the run's work (dry runs of OPTIMIZE and cleanup-log plan with our core)."""
+def uses_delta_spark(job: str, params: Mapping[str, Any]) -> bool:
+    """True when delta-spark does the run's work, so its session needs delta-spark's jars (dry runs of
+    OPTIMIZE and cleanup-log plan with our core)."""
     if job in ("optimize", "cleanup-log") and params.get("dry_run"):
         return False
     engines = (params.get("engine"), params.get("checkpoint_engine"))
@@ -55,7 +58,7 @@ def spark_only(job: str, params: Mapping[str, Any]) -> str | None:
     A liquid-clustered table is found only once its log is read: its OPTIMIZE fails under local
     execution with the same clear error.
     """
-    if _delta_spark(job, params):
+    if uses_delta_spark(job, params):
         return "the delta-spark engine"
     if job == "optimize" and params.get("zorder_by"):
         return "Z-order"
@@ -87,17 +90,21 @@ def parse_job_args(job: str, argv: Sequence[str], module: Any | None = None) -> 
 
 
 def run_in_process(job: str, table: str, argv: Sequence[str], storage_options: Mapping[str, str] | None = None,
-                   *, spark_allowed: bool = False, master: str | None = None) -> tuple[int, dict[str, Any]]:
+                   *, spark_allowed: bool = False, master: str | None = None,
+                   settings: Settings | None = None) -> tuple[int, dict[str, Any]]:
     """Run one job on ``table`` in this process and return (exit code, metrics) as ``delta-maint`` would.
 
     The metrics object is the one the application writes (same fields, same ``error`` on failure).
     ``storage_options`` may hold credentials: they go to the job's storage only, never into the
     metrics. With ``spark_allowed`` false a job that would start Spark fails with a clear error.
+    ``settings``: the application's settings (default: this process's environment, as the command
+    line reads them); a bad option or setting raises ``InvalidArgumentError``.
     """
     module = importlib.import_module(JOB_MODULES[job]) if job in JOB_MODULES else None
     args = parse_job_args(job, argv, module)
     ctx = JobContext(table=table, storage_options=dict(storage_options or {}), master=master,
-                     spark_allowed=spark_allowed)
+                     spark_allowed=spark_allowed,
+                     settings=settings if settings is not None else Settings.from_environ(os.environ))
     return execute_job(job, module, args, ctx)
 
 

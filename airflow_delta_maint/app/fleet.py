@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from .engines import check_engine
 from .execution import needs_spark, parse_job_args
 from .jobs import JOB_MODULES, execute_job
 from .metrics import base_metrics, finish
+from .settings import Settings
 
 log = logging.getLogger("delta_maint")
 
@@ -185,18 +187,23 @@ def merge(spec: FleetSpec, decision: Decision, ran: Sequence[Mapping[str, Any]])
 
 
 # -- in the application: run them --------------------------------------------------------------
-def run_fleet(spec: FleetSpec, master: str | None = None, *, spark_allowed: bool = True) -> list[dict[str, Any]]:
+def run_fleet(spec: FleetSpec, master: str | None = None, *, spark_allowed: bool = True,
+              settings: Settings | None = None, spark_conf: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     """Run every table's jobs in order in this process, one SparkSession for all; one entry per table.
 
     With ``spark_allowed`` false (the fleet runs on the Airflow worker) no SparkSession starts: the
-    jobs' parallel work runs on threads.
+    jobs' parallel work runs on threads. ``settings``: the application's settings (default: this
+    process's environment; a bad one raises ``InvalidArgumentError``). ``spark_conf``: for a session
+    this process starts itself (the command line's, outside spark-submit).
     """
     from .context import JobContext
 
+    settings = settings if settings is not None else Settings.from_environ(os.environ)
+    conf = dict(spark_conf or {})
     if spark_allowed and any(needs_spark(j.job, vars(parse_job_args(j.job, j.args))) for t in spec.tables for j in t.jobs):
         from .spark_session import start_in_background
 
-        start_in_background(master)  # comes up while the first table's log is read
+        start_in_background(master, conf)  # comes up while the first table's log is read
     entries = []
     t0 = time.monotonic()
     for n, t in enumerate(spec.tables, 1):
@@ -211,7 +218,7 @@ def run_fleet(spec: FleetSpec, master: str | None = None, *, spark_allowed: bool
             if spec.history_uri and not args.history_uri:
                 args.history_uri = spec.history_uri
             ctx = JobContext(table=t.table, storage_options=dict(t.storage_options), master=master,
-                             spark_allowed=spark_allowed)
+                             spark_allowed=spark_allowed, settings=settings, spark_conf=conf)
             _, metrics = execute_job(j.job, module, args, ctx)
             jobs.append(metrics)
             if metrics.get("status") == "failed":

@@ -1,11 +1,15 @@
-"""One SparkSession for the application (and the tests)."""
+"""One SparkSession for the application (and the tests), and the configuration of the session the
+command line starts itself."""
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import sys
 import threading
+from collections.abc import Mapping
+from pathlib import Path
 
 
 #: Spark Connect sessions of this process, by URL (their artifacts are added once)
@@ -13,11 +17,12 @@ _CONNECT: dict[str, object] = {}
 _CONNECT_LOCK = threading.Lock()
 
 
-def get_spark(master: str | None = None, app_name: str = "delta-maint"):
+def get_spark(master: str | None = None, app_name: str = "delta-maint", conf: Mapping[str, str] | None = None):
     """Get or create the SparkSession. Under spark-submit the submitted master and conf win.
 
     A Spark Connect URL (``master`` ``sc://...`` or ``$SPARK_REMOTE``) gives a Spark Connect session
     with the application's modules and environment added (:func:`.connect_tasks.connect_session`).
+    ``conf`` (:func:`session_conf`) goes to a session this process starts itself, outside spark-submit.
     """
     from airflow_delta_maint.app.runners.connect_tasks import connect_session, remote_url
 
@@ -42,6 +47,9 @@ def get_spark(master: str | None = None, app_name: str = "delta-maint"):
                .config("spark.sql.shuffle.partitions", "8")
                .config("spark.python.worker.reuse", "true")
                .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"]))
+    if not _submitted():
+        for key, value in (conf or {}).items():
+            builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
@@ -72,7 +80,7 @@ def session_master(master: str | None = None) -> str:
     return master or "local[*]"
 
 
-def start_in_background(master: str | None = None) -> threading.Thread:
+def start_in_background(master: str | None = None, conf: Mapping[str, str] | None = None) -> threading.Thread:
     """Start the SparkSession in a thread, so it comes up while the driver reads the log and plans.
 
     The job's own :func:`get_spark` call then waits for it (the builder's lock) and gets the same
@@ -81,10 +89,51 @@ def start_in_background(master: str | None = None) -> threading.Thread:
 
     def start() -> None:
         try:
-            get_spark(master)
+            get_spark(master, conf=conf)
         except Exception:
             logging.getLogger("delta_maint").debug("SparkSession start in the background failed", exc_info=True)
 
     thread = threading.Thread(target=start, name="spark-session-start", daemon=True)
     thread.start()
     return thread
+
+
+# -- the session the command line starts itself ----------------------------------------------------
+def _spark_conf(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"Spark conf must be KEY=VALUE, got {text!r}")
+    return key.strip(), value
+
+
+def add_session_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--conf K=V`` and ``--verbose``: the session a run outside spark-submit starts, and what it shows."""
+    parser.add_argument("--conf", action="append", type=_spark_conf, default=[], metavar="K=V",
+                        help="Spark configuration for the session a run outside spark-submit starts (repeatable), "
+                             "e.g. spark.driver.memory=4g; under spark-submit its own --conf applies")
+    parser.add_argument("--verbose", action="store_true",
+                        help="show Spark's start-up output (log4j's banner, the hostname warning, pyspark's "
+                             "FutureWarnings), which a run outside spark-submit otherwise leaves out")
+
+
+def session_conf(conf: Mapping[str, str], *, delta_spark: bool, quiet: bool, cache_dir: Path) -> dict[str, str]:
+    """The configuration of the session the command line starts itself: ``conf`` (``--conf``), plus
+    for the delta-spark engine its packages, extension and catalog as the Airflow hook adds them
+    (:func:`.engines.delta_spark_jars.add_delta_spark`), plus with ``quiet`` the driver JVM's quiet
+    log4j configuration (:mod:`.console`). Ivy's settings and the log4j file go into ``cache_dir``."""
+    out = dict(conf)
+    if delta_spark:
+        from .engines.delta_spark_jars import PACKAGES_KEY, add_delta_spark
+
+        packages = add_delta_spark(out, None, None, cache_dir)
+        if packages:
+            out[PACKAGES_KEY] = packages
+    key = "spark.driver.extraJavaOptions"
+    if quiet and "log4j2.configurationFile" not in out.get(key, ""):  # the user's own log4j configuration wins
+        from .console import quiet_java_options
+
+        try:
+            out[key] = " ".join(filter(None, [out.get(key, "").strip(), quiet_java_options(cache_dir)]))
+        except OSError as exc:  # a cache folder we cannot write to costs the quiet start-up, not the run
+            logging.getLogger("delta_maint").debug("no quiet log4j configuration in %s: %s", cache_dir, exc)
+    return out

@@ -15,6 +15,7 @@ import zipfile
 from pathlib import Path
 
 import airflow_delta_maint
+from airflow_delta_maint.app.settings import Settings
 
 PACKAGE_DIR = Path(airflow_delta_maint.__file__).resolve().parent
 APPLICATION = PACKAGE_DIR / "app" / "main.py"
@@ -23,11 +24,9 @@ _EXCLUDED_SUFFIXES = (".pyc", ".pyo")
 
 
 def default_cache_dir() -> Path:
-    """Where package bundles are cached: ``$DELTA_MAINT_CACHE_DIR`` or a folder in the temp dir."""
-    configured = os.environ.get("DELTA_MAINT_CACHE_DIR")
-    if configured:
-        return Path(configured)
-    return Path(tempfile.gettempdir()) / f"airflow-delta-maint-{os.getuid() if hasattr(os, 'getuid') else 0}"
+    """Where package bundles are cached: the application's ``cache_dir`` setting
+    (``$DELTA_MAINT_CACHE_DIR``, else a folder in the temp dir; :class:`~airflow_delta_maint.app.settings.Settings`)."""
+    return Settings.from_environ(os.environ).cache_dir
 
 
 def _package_files() -> list[Path]:

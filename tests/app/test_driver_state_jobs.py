@@ -13,7 +13,7 @@ import pytest
 from airflow_delta_maint.app.cli import run
 from airflow_delta_maint.delta.log.listing import list_log
 from airflow_delta_maint.delta.log.snapshot import Snapshot, read_checkpoint
-from airflow_delta_maint.delta.log.state_size import STREAM_MIN_FILES_ENV
+from airflow_delta_maint.app.settings import STREAM_MIN_FILES_ENV
 from airflow_delta_maint.delta.storage.store import Storage
 from tests.app.test_vacuum import aged_table, make_old, make_young, rows
 

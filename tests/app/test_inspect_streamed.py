@@ -15,7 +15,7 @@ from tests.hypothesis_profiles import examples
 from airflow_delta_maint.app.cli import run
 from airflow_delta_maint.app.jobs import inspect as inspect_job
 from airflow_delta_maint.delta.log.snapshot import Snapshot
-from airflow_delta_maint.delta.log.state_size import STREAM_MIN_FILES_ENV
+from airflow_delta_maint.app.settings import STREAM_MIN_FILES_ENV
 from airflow_delta_maint.delta.log.state_stream import StreamFallback, open_state
 from tests.delta.test_state_stream import NOW, histories, write_history
 

@@ -22,7 +22,7 @@ from airflow_delta_maint.app.jobs import optimize_large
 from airflow_delta_maint.app.rewrite import commit as optimize_commit
 from airflow_delta_maint.delta.log.listing import read_commit
 from airflow_delta_maint.delta.log.snapshot import Snapshot
-from airflow_delta_maint.delta.log.state_size import STREAM_MIN_FILES_ENV
+from airflow_delta_maint.app.settings import STREAM_MIN_FILES_ENV
 from airflow_delta_maint.delta.protocol.actions import dv_unique_id
 from airflow_delta_maint.delta.storage.store import Storage
 from tests.app.test_optimize_rebase import before_commit, check, ids_in, left_behind, optimize_local

@@ -15,12 +15,12 @@ from tests.hypothesis_profiles import examples
 from airflow_delta_maint.app.jobs.optimize_check import streamed_plan_outline
 from airflow_delta_maint.app.jobs.optimize_options import auto_decision, plan_from_params, purge_params
 from airflow_delta_maint.app.jobs.optimize_large import merge_rounds
-from airflow_delta_maint.delta.errors import DeltaError, InvalidArgumentError
+from airflow_delta_maint.delta.errors import DeltaError
 from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.delta.log.state_stream import StreamFallback, open_state
 from airflow_delta_maint.delta.plans import optimize_rounds
 from airflow_delta_maint.delta.plans.optimize_rounds import (iter_round_snapshots, live_files_among, partition_rounds,
-                                                             round_files, spill_rounds)
+                                                             spill_rounds)
 from airflow_delta_maint.delta.protocol.actions import dv_unique_id
 from tests.delta.test_state_stream import NOW, histories, write_history
 
@@ -121,17 +121,6 @@ def test_the_rebase_base_holds_the_live_files_among_the_inputs(tmp_path):
     base = live_files_among(Storage(str(tmp_path)), 2, ["f0.parquet", "f1.parquet", "f2.parquet"])
     live = sorted((a["path"], dv_unique_id(a.get("deletionVector"))) for a in base.add_actions())
     assert base.version == 2 and live == [("f0.parquet", ""), ("f2.parquet", dv_unique_id(dv))]
-
-
-def test_the_round_size_reads_the_environment(monkeypatch):
-    monkeypatch.delenv("DELTA_MAINT_OPTIMIZE_ROUND_FILES", raising=False)
-    assert round_files() == optimize_rounds.ROUND_FILES
-    monkeypatch.setenv("DELTA_MAINT_OPTIMIZE_ROUND_FILES", "7")
-    assert round_files() == 7
-    for bad in ("0", "-3", "many"):
-        monkeypatch.setenv("DELTA_MAINT_OPTIMIZE_ROUND_FILES", bad)
-        with pytest.raises(InvalidArgumentError, match="DELTA_MAINT_OPTIMIZE_ROUND_FILES must be a positive"):
-            round_files()
 
 
 def test_the_rounds_metrics_add_up():

@@ -22,7 +22,7 @@ from airflow_delta_maint.delta.log.checkpoint import write_checkpoint
 from airflow_delta_maint.delta.log.checkpoint_parts import write_checkpoint_in_parts
 from airflow_delta_maint.delta.log.listing import list_log
 from airflow_delta_maint.delta.log.snapshot import Snapshot, read_checkpoint
-from airflow_delta_maint.delta.log.state_size import STREAM_MIN_FILES_ENV, checkpointed_files, use_streamed_state
+from airflow_delta_maint.delta.log.state_size import checkpointed_files, use_streamed_state
 from airflow_delta_maint.delta.log.state_stream import StreamFallback, open_state
 from airflow_delta_maint.delta.protocol.actions import dv_unique_id
 from airflow_delta_maint.delta.storage.store import Storage
@@ -199,7 +199,9 @@ def test_slices_of_row_groups_and_many_parts(tmp_path, monkeypatch):
     assert sorted(snap.paths) == sorted(Snapshot.load(str(root), version=4).paths)
 
 
-def test_the_threshold_reads_the_hint_and_the_environment(tmp_path, monkeypatch):
+def test_the_threshold_reads_the_hint_and_the_callers_threshold(tmp_path):
+    """The caller passes the threshold (the application's ``stream_min_files`` setting, whose reading from
+    ``DELTA_MAINT_STREAM_MIN_FILES`` tests/app/test_settings.py checks); the core reads no environment."""
     commits = [[{"commitInfo": {"timestamp": NOW, "operation": "WRITE"}}] +
                [{"add": {"path": f"f{v}-{i}.parquet", "partitionValues": {}, "size": 10, "modificationTime": OLD,
                          "dataChange": True}} for i in range(10)] for v in range(1, 3)]
@@ -209,22 +211,8 @@ def test_the_threshold_reads_the_hint_and_the_environment(tmp_path, monkeypatch)
     write_checkpoint(Snapshot.load(storage), now_ms=NOW)
     assert checkpointed_files(storage) == 20
     assert not use_streamed_state(storage)
-    monkeypatch.setenv(STREAM_MIN_FILES_ENV, "20")
-    assert use_streamed_state(storage)
-    monkeypatch.setenv(STREAM_MIN_FILES_ENV, "21")
-    assert not use_streamed_state(storage)
+    assert use_streamed_state(storage, 20)
+    assert not use_streamed_state(storage, 21)
+    assert use_streamed_state(storage, 0)  # 0: always streamed
     (tmp_path / "t" / "_delta_log" / "_last_checkpoint").unlink()
     assert checkpointed_files(storage) > 0  # from the checkpoint's bytes
-
-
-def test_a_bad_threshold_is_one_clear_error(monkeypatch):
-    from airflow_delta_maint.delta.errors import InvalidArgumentError
-    from airflow_delta_maint.delta.log.state_size import stream_min_files
-
-    for bad in ("many", "-1", "2.5"):
-        monkeypatch.setenv(STREAM_MIN_FILES_ENV, bad)
-        with pytest.raises(InvalidArgumentError, match=rf"^DELTA_MAINT_STREAM_MIN_FILES must be a whole number of "
-                                                       rf"files \(0 or more\), got '{bad}'$"):
-            stream_min_files()
-    monkeypatch.setenv(STREAM_MIN_FILES_ENV, " 7 ")
-    assert stream_min_files() == 7

@@ -349,13 +349,24 @@ def test_unknown_engine_and_compact_log_on_delta_spark_change_nothing(spark, sou
     assert (_live(path), sorted(os.listdir(path / "_delta_log"))) == before
 
 
+#: the command line in a process whose SparkSession someone else started plain (no delta-spark jar, no
+#: extension), as a session under a spark-submit without delta-spark's packages is
+_ON_A_PLAIN_SESSION = """\
+import sys
+from pyspark.sql import SparkSession
+SparkSession.builder.master("local[1]").getOrCreate()
+from airflow_delta_maint.app.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
 def test_a_session_without_the_delta_extension_fails_before_any_work(source, tmp_path):
     """A plain SparkSession (no delta-spark jar, no extension): one line that says what to configure."""
     path = tmp_path / "t"
     shutil.copytree(source, path)
     before = (_live(path), _data_files(path), sorted(os.listdir(path / "_delta_log")))
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_GATEWAY")}
-    done = subprocess.run([sys.executable, "-m", "airflow_delta_maint.app.cli", "optimize", str(path),
+    done = subprocess.run([sys.executable, "-c", _ON_A_PLAIN_SESSION, "optimize", str(path),
                            "--engine", "delta-spark", "--master", "local[1]", "--json"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2, done.stderr[-3000:]
@@ -363,8 +374,9 @@ def test_a_session_without_the_delta_extension_fails_before_any_work(source, tmp
     assert error == ["delta-maint optimize: error: the delta-spark engine needs a SparkSession with delta-spark: "
                      "set spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension and "
                      "spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog and put "
-                     "io.delta:delta-spark_2.13:4.4.0 on the classpath (--packages; the operators do this for "
-                     "engine='delta-spark', see [delta_maint] delta_spark_packages)"]
+                     "io.delta:delta-spark_2.13:4.4.0 on the classpath (--packages; the operators and delta-maint "
+                     "outside spark-submit do this for the delta-spark engine, see [delta_maint] "
+                     "delta_spark_packages)"]
     assert (_live(path), _data_files(path), sorted(os.listdir(path / "_delta_log"))) == before
 
 

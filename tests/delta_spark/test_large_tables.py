@@ -7,7 +7,7 @@ delta-spark's own reads before and after."""
 
 from __future__ import annotations
 
-from airflow_delta_maint.delta.log.state_size import STREAM_MIN_FILES_ENV
+from airflow_delta_maint.app.settings import STREAM_MIN_FILES_ENV
 from tests.delta_spark import judge
 from tests.delta_spark.test_judge import LOG, _copy, _run, _sql, optimized_dv, sources  # noqa: F401 - fixtures
 

@@ -13,7 +13,7 @@ from deltalake import write_deltalake
 
 from airflow_delta_maint.delta.log.listing import list_log
 from airflow_delta_maint.delta.log.snapshot import Snapshot
-from airflow_delta_maint.delta.log.state_size import STREAM_MIN_FILES_ENV
+from airflow_delta_maint.app.settings import STREAM_MIN_FILES_ENV
 from airflow_delta_maint.delta.storage.store import Storage
 from tests.storage.test_object_stores import rows, run_cli, shell_env, storage_args  # noqa: F401
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -41,8 +42,8 @@ SPARK_FOR_DELTA = {"4.4": "4.2", "4.0": "4.0", "3.3": "3.5", "3.2": "3.5", "3.1"
 PACKAGE_FOR_SPARK = {"4.2": DEFAULT_PACKAGE, "4.0": "io.delta:delta-spark_2.13:4.0.0",
                      "3.5": "io.delta:delta-spark_2.12:3.3.0"}
 _HOW = ("set spark.sql.extensions={ext} and spark.sql.catalog.spark_catalog={cat} and put {pkg} on the "
-        "classpath (--packages; the operators do this for engine='delta-spark', see [delta_maint] "
-        "delta_spark_packages)")
+        "classpath (--packages; the operators and delta-maint outside spark-submit do this for the delta-spark "
+        "engine, see [delta_maint] delta_spark_packages)")
 
 
 def _major_minor(version: str) -> str:
@@ -101,9 +102,12 @@ def session(ctx: Any) -> Any:
 
 # -- helpers -----------------------------------------------------------------------------------------
 def hadoop_path(table: str) -> str:
-    """The table's path as Hadoop's filesystems name it (``s3://`` -> ``s3a://``)."""
+    """The table's path as Hadoop's filesystems name it (``s3://`` -> ``s3a://``; a relative local path,
+    as the command line takes one, made absolute: delta-spark's ``delta.`path``` takes no other)."""
     if table.startswith("s3://"):
         return "s3a://" + table[len("s3://"):]
+    if not re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", table) and not os.path.isabs(table):
+        return os.path.abspath(table)
     return table
 
 

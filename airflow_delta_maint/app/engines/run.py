@@ -4,6 +4,7 @@ engines on the same session and table copies."""
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -12,15 +13,17 @@ from airflow_delta_maint.delta.errors import InvalidArgumentError
 from ..context import JobContext
 from ..execution import parse_job_args
 from ..jobs import JOB_MODULES, execute_job
+from ..settings import Settings
 from . import ENGINE_JOBS, NATIVE, normalize
 
 
 def run_job_with_engine(job: str, table: str, engine: str = NATIVE, argv: Sequence[str] = (), *,
                         spark: Any = None, storage_options: Mapping[str, str] | None = None,
-                        master: str | None = None) -> tuple[int, dict[str, Any]]:
+                        master: str | None = None, settings: Settings | None = None) -> tuple[int, dict[str, Any]]:
     """Run one job on ``table`` with ``engine`` in this process, on ``spark`` (a SparkSession; for
     delta-spark one with its extension) or, without one, on the session :func:`..spark_session.get_spark`
     gives. Returns (exit code, metrics) as ``delta-maint JOB TABLE ... --engine ENGINE`` would.
+    ``settings``: the application's settings (default: this process's environment).
 
     For benchmarks and tests that compare the engines on the same session.
     """
@@ -31,5 +34,6 @@ def run_job_with_engine(job: str, table: str, engine: str = NATIVE, argv: Sequen
     module = importlib.import_module(JOB_MODULES[job])
     extra = ["--engine", str(engine)] if job in ENGINE_JOBS else []
     args = parse_job_args(job, [*[str(a) for a in argv], *extra], module)
-    ctx = JobContext(table=table, storage_options=dict(storage_options or {}), master=master, _spark=spark)
+    ctx = JobContext(table=table, storage_options=dict(storage_options or {}), master=master, _spark=spark,
+                     settings=settings if settings is not None else Settings.from_environ(os.environ))
     return execute_job(job, module, args, ctx)

@@ -26,6 +26,7 @@ from ..context import JobContext
 from ..environment_errors import ERROR_TYPE, describe
 from ..metrics import base_metrics, finish
 from ..run_history import record_run
+from ..settings import running
 
 JOB_MODULES = {
     "inspect": "airflow_delta_maint.app.jobs.inspect",
@@ -51,7 +52,8 @@ def execute_job(job: str, module: Any, args: argparse.Namespace, ctx: JobContext
         metrics["engine"] = str(args.engine).strip().lower()
     code = 0
     try:
-        metrics.update(module.run(args, ctx))
+        with running(ctx.settings):  # the job's settings, also for helpers that get no context
+            metrics.update(module.run(args, ctx))
     except DeltaError as exc:
         metrics.update(status="failed", error=str(exc), error_type=type(exc).__name__)
         log.debug("%s failed: %s", job, exc)  # reported once, by the caller
@@ -72,6 +74,13 @@ def execute_job(job: str, module: Any, args: argparse.Namespace, ctx: JobContext
         spark = ctx._spark
         metrics["history"] = record_run(args.history_uri, metrics, spark_app_id=application_id(spark))
     return code, metrics
+
+
+def refused(job: str, table: str, exc: DeltaError) -> tuple[int, dict[str, Any]]:
+    """(2, the metrics of a run refused before it started), e.g. for a setting it cannot take."""
+    metrics = base_metrics(job, table)
+    metrics.update(status="failed", error=str(exc), error_type=type(exc).__name__)
+    return 2, finish(metrics)
 
 
 def environment_problem(exc: BaseException) -> str | None:

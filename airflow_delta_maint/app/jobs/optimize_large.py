@@ -1,6 +1,6 @@
 """OPTIMIZE of a large table in rounds, the driver's memory bounded by a round, not the table.
 
-From :func:`~airflow_delta_maint.delta.log.state_size.stream_min_files` checkpointed files on,
+From the ``stream_min_files`` setting's checkpointed files on (:mod:`airflow_delta_maint.app.settings`),
 bin-packing (with ``--where``, ``--auto``, ``--purge``, young files and recent partitions left out)
 and Z-order plan from the streamed state: one pass counts the candidates per partition and makes
 the auto policy's choice, a second spills the partitions with work, a round at a time, to local
@@ -27,7 +27,7 @@ from airflow_delta_maint.delta.plans.clustering_rounds import clustering_order, 
 from airflow_delta_maint.delta.plans.optimize import (SIZE_PERCENTILE_KEYS, Bin, OptimizePlan, add_dicts,
                                                       file_size_settings, size_percentiles)
 from airflow_delta_maint.delta.plans.optimize_rounds import (iter_round_snapshots, live_files_among,
-                                                             partition_rounds, round_files, spill_rounds)
+                                                             partition_rounds, spill_rounds)
 from airflow_delta_maint.delta.protocol.actions import ADD_SCHEMA
 from airflow_delta_maint.delta.protocol.features import check_supported
 from airflow_delta_maint.delta.storage.store import Storage
@@ -87,14 +87,15 @@ def _rounds(ctx: JobContext, params: dict[str, Any], engine: str, state: Streame
     if outline.layout == "hilbert":
         return _clustering_rounds(ctx, params, engine, state, outline, steps)
     scan, decision = outline.scan, outline.decision
-    rounds = partition_rounds(scan, outline.selected, outline.layout == "zorder", round_files())
+    round_files = ctx.settings.optimize_round_files
+    rounds = partition_rounds(scan, outline.selected, outline.layout == "zorder", round_files)
     if not rounds:
         plan = steps.plan(state.shell(), params, decision)
         plan.num_table_files, plan.left_out = scan.total_files, outline.left_out
         return steps.run(ctx, params, engine, state.shell(), plan, decision)
     log.info("OPTIMIZE %s at version %d: %d partitions with work, %d candidate files, in %d rounds of at most "
              "%d files", ctx.storage.root, state.version, sum(len(p) for p in rounds.partitions), sum(rounds.files),
-             len(rounds), round_files())
+             len(rounds), round_files)
     results: list[dict[str, Any]] = []
     sizes: list[int] = []
     with spill_rounds(state, rounds, min_file_size=outline.min_file_size, zorder=outline.layout == "zorder") as spill:
@@ -122,10 +123,11 @@ def _clustering_rounds(ctx: JobContext, params: dict[str, Any], engine: str, sta
     min_size, max_size = file_size_settings(shell, None, params.get("max_file_size"))
     target = params.get("target_cube_size")
     target = DEFAULT_TARGET_CUBE_SIZE if target is None else int(target)
-    order = clustering_order(work, round_files())
+    round_files = ctx.settings.optimize_round_files
+    order = clustering_order(work, round_files)
     chosen = order.chosen
     spill, group_files = spill_clustering_rounds(state, work, order, target_cube_size=target,
-                                                 max_files=round_files(), young_after_ms=outline.young_after_ms)
+                                                 max_files=round_files, young_after_ms=outline.young_after_ms)
     stats = {"inputZCubeFiles": {"numFiles": sum(work.cube_files.values()), "size": sum(work.cubes.values())},
              "inputOtherFiles": {"numFiles": work.unclustered, "size": work.unclustered_bytes},
              "inputNumZCubes": len(work.cubes),

@@ -8,47 +8,26 @@ state would not fit the driver. The choice reads only what the log says about it
 checkpoint, else the latest checkpoint's bytes (its parts, or a V2 checkpoint's sidecars). Both
 readings give the same answers, so a stale or missing hint only costs time, never correctness.
 
-``DELTA_MAINT_STREAM_MIN_FILES`` overrides the threshold (tests force the streamed path on small
-tables with ``1``).
+The threshold is the caller's (the application passes its ``stream_min_files`` setting, read from
+``DELTA_MAINT_STREAM_MIN_FILES`` at its entry points; tests force the streamed path on small tables
+with ``0``); :data:`STREAM_MIN_FILES` is the default.
 """
 
 from __future__ import annotations
 
 import json
-import os
 
-from airflow_delta_maint.delta.errors import InvalidArgumentError
 from airflow_delta_maint.delta.log.listing import LAST_CHECKPOINT, list_log
 from airflow_delta_maint.delta.storage.store import Storage
 
-__all__ = ["BYTES_PER_FILE", "STREAM_MIN_FILES", "STREAM_MIN_FILES_ENV", "checkpointed_files", "stream_min_files",
-           "use_streamed_state"]
+__all__ = ["BYTES_PER_FILE", "STREAM_MIN_FILES", "checkpointed_files", "use_streamed_state"]
 
 #: from this many checkpointed files on, the jobs stream the state (``Snapshot.load`` holds about
 #: 1.2 GiB per million files with statistics; below this the in-memory reading is faster)
 STREAM_MIN_FILES = 250_000
-STREAM_MIN_FILES_ENV = "DELTA_MAINT_STREAM_MIN_FILES"
 #: compressed checkpoint bytes per file action, a low estimate (adds with JSON statistics take
 #: 60-150 bytes in a zstd or snappy checkpoint): a checkpoint's size over this is an upper bound
 BYTES_PER_FILE = 128
-
-
-def stream_min_files() -> int:
-    """The threshold in force: ``DELTA_MAINT_STREAM_MIN_FILES`` when set, else :data:`STREAM_MIN_FILES`.
-
-    Raises:
-        InvalidArgumentError: the variable is set to anything but a whole number of files.
-    """
-    value = os.environ.get(STREAM_MIN_FILES_ENV, "").strip()
-    if not value:
-        return STREAM_MIN_FILES
-    try:
-        threshold = int(value)
-    except ValueError:
-        threshold = -1
-    if threshold < 0:
-        raise InvalidArgumentError(f"{STREAM_MIN_FILES_ENV} must be a whole number of files (0 or more), got {value!r}")
-    return threshold
 
 
 def checkpointed_files(storage: Storage) -> int:
@@ -80,9 +59,9 @@ def checkpointed_files(storage: Storage) -> int:
     return size // BYTES_PER_FILE
 
 
-def use_streamed_state(storage: Storage, threshold: int | None = None) -> bool:
-    """Whether a job should stream this table's state rather than load it whole."""
-    limit = stream_min_files() if threshold is None else threshold
-    if limit <= 0:
+def use_streamed_state(storage: Storage, threshold: int = STREAM_MIN_FILES) -> bool:
+    """Whether a job should stream this table's state rather than load it whole: from ``threshold``
+    checkpointed files on (0: always)."""
+    if threshold <= 0:
         return True
-    return checkpointed_files(storage) >= limit
+    return checkpointed_files(storage) >= threshold

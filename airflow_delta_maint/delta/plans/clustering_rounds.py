@@ -12,7 +12,7 @@ large table it is done out of core:
    (*bucket*), with its rank (0 for unclustered files, else 1 + the ZCube's place in the order);
 3. the buckets are read back in order, each sorted by (rank, path) in memory, and the greedy
    packing runs over them as over the whole list: every file gets its group. Whole groups are
-   written to round files of at least :func:`~.optimize_rounds.round_files` files each.
+   written to round files of at least ``max_files`` (:data:`~.optimize_rounds.ROUND_FILES`) files each.
 
 The groups, and so the plan's bins, are those of the plan of the whole table. A group is never
 split: a round holds at least one whole group, however many files it has.

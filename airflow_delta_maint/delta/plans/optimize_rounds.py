@@ -3,18 +3,17 @@
 A plan of bin-packing or Z-order is a set of bins per partition, and no partition's bins depend on
 another's. So on a table whose state is streamed (``state_stream``), the partitions with work
 (found by ``partition_scan`` in one pass, with no Python object per file) are grouped into
-*rounds* of at most :func:`round_files` candidate files, in the plan's partition order. A second
-pass spills every round's candidate files (bin-packing: smaller than the minimum size or with a
-deletion vector; Z-order: every file) as whole add actions to a parquet file of its own in a local
-folder. Each round is then read back as a partial snapshot (the table's protocol, metadata and log,
-and those files) and planned, rewritten and committed as a plan of its own: the same bins as the
-plan of the whole table, a round's worth in memory at a time. One partition is never split: a
-partition with more candidates than a round holds is a round of its own.
+*rounds* of at most ``max_files`` (default :data:`ROUND_FILES`) candidate files, in the plan's
+partition order. A second pass spills every round's candidate files (bin-packing: smaller than the
+minimum size or with a deletion vector; Z-order: every file) as whole add actions to a parquet file
+of its own in a local folder. Each round is then read back as a partial snapshot (the table's
+protocol, metadata and log, and those files) and planned, rewritten and committed as a plan of its
+own: the same bins as the plan of the whole table, a round's worth in memory at a time. One
+partition is never split: a partition with more candidates than a round holds is a round of its own.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
@@ -24,7 +23,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from airflow_delta_maint.delta.errors import InvalidArgumentError
 from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.delta.log.state_stream import StreamedState, open_state
 from airflow_delta_maint.delta.plans.auto_compaction import PartitionKey
@@ -34,27 +32,12 @@ from airflow_delta_maint.delta.protocol.paths import canonical_paths
 from airflow_delta_maint.delta.storage.scratch import make_scratch, remove_scratch
 from airflow_delta_maint.delta.storage.store import Storage
 
-__all__ = ["ROUND_FILES", "Rounds", "SpillWriters", "conformed_adds", "live_files_among", "partition_rounds", "round_files", "spill_rounds"]
+__all__ = ["ROUND_FILES", "Rounds", "SpillWriters", "conformed_adds", "live_files_among", "partition_rounds", "spill_rounds"]
 
 #: candidate files planned together: some 1-2 KiB each once planned (their add actions, with
-#: statistics), so a round stays within a few hundred MiB on the driver
+#: statistics), so a round stays within a few hundred MiB on the driver (the default of the
+#: application's ``optimize_round_files`` setting, ``DELTA_MAINT_OPTIMIZE_ROUND_FILES``)
 ROUND_FILES = 200_000
-_ENV = "DELTA_MAINT_OPTIMIZE_ROUND_FILES"
-
-
-def round_files() -> int:
-    """How many candidate files a round holds at most (``DELTA_MAINT_OPTIMIZE_ROUND_FILES``
-    overrides :data:`ROUND_FILES`)."""
-    text = os.environ.get(_ENV)
-    if text is None or text.strip() == "":
-        return ROUND_FILES
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise InvalidArgumentError(f"{_ENV} must be a positive number of files, got {text!r}")
-    return value
 
 
 def _order(key: PartitionKey) -> list[tuple[str, str]]:
@@ -74,7 +57,7 @@ class Rounds:
 
 
 def partition_rounds(scan: PartitionScan, selected: Callable[[PartitionKey], bool], zorder: bool,
-                     max_files: int) -> Rounds:
+                     max_files: int = ROUND_FILES) -> Rounds:
     """Group the partitions the plan would rewrite (``selected`` and with work: a file with a
     deletion vector to purge, or two candidates that fit one bin; with ``zorder`` any file) into
     rounds of at most ``max_files`` candidates, in the plan's partition order."""

@@ -153,6 +153,94 @@ def test_find_cycle_finds_a_cycle():
     assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
 
 
+def test_package_has_no_import_cycle():
+    """No module of the package, the Airflow side included, imports (even inside a function or a
+    ``TYPE_CHECKING`` block) a module that imports it back."""
+    found: dict[str, set[str]] = {}
+    for room in sorted(p.name for p in PACKAGE_DIR.iterdir() if (p / "__init__.py").is_file()):
+        found.update(imports_of(room))
+    graph = {m: {d for d in deps if d in found and d != m} for m, deps in found.items()}
+    assert "airflow_delta_maint.hooks.delta_maint" in graph["airflow_delta_maint.operators.base"]
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def borrowed_private_names(package_dir: Path) -> list[str]:
+    """Each use of another module's private name (``_name``, not ``__dunder__``) in the package under
+    ``package_dir``: imported by name, or read as an attribute of an imported module, as
+    ``importer <- owner.name``."""
+    root = package_dir.name
+    found: set[str] = set()
+    for path in sorted(package_dir.rglob("*.py")):
+        parts = path.relative_to(package_dir.parent).with_suffix("").parts
+        is_package = parts[-1] == "__init__"
+        name = ".".join(parts[:-1] if is_package else parts)
+        package = name if is_package else name.rpartition(".")[0]
+        tree = ast.parse(path.read_text(), str(path))
+        modules: dict[str, str] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                target = (f"{base}.{node.module}" if node.module else base) if node.level else str(node.module)
+                if not target.startswith(root):
+                    continue
+                for alias in node.names:
+                    if _private(alias.name) and target != name:
+                        found.add(f"{name} <- {target}.{alias.name}")
+                    modules[alias.asname or alias.name] = f"{target}.{alias.name}"
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.startswith(root):
+                        modules[alias.asname or alias.name.split(".")[0]] = alias.asname and alias.name or root
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and _private(node.attr) and isinstance(node.value, ast.Name) \
+                    and node.value.id in modules:
+                found.add(f"{name} <- {modules[node.value.id]}.{node.attr}")
+    return sorted(found)
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def test_borrowed_private_names_are_found(tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "owner.py").write_text("_hidden = 1\nshown = 2\n__all__ = ['shown']\n")
+    (pkg / "sub" / "user.py").write_text("from pkg.sub.owner import _hidden, shown\nfrom pkg.sub import owner\n"
+                                         "x = owner._hidden + owner.__name__.count('x')\n")
+    (pkg / "sub" / "relative.py").write_text("from .owner import _hidden\n")
+    assert borrowed_private_names(pkg) == ["pkg.sub.relative <- pkg.sub.owner._hidden",
+                                           "pkg.sub.user <- pkg.sub.owner._hidden"]
+
+
+def test_no_module_uses_another_modules_private_names():
+    """A name one module shares with another is public where it lives (or moves to the module that
+    owns the idea)."""
+    borrowed = borrowed_private_names(PACKAGE_DIR)
+    assert not borrowed, "private names used by other modules:\n" + "\n".join(borrowed)
+
+
+def test_no_module_is_over_600_lines():
+    long = sorted(f"{p.relative_to(PACKAGE_DIR)}: {n}" for p in PACKAGE_DIR.rglob("*.py")
+                  if (n := len(p.read_text().splitlines())) > 600)
+    assert not long, f"modules over 600 lines: {long}"
+
+
+def test_delta_core_reads_no_environment_variable():
+    """Settings are read at the edges (the command line, the hook) and carried down: the core reads
+    none, except the object stores' own credential variables (``AWS_*``, ``AZURE_*``, ``GOOGLE_*``),
+    read in ``delta/storage/options.py`` and shipped to executors by ``delta/storage/store.py``."""
+    allowed = {"storage/options.py", "storage/store.py"}
+    readers = sorted(str(p.relative_to(PACKAGE_DIR / "delta")) for p in (PACKAGE_DIR / "delta").rglob("*.py")
+                     if str(p.relative_to(PACKAGE_DIR / "delta")) not in allowed
+                     and any(isinstance(n, ast.Attribute) and n.attr in ("environ", "getenv")
+                             for n in ast.walk(ast.parse(p.read_text()))))
+    assert not readers, f"modules of delta/ that read the environment: {readers}"
+
+
 def test_application_has_no_import_cycle():
     """No module of ``app/`` imports, even inside a function, a module that imports it back;
     the command line sits on top, imported only by the spark-submit entry ``main.py``."""
@@ -216,7 +304,7 @@ def test_delta_core_imports_only_down_its_rooms():
     assert rooms == {-1, *range(len(CORE_ROOMS))}, "a room is empty or a module has no room"
     outside = sorted(m for m in graph if core_room(m) is None)
     assert not outside, f"modules of delta/ outside the rooms {CORE_ROOMS}: {outside}"
-    assert "airflow_delta_maint.delta.log.snapshot" in graph["airflow_delta_maint.delta.plans.vacuum"]
+    assert "airflow_delta_maint.delta.log.table_state" in graph["airflow_delta_maint.delta.plans.vacuum"]
     upward = upward_imports(graph)
     assert not upward, "imports up the rooms of delta/:\n" + "\n".join(upward)
 

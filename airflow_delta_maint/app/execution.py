@@ -136,7 +136,7 @@ def log_bytes(table: str, storage_options: Mapping[str, str] | None = None, *, a
     after it (a snapshot).
     """
     from airflow_delta_maint.delta.log.listing import list_log
-    from airflow_delta_maint.delta.log.state_stream import sidecar_sizes
+    from airflow_delta_maint.delta.log.checkpoint_read import sidecar_sizes
     from airflow_delta_maint.delta.storage.store import Storage
 
     storage = Storage(table, dict(storage_options or {}))
@@ -203,23 +203,23 @@ def rewrite_bytes(table: str, storage_options: Mapping[str, str] | None, params:
     ``target_files``, ``rewrite_type_widened``, a distrusted checkpoint). It runs only once the log
     is found to hold at most ``LOCAL_MAX_LOG_BYTES``, which also bounds the candidates it keeps.
     Before that the execution choice reads nothing but the log's listing (its size)."""
-    from airflow_delta_maint.delta.log.snapshot import Snapshot
-    from airflow_delta_maint.delta.log.state_stream import StreamFallback, open_state
+    from airflow_delta_maint.delta.log.state_stream import StreamedState
+    from airflow_delta_maint.delta.log.table_state import TableState, read_table
     from airflow_delta_maint.delta.storage.store import Storage
 
     from .jobs.optimize_check import streamed_plan_outline
     from .jobs.optimize_options import auto_decision, plan_from_params
 
-    storage = Storage(table, dict(storage_options or {}))
-    try:
-        outline = streamed_plan_outline(open_state(storage), dict(params), candidates=True)
-    except StreamFallback:
-        outline = None
-    if outline is not None:
-        return outline.input_bytes if outline.layout == "binpack" else None
-    snapshot = Snapshot.load(storage)
-    plan = plan_from_params(snapshot, dict(params), auto_decision(snapshot, dict(params)))
-    return plan.input_bytes if plan.layout in ("binpack", "even") else None
+    def planned(state: TableState) -> int | None:
+        if isinstance(state, StreamedState):
+            outline = streamed_plan_outline(state, dict(params), candidates=True)
+            if outline is not None:
+                return outline.input_bytes if outline.layout == "binpack" else None
+            state = state.eager()  # what the stream does not plan: the plan of the whole state
+        plan = plan_from_params(state, dict(params), auto_decision(state, dict(params)))
+        return plan.input_bytes if plan.layout in ("binpack", "even") else None
+
+    return read_table(Storage(table, dict(storage_options or {})), planned, what="the execution choice")
 
 
 def _optimize_execution(table: str, storage_options: Mapping[str, str] | None, params: Mapping[str, Any],

@@ -10,37 +10,48 @@ on the whole ``Snapshot`` instead, with the same answers.
 from __future__ import annotations
 
 import logging
+from typing import Callable, TypeVar
 
 from airflow_delta_maint.delta.log.state_size import use_streamed_state
-from airflow_delta_maint.delta.log.state_stream import StreamedState, StreamFallback, open_state
+from airflow_delta_maint.delta.log.state_stream import StreamedState
+from airflow_delta_maint.delta.log.table_state import TableState, open_streamed, read_table
 from airflow_delta_maint.delta.storage.store import Storage
 
 from . import settings
 from .context import JobContext
 
 log = logging.getLogger("delta_maint.state")
+T = TypeVar("T")
 
 
 def streamed_state(storage: Storage, version: int | None = None, what: str = "the job", *,
                    min_files: int | None = None) -> StreamedState | None:
-    """The streamed state when the log is large and the stream can read it; None to load the
-    whole ``Snapshot`` (a small log, or one the stream cannot vouch for).
+    """The streamed state's header when the log is large and the stream can open it; None to read
+    the whole ``Snapshot`` (a small log, or one the stream cannot vouch for): for the jobs that need
+    the header only.
 
     ``min_files``: the threshold (default: the running job's ``stream_min_files`` setting).
     """
     threshold = settings.current().stream_min_files if min_files is None else min_files
     if not use_streamed_state(storage, threshold):
         return None
-    try:
-        return open_state(storage, version)
-    except StreamFallback as exc:
-        log.info("%s reads the whole state in memory: %s", what, exc)
-        return None
+    return open_streamed(storage, version, what=what)
 
 
-def fell_back(what: str, exc: StreamFallback) -> None:
-    """Log that a streamed job goes on with the whole ``Snapshot``."""
-    log.info("%s reads the whole state in memory: %s", what, exc)
+def read_state(storage: Storage, work: Callable[[TableState], T], version: int | None = None, what: str = "the job",
+               *, paths_only: bool = False, min_files: int | None = None, streamed: bool = True) -> T:
+    """Run ``work`` on the table's state: streamed when the log is large (the ``stream_min_files``
+    setting, or ``min_files``) and ``streamed`` allows it, else whole;
+    :func:`~airflow_delta_maint.delta.log.table_state.read_table` decides the fallback where the
+    stream cannot vouch for the state."""
+    threshold = settings.current().stream_min_files if min_files is None else min_files
+    return read_table(storage, work, version=version, streamed=streamed and use_streamed_state(storage, threshold),
+                      paths_only=paths_only, what=what)
+
+
+def fell_back(what: str, why: object) -> None:
+    """Log that a streamed job goes on with the whole ``Snapshot``, and why."""
+    log.info("%s reads the whole state in memory: %s", what, why)
 
 
 def warm_up_spark(ctx: JobContext) -> None:

@@ -58,22 +58,3 @@ class LogCompactionOperator(DeltaMaintenanceOperator):
         if engine == NATIVE and self.engine is None:
             return []
         return ["--checkpoint-engine", engine]
-
-    def nothing_to_do(self, params: dict[str, Any]) -> str | None:
-        """
-        A reason when no log compaction window is complete and missing (within the size guard)
-        and no checkpoint is due; reads only the log from the last checkpoint on. Cleaning up
-        expired compaction files waits for the next run that has work.
-        """
-        from airflow_delta_maint.delta.log.compaction import nothing_to_do
-
-        reason = nothing_to_do(self.table_uri, self.worker_storage_options, params)
-        if reason and params.get("cleanup_expired_log"):
-            from airflow_delta_maint.delta.log.cleanup import plan_log_cleanup
-            from airflow_delta_maint.delta.storage.store import Storage
-
-            plan = plan_log_cleanup(Storage(self.table_uri, self.worker_storage_options))
-            if plan.files or plan.checkpoint_to_write is not None:
-                return None
-            reason = f"{reason}; no expired log file to clean up" + (f" ({plan.reason})" if plan.reason else "")
-        return reason

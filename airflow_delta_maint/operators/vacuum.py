@@ -49,26 +49,3 @@ class VacuumOperator(DeltaMaintenanceOperator):
         return job_options({"retention_hours": self.retention_hours, "mode": self.mode,
                             "dry_run": as_bool(self.dry_run_only),
                             "ignore_retention_check": as_bool(self.ignore_retention_check)})
-
-    def nothing_to_do(self, params: dict[str, Any]) -> str | None:
-        """
-        Lite mode: a reason when no commit left the retention window since the last VACUUM's
-        watermark, or when the commits that did removed no expired file that is no longer needed
-        and the watermark would not move. Full mode: always None, since only a listing of the
-        table (a Spark job) can prove it has no orphan files. Bad input (an unsupported table, a
-        bad mode or retention, lite mode on a log whose early commits were cleaned up) raises.
-        """
-        from airflow_delta_maint.delta.plans.vacuum import lite_check
-
-        plan, found = lite_check(self.table_uri, self.worker_storage_options, params,
-                                 params.get("mode") or "full")
-        if plan.lite is None:
-            return None
-        if plan.lite.empty:
-            return (f"no commit left the retention window since the last VACUUM (watermark "
-                    f"{plan.lite.watermark}, newest commit outside the window {plan.latest_outside})")
-        assert found is not None
-        if found.files or found.watermark != plan.lite.watermark:
-            return None  # files to delete, or a watermark to advance (else the log range to read grows)
-        return (f"commits {plan.lite.start} to {plan.lite.end} removed no file that has expired and is no "
-                f"longer needed, and the watermark stays at {plan.lite.watermark}")

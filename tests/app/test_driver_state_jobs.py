@@ -12,7 +12,8 @@ import pytest
 
 from airflow_delta_maint.app.cli import run
 from airflow_delta_maint.delta.log.listing import list_log
-from airflow_delta_maint.delta.log.snapshot import Snapshot, read_checkpoint
+from airflow_delta_maint.delta.log.checkpoint_read import read_checkpoint
+from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.app.settings import STREAM_MIN_FILES_ENV
 from airflow_delta_maint.delta.storage.store import Storage
 from tests.app.test_vacuum import aged_table, make_old, make_young, rows
@@ -313,22 +314,25 @@ def test_vacuum_full_keeps_the_versions_asked_for_from_streamed_keys(tmp_path, s
 
 
 def test_a_kept_version_the_stream_cannot_read_is_loaded_whole(tmp_path, spark, monkeypatch):
+    import airflow_delta_maint.app.jobs.vacuum_at_scale as at_scale_job
+    from airflow_delta_maint.delta.log import table_state
     from airflow_delta_maint.delta.log.state_stream import StreamFallback
-    from airflow_delta_maint.delta.plans import vacuum_keep
 
-    original = vacuum_keep.open_state
+    original = table_state.open_state
 
     def open_state(storage, version=None, *args):
         if version == 1:
             raise StreamFallback("a distrusted compaction file")
         return original(storage, version, *args)
 
-    monkeypatch.setattr(vacuum_keep, "open_state", open_state)
-    loaded = _spy(monkeypatch, vacuum_keep, "_version_keys")
+    monkeypatch.setattr(table_state, "open_state", open_state)
+    written = []
+    write_kept_keys = at_scale_job.write_kept_keys
+    monkeypatch.setattr(at_scale_job, "write_kept_keys", lambda *a: written.append(write_kept_keys(*a)) or written[-1])
     path = _table_with_orphans(tmp_path)
     a, b = _run_both(monkeypatch, path, ["vacuum", "--keep-versions", "1,5", "--dry-run"])
     assert a == b and a["numFilesKeptForVersions"] > 0
-    assert [v for _, v in loaded] == [1, 5, 1]  # in memory: both versions; streamed: version 1 only
+    assert [w.loaded_whole for w in written] == [[1]]  # streamed: version 1 loaded whole, version 5 streamed
 
 
 def test_bad_input_on_the_streamed_path_fails_before_any_work(tmp_path, spark, monkeypatch):

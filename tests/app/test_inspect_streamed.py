@@ -44,7 +44,7 @@ def test_streamed_report_equals_the_in_memory_one(tmp_path_factory, history):
     for small in (50, 1_000, 10**9):
         expected = inspect_job.inspect_table(snapshot, small)
         try:
-            got = inspect_job.inspect_streamed(open_state(str(root)), small)
+            got = inspect_job.inspect_table(open_state(str(root)), small)
         except StreamFallback:
             assert snapshot.distrusted
             return
@@ -62,13 +62,14 @@ def test_inspect_job_streams_large_tables(tmp_path, monkeypatch):
     other = tmp_path / "u"
     shutil.copytree(tmp_path / "t", other)
     used = []
-    original = inspect_job.inspect_streamed
-    monkeypatch.setattr(inspect_job, "inspect_streamed", lambda *a: used.append(1) or original(*a))
+    original = inspect_job.inspect_table
+    monkeypatch.setattr(inspect_job, "inspect_table",
+                        lambda state, *a: used.append(type(state).__name__) or original(state, *a))
     monkeypatch.setenv(STREAM_MIN_FILES_ENV, str(10**12))
     code, a = run(["inspect", str(tmp_path / "t"), "--json"])
     monkeypatch.setenv(STREAM_MIN_FILES_ENV, "1")
     code2, b = run(["inspect", str(other), "--json"])
-    assert code == code2 == 0 and used == [1]
+    assert code == code2 == 0 and used == ["Snapshot", "StreamedState"]
     for m in (a, b):
         for k in ("table", "started_at", "duration_s"):
             m.pop(k, None)

@@ -111,7 +111,7 @@ def test_a_concurrent_delete_during_a_round_is_carried(tmp_path, monkeypatch):
     bases: list[int] = []
     original = optimize_large.live_files_among
     monkeypatch.setattr(optimize_large, "live_files_among",
-                        lambda storage, version, paths: bases.append(version) or original(storage, version, paths))
+                        lambda state, paths: bases.append(state.version) or original(state, paths))
 
     def writer(attempt: optimize_commit.CommitAttempt) -> None:
         seen.append(attempt.base_version)
@@ -232,7 +232,9 @@ def test_bad_run_options_are_refused_before_the_table_is_read(tmp_path, monkeypa
     log_before = sorted(p.name for p in (table.path / "_delta_log").iterdir())
     used = _spy(monkeypatch)
     opened: list[str] = []
-    monkeypatch.setattr(optimize_large, "streamed_state", lambda *a, **k: opened.append("state"))
+    from airflow_delta_maint.delta.log import table_state
+
+    monkeypatch.setattr(table_state, "open_state", lambda *a, **k: opened.append("state"))
     monkeypatch.setenv(STREAM_MIN_FILES_ENV, "0")
     code, m = run_in_process("optimize", str(table.path), args, spark_allowed=False)
     assert code == 2 and m["error"] == message and m["error_type"] == "InvalidArgumentError", m

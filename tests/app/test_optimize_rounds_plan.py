@@ -118,7 +118,7 @@ def test_the_rebase_base_holds_the_live_files_among_the_inputs(tmp_path):
                   first=[{"commitInfo": {"timestamp": NOW}}, PROTOCOL, metadata(False, 1_000)])
     from airflow_delta_maint.delta.storage.store import Storage
 
-    base = live_files_among(Storage(str(tmp_path)), 2, ["f0.parquet", "f1.parquet", "f2.parquet"])
+    base = live_files_among(open_state(Storage(str(tmp_path)), 2), ["f0.parquet", "f1.parquet", "f2.parquet"])
     live = sorted((a["path"], dv_unique_id(a.get("deletionVector"))) for a in base.add_actions())
     assert base.version == 2 and live == [("f0.parquet", ""), ("f2.parquet", dv_unique_id(dv))]
 

@@ -18,11 +18,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_delta_maint.delta.errors import InvalidArgumentError, UnsupportedFeatureError
-from airflow_delta_maint.delta.log.checkpoint import (
-    CHECKPOINT_SCHEMA_V1, last_checkpoint_checksum, parse_interval_ms, tombstone_retention_ms,
-    write_checkpoint)
+from airflow_delta_maint.delta.log.checkpoint import last_checkpoint_checksum, write_checkpoint
+from airflow_delta_maint.delta.log.checkpoint_schema import CHECKPOINT_SCHEMA_V1
+from airflow_delta_maint.delta.protocol.table_properties import parse_interval_ms
 from airflow_delta_maint.delta.log.listing import LAST_CHECKPOINT, build_segment
-from airflow_delta_maint.delta.log.snapshot import Snapshot, _clean
+from airflow_delta_maint.delta.log.checkpoint_read import plain_value
+from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.delta.protocol.actions import ADD_SCHEMA, REMOVE_SCHEMA
 from airflow_delta_maint.delta.storage.store import Storage
 
@@ -104,13 +105,13 @@ def _rs_rows(dt) -> dict[str, pa.Table]:
 
 
 def _files(table: pa.Table) -> list[dict]:
-    rows = [_clean(r) for r in table.drop_columns(["dataChange"]).to_pylist()]
+    rows = [plain_value(r) for r in table.drop_columns(["dataChange"]).to_pylist()]
     return sorted(rows, key=lambda r: (r["path"], json.dumps(r.get("deletionVector"), sort_keys=True)))
 
 
 def _tombstones(table: pa.Table) -> list[dict]:
     keep = [c for c in table.column_names if c not in ("dataChange", "stats", "tags")]
-    rows = [_clean(r) for r in table.select(keep).to_pylist()]
+    rows = [plain_value(r) for r in table.select(keep).to_pylist()]
     return sorted(rows, key=lambda r: (r["path"], json.dumps(r.get("deletionVector"), sort_keys=True)))
 
 
@@ -143,7 +144,7 @@ def _now_keeping_half(snapshot: Snapshot) -> int | None:
     ts = sorted(t for t in snapshot.tombstones.column("deletionTimestamp").to_pylist() if t is not None)
     if not ts:
         return None
-    return ts[len(ts) // 2] + tombstone_retention_ms(snapshot.metadata.configuration) - 1
+    return ts[len(ts) // 2] + snapshot.metadata.properties.deleted_file_retention_ms - 1
 
 
 def remove_checkpoints_at(table: Path, version: int) -> None:
@@ -155,8 +156,7 @@ def remove_checkpoints_at(table: Path, version: int) -> None:
 
 def kept_tombstones(snapshot: Snapshot, now_ms: int | None) -> pa.Table:
     """The tombstones a checkpoint written at ``now_ms`` keeps (deleted after its retention cutoff)."""
-    cutoff = (now_ms if now_ms is not None else time.time() * 1000) - tombstone_retention_ms(
-        snapshot.metadata.configuration)
+    cutoff = (now_ms if now_ms is not None else time.time() * 1000) - snapshot.metadata.properties.deleted_file_retention_ms
     return snapshot.tombstones.filter(pc.greater(pc.fill_null(snapshot.tombstones.column("deletionTimestamp"), 0),
                                                  int(cutoff)))
 

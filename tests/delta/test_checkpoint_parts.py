@@ -21,7 +21,8 @@ from airflow_delta_maint.delta.log import checkpoint_parts
 from airflow_delta_maint.delta.log.checkpoint import write_checkpoint
 from airflow_delta_maint.delta.log.checkpoint_parts import write_checkpoint_in_parts
 from airflow_delta_maint.delta.log.listing import list_log
-from airflow_delta_maint.delta.log.snapshot import Snapshot, read_checkpoint
+from airflow_delta_maint.delta.log.checkpoint_read import read_checkpoint
+from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.delta.log.state_size import checkpointed_files, use_streamed_state
 from airflow_delta_maint.delta.log.state_stream import StreamFallback, open_state
 from airflow_delta_maint.delta.protocol.actions import dv_unique_id
@@ -84,7 +85,7 @@ def _typed_columns(root: Path, version: int) -> dict[str, str]:
     """Per add path of the checkpoint at ``version``: its typed columns, as JSON."""
     import pyarrow.parquet as pq
 
-    from airflow_delta_maint.delta.log.snapshot import sidecar_key
+    from airflow_delta_maint.delta.log.checkpoint_read import sidecar_key
 
     storage = Storage(str(root))
     cp = [c for c in list_log(storage, version).checkpoints if c.version == version][0]

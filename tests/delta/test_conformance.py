@@ -26,7 +26,8 @@ from airflow_delta_maint.delta.errors import (
 )
 from airflow_delta_maint.delta.log.history import log_state
 from airflow_delta_maint.delta.log.listing import LOG_DIR, build_segment
-from airflow_delta_maint.delta.log.snapshot import Snapshot, canonical_path
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.protocol.paths import canonical_path
 from airflow_delta_maint.delta.protocol.features import check_supported
 from airflow_delta_maint.delta.storage.store import Storage
 from tests.conftest import corpus_path, load_manifest
@@ -266,7 +267,7 @@ def test_canonical_path_on_object_store_root():
 
 
 def test_noncanonical_path_scan_flags_every_candidate():
-    from airflow_delta_maint.delta.log.snapshot import maybe_noncanonical
+    from airflow_delta_maint.delta.protocol.paths import maybe_noncanonical
 
     paths = ["ab", "/x", "c%20d", "", None, "file:/e", "plain", "p=1/q"] * 3 + ["y" * 3_000_000 + "%"]
     flags = maybe_noncanonical(pa.array(paths))

@@ -138,6 +138,6 @@ log_paths = st.tuples(st.sampled_from(["", "/", "file:/", "file:///", "file:///t
 @given(path=log_paths, root=st.sampled_from(["file:///tbl/root", "s3://b/t"]))
 def test_cheap_file_name_is_the_canonical_path_s_last_segment(path: str, root: str):
     """The pre-filter of checkpoint rows never rejects a row whose canonical path could match."""
-    from airflow_delta_maint.delta.log.snapshot import _file_name, canonical_path
+    from airflow_delta_maint.delta.protocol.paths import canonical_path, file_name
 
-    assert _file_name(path) == canonical_path(path, root).rpartition("/")[2]
+    assert file_name(path) == canonical_path(path, root).rpartition("/")[2]

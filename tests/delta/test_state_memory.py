@@ -69,7 +69,7 @@ def test_a_v2_checkpoints_sidecars_count_and_the_stream_says_the_same(tmp_path, 
     def fail(*args, **kwargs):
         raise pa.lib.ArrowMemoryError("out of memory")
 
-    monkeypatch.setattr(state_stream, "_flatten", fail)
+    monkeypatch.setattr(state_stream, "flatten_actions", fail)
     with pytest.raises(StateTooLargeError, match="holds 35 actions"):  # 30 adds; protocol, metaData, checkpointMetadata, 2 sidecars
         list(state.scan(["size"]))
 

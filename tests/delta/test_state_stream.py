@@ -34,7 +34,7 @@ from airflow_delta_maint.delta.log.checkpoint import write_checkpoint
 from airflow_delta_maint.delta.log.compaction import _distrusted
 from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.delta.log.state_stream import StreamFallback, open_state, path_hashes
-from airflow_delta_maint.delta.plans.vacuum_valid import valid_among, valid_among_streamed
+from airflow_delta_maint.delta.plans.vacuum_valid import valid_among
 from airflow_delta_maint.delta.protocol.actions import dv_unique_id
 from airflow_delta_maint.delta.protocol.features import check_supported
 from airflow_delta_maint.delta.storage.store import Storage
@@ -282,7 +282,7 @@ def test_streamed_checks_equal_the_in_memory_ones(tmp_path_factory, history):
     for cutoff in (OLD - 1, NOW, NOW + 1):
         expected = valid_among(Snapshot.load(table, paths_only=True), cutoff, keys)
         try:
-            assert valid_among_streamed(open_state(table), cutoff, keys) == expected
+            assert valid_among(open_state(table), cutoff, keys) == expected
         except StreamFallback:
             assert corrupt_in_use
 

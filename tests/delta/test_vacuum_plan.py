@@ -324,7 +324,7 @@ def test_lite_mode_reads_removes_between_watermark_and_cutoff(tmp_path):
     write_last_vacuum_info(snapshot.storage, found.watermark)
     later = plan_vacuum(snapshot, mode="lite", now_ms=now)
     assert later.lite.empty
-    assert "no commits left the retention window" in nothing_to_do(str(path), None, {"mode": "lite"})
+    assert "no commit left the retention window" in nothing_to_do(str(path), None, {"mode": "lite"})
     assert nothing_to_do(str(path), None, {"mode": "full"}) is None
 
 
@@ -524,4 +524,4 @@ def test_lite_mode_has_work_when_only_the_watermark_moves(tmp_path):
     assert found.files == [] and found.watermark == 2 and plan.lite.watermark == 0
     assert nothing_to_do(str(path), None, {"mode": "lite"}) is None
     write_last_vacuum_info(snapshot.storage, found.watermark)
-    assert "no commits left the retention window" in nothing_to_do(str(path), None, {"mode": "lite"})
+    assert "no commit left the retention window" in nothing_to_do(str(path), None, {"mode": "lite"})

@@ -42,7 +42,7 @@ def test_streamed_kept_keys_equal_the_kept_set(tmp_path_factory, history):
     """Each version's live keys streamed (--keep-versions on a large table) are the in-memory set of
     ``kept_version_keys``; a version the stream cannot vouch for is loaded whole, with what it
     streamed discarded."""
-    from airflow_delta_maint.delta.plans.vacuum_keep import kept_version_keys, open_kept_states, write_kept_keys
+    from airflow_delta_maint.delta.plans.vacuum_keep import kept_version_keys, readable_kept_versions, write_kept_keys
     from airflow_delta_maint.delta.storage.store import Storage
 
     root = tmp_path_factory.mktemp("t")
@@ -51,11 +51,11 @@ def test_streamed_kept_keys_equal_the_kept_set(tmp_path_factory, history):
     latest = Snapshot.load(storage, paths_only=True).version
     for version in range(latest + 1):
         folder = root.parent / f"{root.name}-kept-{version}"
-        written = write_kept_keys(storage, open_kept_states(storage, [version], latest), str(folder))
+        written = write_kept_keys(storage, readable_kept_versions(storage, [version], latest), str(folder))
         keys = pq.read_table(folder).column("key").to_pylist()
         assert written.written == len(keys)
         assert set(keys) == kept_version_keys(storage, [version], latest), version
     everything = root.parent / f"{root.name}-kept-all"
-    write_kept_keys(storage, open_kept_states(storage, range(latest + 1), latest), str(everything))
+    write_kept_keys(storage, readable_kept_versions(storage, range(latest + 1), latest), str(everything))
     assert set(pq.read_table(everything).column("key").to_pylist()) == \
         kept_version_keys(storage, range(latest + 1), latest)

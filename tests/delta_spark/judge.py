@@ -324,7 +324,7 @@ def assert_detail_matches_our_snapshot(spark, path: str, latest: TableState | No
         "version": (version, ours.version),
         "numFiles": (int(detail["numFiles"]), ours.num_files),
         "sizeInBytes": (int(detail["sizeInBytes"]), ours.size_bytes),
-        "properties": (dict(detail["properties"] or {}), ours.properties),
+        "properties": (dict(detail["properties"] or {}), dict(ours.metadata.configuration)),
         "partitionColumns": (list(detail["partitionColumns"] or []), ours.partition_columns),
         "minReaderVersion": (int(detail["minReaderVersion"]), ours.protocol.min_reader_version),
         "minWriterVersion": (int(detail["minWriterVersion"]), ours.protocol.min_writer_version),

@@ -9,19 +9,21 @@ parts (or a V2 checkpoint's sidecars) written by parallel tasks and published on
 from __future__ import annotations
 
 import argparse
+import functools
 from typing import Any
 
 from airflow_delta_maint.delta.log.checkpoint import write_checkpoint
 from airflow_delta_maint.delta.log.checkpoint_parts import write_checkpoint_in_parts
 from airflow_delta_maint.delta.log.cleanup import cleanup_expired_log
-from airflow_delta_maint.delta.log.snapshot import Snapshot
-from airflow_delta_maint.delta.log.state_stream import StreamedState, StreamFallback
+from airflow_delta_maint.delta.log.state_stream import StreamedState
+from airflow_delta_maint.delta.log.table_header import TableHeader
+from airflow_delta_maint.delta.log.table_state import TableState
 from airflow_delta_maint.delta.protocol.features import check_checkpoint_allowed, check_supported
 from airflow_delta_maint.delta.storage.store import Storage
 
 from ..context import JobContext
 from ..engines import DELTA_SPARK, add_engine_argument, check_engine
-from ..state_reading import fell_back, streamed_state, warm_up_spark
+from ..state_reading import read_state, warm_up_spark
 
 NAME = "checkpoint"
 
@@ -47,44 +49,41 @@ def write_in_parts(ctx: JobContext, state: StreamedState) -> dict[str, Any]:
     return write_checkpoint_in_parts(state, run_slices=run_slices)
 
 
+def write_state_checkpoint(ctx: JobContext, state: TableState) -> dict[str, Any]:
+    """A checkpoint of the state: written whole by the driver from the eager state, in parts by the
+    job's tasks from the streamed one (whose fallback runs before anything is written)."""
+    if isinstance(state, StreamedState):
+        return write_in_parts(ctx, state)
+    return write_checkpoint(state)
+
+
 def checkpoint_version(ctx: JobContext, storage: Storage, version: int) -> dict[str, Any]:
     """Write a checkpoint of ``version`` the way the log's size asks for (the expired-log cleanup's
     checkpoint too)."""
-    state = streamed_state(storage, version, "checkpoint")
-    if state is not None:
-        try:
-            return write_in_parts(ctx, state)
-        except StreamFallback as exc:
-            fell_back("checkpoint", exc)
-    return write_checkpoint(Snapshot.load(storage, version))
+    return read_state(storage, functools.partial(write_state_checkpoint, ctx), version, "checkpoint")
 
 
 def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     engine = check_engine(NAME, getattr(args, "engine", None))
-    state = streamed_state(ctx.storage, args.version, "checkpoint") if engine != DELTA_SPARK else None
-    snapshot = state.shell() if state is not None else \
-        Snapshot.load(ctx.storage, args.version, paths_only=engine == DELTA_SPARK)
+    return read_state(ctx.storage, functools.partial(_checkpoint, args, ctx, engine), args.version, "checkpoint",
+                      paths_only=engine == DELTA_SPARK, streamed=engine != DELTA_SPARK)
+
+
+def _checkpoint(args: argparse.Namespace, ctx: JobContext, engine: str, snapshot: TableState) -> dict[str, Any]:
     ctx.version_read = snapshot.version
     check_supported(snapshot.protocol, "checkpoint", snapshot.metadata)
-    if args.version is None:
-        latest = snapshot
-    else:
-        latest_state = streamed_state(ctx.storage, None, "checkpoint") if state is not None else None
-        latest = latest_state.shell() if latest_state is not None else Snapshot.load(ctx.storage, paths_only=True)
+    streamed = isinstance(snapshot, StreamedState)
+    # the latest version's header, read as the state was (its files are not needed)
+    latest: TableHeader = snapshot if args.version is None else \
+        read_state(ctx.storage, lambda header: header, None, "checkpoint", paths_only=True, streamed=streamed)
     if args.version is not None:
         check_checkpoint_allowed(latest.protocol, latest.metadata, snapshot.version)
     if engine == DELTA_SPARK:
         from ..engines import delta_spark
 
         result = delta_spark.checkpoint(ctx, args.version, latest.version)
-    elif state is not None:
-        try:
-            result = write_in_parts(ctx, state)
-        except StreamFallback as exc:
-            fell_back("checkpoint", exc)
-            result = write_checkpoint(Snapshot.load(ctx.storage, snapshot.version))
     else:
-        result = write_checkpoint(snapshot)
+        result = write_state_checkpoint(ctx, snapshot)
     metrics = {"status": "skipped" if result["already_existed"] else "committed",
                "version_read": snapshot.version,
                "version_committed": None, "checkpoint_version": result["version"], "checkpoint": result}
@@ -96,7 +95,7 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
             metrics["expired_log_cleanup"] = cleanup = delta_spark.cleanup_expired_log(ctx, planned, None)
         else:
             metrics["expired_log_cleanup"] = cleanup = cleanup_expired_log(
-                ctx.storage, snapshot=latest if state is not None else None,
+                ctx.storage, snapshot=latest if streamed else None,
                 checkpoint_writer=lambda v: checkpoint_version(ctx, ctx.storage, v))
         if cleanup["status"] == "committed":
             metrics["status"] = "committed"

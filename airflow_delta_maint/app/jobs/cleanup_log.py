@@ -14,6 +14,7 @@ from typing import Any
 from airflow_delta_maint.delta.errors import InvalidArgumentError
 from airflow_delta_maint.delta.log.cleanup import cleanup_expired_log, log_retention_ms
 from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.log.table_header import TableHeader
 
 from ..context import JobContext
 from ..engines import DELTA_SPARK, add_engine_argument, check_engine
@@ -62,7 +63,7 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
                                    "engine only)")
     # the decisions need the protocol, metadata and version only: a large log's are streamed
     state = streamed_state(ctx.storage, None, "cleanup-log")
-    snapshot = state.shell() if state is not None else Snapshot.load(ctx.storage, paths_only=True)
+    snapshot: TableHeader = state if state is not None else Snapshot.load(ctx.storage, paths_only=True)
     ctx.version_read = snapshot.version
     # the delta-spark engine: our core plans the same cleanup (a dry run), delta-spark deletes
     metrics = cleanup_expired_log(ctx.storage, retention=args.retention,

@@ -46,7 +46,7 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
         return _run_with_delta_spark_checkpoints(args, ctx)
     # a large log: the job reads only the state's head, streamed; a due checkpoint is written in parts
     state = streamed_state(ctx.storage, what="compact-log")
-    shell = state.shell() if state is not None else None
+    shell = state
     writer = (lambda version: checkpoint_version(ctx, ctx.storage, version)) if state is not None else None
     metrics = compact_log(ctx.storage, interval=args.interval, max_window_bytes=args.max_window_bytes,
                           checkpoint_interval=args.checkpoint_interval, snapshot=shell, checkpoint_writer=writer)
@@ -120,18 +120,10 @@ def format_human(m: dict[str, Any]) -> str:
 
 
 def nothing_to_do(table: str, storage_options: dict[str, str] | None, params: dict[str, Any]) -> str | None:
-    """Without Spark: a reason when no compaction window is due, no checkpoint is due and (with
-    ``cleanup_expired_log``) no expired log file waits; else None. Bad input raises."""
-    from airflow_delta_maint.delta.log.cleanup import plan_log_cleanup
+    """Without Spark: the core's reason to skip (:func:`~airflow_delta_maint.delta.log.compaction.nothing_to_do`),
+    once the engines asked for are known. Bad input raises."""
     from airflow_delta_maint.delta.log.compaction import nothing_to_do as log_compaction_nothing_to_do
-    from airflow_delta_maint.delta.storage.store import Storage
 
     check_engine(NAME, params.get("engine"))
     check_engine("checkpoint", params.get("checkpoint_engine"))
-    reason = log_compaction_nothing_to_do(table, storage_options, params)
-    if reason and params.get("cleanup_expired_log"):
-        plan = plan_log_cleanup(Storage(table, storage_options))
-        if plan.files or plan.checkpoint_to_write is not None:
-            return None
-        reason = f"{reason}; no expired log file to clean up" + (f" ({plan.reason})" if plan.reason else "")
-    return reason
+    return log_compaction_nothing_to_do(table, storage_options, params)

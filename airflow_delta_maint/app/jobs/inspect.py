@@ -10,18 +10,17 @@ import argparse
 from typing import Any
 
 import numpy as np
-import pyarrow.compute as pc
 
-from airflow_delta_maint.delta.health.score import health_inputs, health_score, inputs_from_aggregates
+from airflow_delta_maint.delta.health.score import health_score, inputs_from_aggregates
 from airflow_delta_maint.delta.health.state_summary import summarize_state
 from airflow_delta_maint.delta.log.history import last_operation_version, log_state
-from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.log.table_header import TableHeader
+from airflow_delta_maint.delta.log.table_state import TableState
 from airflow_delta_maint.delta.storage.store import Storage
-from airflow_delta_maint.delta.log.state_stream import StreamedState, StreamFallback
 from airflow_delta_maint.delta.protocol.features import check_supported, table_features
 
 from ..context import JobContext
-from ..state_reading import fell_back, streamed_state
+from ..state_reading import read_state
 
 NAME = "inspect"
 DEFAULT_SMALL_FILE_BYTES = 128 * 1024 * 1024
@@ -53,66 +52,21 @@ def size_histogram(sizes: np.ndarray) -> list[dict[str, Any]]:
     return out
 
 
-def _report_head(storage: Storage, snapshot: Snapshot) -> dict[str, Any]:
-    """The report's first keys, alike for a whole snapshot and a streamed state's shell."""
+def _report_head(storage: Storage, snapshot: TableHeader) -> dict[str, Any]:
+    """The report's first keys: the table's header."""
     readers, writers = table_features(snapshot.protocol)
     return {"table": storage.root, "version": snapshot.version,
             "protocol": {"min_reader_version": snapshot.protocol.min_reader_version,
                          "min_writer_version": snapshot.protocol.min_writer_version,
                          "reader_features": sorted(readers), "writer_features": sorted(writers)},
-            "partition_columns": snapshot.partition_columns, "properties": snapshot.properties}
+            "partition_columns": snapshot.partition_columns, "properties": dict(snapshot.metadata.configuration)}
 
 
-def inspect_table(snapshot: Snapshot, small_file_bytes: int = DEFAULT_SMALL_FILE_BYTES,
+def inspect_table(state: TableHeader, small_file_bytes: int = DEFAULT_SMALL_FILE_BYTES,
                   with_files: bool = False) -> dict[str, Any]:
-    """The health report of one snapshot (no Spark)."""
-    check_supported(snapshot.protocol, "inspect")
-    sizes = snapshot.files.column("size").to_numpy(zero_copy_only=False).astype(np.int64) \
-        if snapshot.num_files else np.zeros(0, dtype=np.int64)
-    storage = snapshot.storage
-    state = log_state(storage)
-    at_latest = snapshot.version == state.latest_version
-    last_optimize = last_operation_version(storage, ["OPTIMIZE"], snapshot.version,
-                                           max_commits=10_000, stop_at=0)
-    dv_files = int(pc.sum(snapshot.files.column("deletionVector").is_valid()).as_py() or 0) \
-        if snapshot.num_files else 0
-    report: dict[str, Any] = {
-        **_report_head(storage, snapshot),
-        "num_files": snapshot.num_files,
-        "size_bytes": int(sizes.sum()),
-        "avg_file_bytes": int(sizes.mean()) if len(sizes) else 0,
-        "small_file_bytes": small_file_bytes,
-        "num_small_files": int((sizes < small_file_bytes).sum()),
-        "small_files_bytes": int(sizes[sizes < small_file_bytes].sum()),
-        "num_files_with_deletion_vectors": dv_files,
-        "file_size_histogram": size_histogram(sizes),
-        "num_tombstones": snapshot.tombstones.num_rows,
-        "tombstone_bytes": int(pc.sum(snapshot.tombstones.column("size")).as_py() or 0)
-        if snapshot.tombstones.num_rows else 0,
-        "last_checkpoint_version": snapshot.segment.checkpoint_version,
-        "commits_since_checkpoint": snapshot.version - (snapshot.segment.checkpoint_version
-                                                        if snapshot.segment.checkpoint_version is not None else -1),
-        "last_compaction_end": state.last_compaction_end if at_latest else None,
-        "commits_since_compaction": state.commits_since_compaction if at_latest else None,
-        "last_optimize_version": last_optimize,
-        "commits_since_optimize": snapshot.version - last_optimize if last_optimize is not None else None,
-        # checkpoints and compaction files that disagree with the log: readers that trust them
-        # (other engines) see another table than the commits say
-        "distrusted_log_files": list(snapshot.distrusted),
-        "health": health_score(health_inputs(snapshot, small_file_bytes, state if at_latest else None)),
-    }
-    if with_files:
-        report["files"] = snapshot.paths
-    return report
-
-
-def inspect_streamed(state: StreamedState, small_file_bytes: int = DEFAULT_SMALL_FILE_BYTES) -> dict[str, Any]:
-    """:func:`inspect_table` of a streamed state, from aggregates (no file list).
-
-    Raises:
-        StreamFallback: the streamed state cannot be vouched for.
-    """
-    shell = state.shell()
+    """The health report of a table's state (no Spark), from aggregates of its scan: the same for
+    the eager state and the streamed one; ``with_files`` lists the live files' paths too."""
+    shell = state
     check_supported(shell.protocol, "inspect")
     summary = summarize_state(state, small_file_bytes, _HIST_EDGES)
     storage = state.storage
@@ -131,7 +85,7 @@ def inspect_streamed(state: StreamedState, small_file_bytes: int = DEFAULT_SMALL
         num_records=summary.num_records, deleted_rows=summary.deleted_rows,
         tombstone_bytes=summary.tombstone_gone_bytes)
     checkpoint = shell.segment.checkpoint_version
-    return {
+    report: dict[str, Any] = {
         **_report_head(storage, shell),
         "num_files": summary.num_files,
         "size_bytes": summary.size_bytes,
@@ -149,26 +103,25 @@ def inspect_streamed(state: StreamedState, small_file_bytes: int = DEFAULT_SMALL
         "commits_since_compaction": log_now.commits_since_compaction if at_latest else None,
         "last_optimize_version": last_optimize,
         "commits_since_optimize": shell.version - last_optimize if last_optimize is not None else None,
+        # checkpoints and compaction files that disagree with the log: readers that trust them
+        # (other engines) see another table than the commits say
         "distrusted_log_files": list(state.distrusted),
         "health": health_score(health),
     }
+    if with_files:
+        report["files"] = [p for _kind, table in state.scan([]) for p in table.column("path").to_pylist()]
+    return report
 
 
 def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
-    state = streamed_state(ctx.storage, args.version, "inspect") if not args.files else None
-    if state is not None:
+    def inspect(state: TableState) -> dict[str, Any]:
         ctx.version_read = state.version
-        try:
-            report = inspect_streamed(state, args.small_file_bytes)
-            report.pop("table")
-            return {"status": "skipped", "version_read": state.version, **report}
-        except StreamFallback as exc:
-            fell_back("inspect", exc)
-    snapshot = Snapshot.load(ctx.storage, args.version)
-    ctx.version_read = snapshot.version
-    report = inspect_table(snapshot, args.small_file_bytes, args.files)
-    report.pop("table")
-    return {"status": "skipped", "version_read": snapshot.version, **report}
+        report = inspect_table(state, args.small_file_bytes, args.files)
+        report.pop("table")
+        return {"status": "skipped", "version_read": state.version, **report}
+
+    # a list of every file keeps the order of the state in memory
+    return read_state(ctx.storage, inspect, args.version, "inspect", streamed=not args.files)
 
 
 def format_human(m: dict[str, Any]) -> str:

@@ -10,10 +10,12 @@ plan they ask for are :mod:`.optimize_options`; the streamed outline behind the 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 from typing import Any
 
-from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.log.state_stream import StreamedState
+from airflow_delta_maint.delta.log.table_state import TableState, read_table
 from airflow_delta_maint.delta.plans.auto_compaction import (DEFAULT_MAX_DELETED_ROWS_RATIO, DEFAULT_MAX_PARTITIONS,
                                                              DEFAULT_MIN_NUM_FILES)
 from airflow_delta_maint.delta.plans.optimize import DEFAULT_DV_RATIO
@@ -22,7 +24,8 @@ from airflow_delta_maint.delta.protocol.features import check_supported
 
 from ..context import JobContext
 from ..engines import DELTA_SPARK, add_engine_argument
-from .optimize_check import plan_outline, skip_reason, streamed_plan_outline
+from ..state_reading import read_state
+from .optimize_check import outline_of, skip_reason, streamed_plan_outline
 from .optimize_execution import check_spark_for, run_plan
 from .optimize_large import RoundSteps, run_in_rounds
 from .optimize_options import NAME as NAME  # the job's sub-command (see ``app.jobs``)
@@ -107,20 +110,11 @@ def nothing_to_do(table: str, storage_options: dict[str, str] | None, params: di
     an old type. The whole snapshot is loaded instead when the streamed read cannot vouch for the
     state (see ``state_stream``).
     """
-    from airflow_delta_maint.delta.log.state_stream import StreamFallback, open_state
-
     check_engine_options(params)
     params = purge_params(params)
-    try:
-        state = open_state(table, storage_options=storage_options)
-        outline = streamed_plan_outline(state, params)
-    except StreamFallback:
-        outline = None
-    if outline is None:
-        snapshot = Snapshot.load(table, storage_options=storage_options)
-        check_supported(snapshot.protocol, feature_gate(params), snapshot.metadata)
-        decision = auto_decision(snapshot, params)
-        outline = plan_outline(plan_from_params(snapshot, params, decision), decision)
+    outline = read_table(table, lambda state: outline_of(state, params), storage_options=storage_options,
+                         what="OPTIMIZE's check")
+    assert outline is not None
     return skip_reason(outline, params)
 
 
@@ -132,11 +126,18 @@ def run_optimize(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
     check_run_options(params)
     if params.get("bins_per_commit") is None and "_rewrite_path" not in params:
         params = {**params, "_rewrite_path": RewritePath()}  # one path for the whole run, its rounds included
-    if engine != DELTA_SPARK:
-        result = run_in_rounds(ctx, params, engine, _ROUND_STEPS)
+    return read_state(ctx.storage, functools.partial(_optimize, ctx, params, engine), what="OPTIMIZE",
+                      streamed=engine != DELTA_SPARK)
+
+
+def _optimize(ctx: JobContext, params: dict[str, Any], engine: str, state: TableState) -> dict[str, Any]:
+    """OPTIMIZE on the table's state: in rounds on a large table's streamed state, else (or where the
+    plan needs every file) planned and run on the whole state."""
+    if isinstance(state, StreamedState):
+        result = run_in_rounds(ctx, params, engine, state, _ROUND_STEPS)
         if result is not None:
             return result
-    snapshot = Snapshot.load(ctx.storage)
+    snapshot = state.eager()
     ctx.version_read = snapshot.version
     check_supported(snapshot.protocol, feature_gate(params), snapshot.metadata)
     decision = auto_decision(snapshot, params)

@@ -7,8 +7,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.delta.log.state_stream import StreamedState
+from airflow_delta_maint.delta.log.table_header import TableHeader
+from airflow_delta_maint.delta.log.table_state import TableState
+from airflow_delta_maint.delta.protocol.actions import ADD_SCHEMA
 from airflow_delta_maint.delta.plans.auto_compaction import (DEFAULT_MAX_DELETED_ROWS_RATIO, AutoDecision, PartitionKey,
                                                              partition_label)
 from airflow_delta_maint.delta.plans.clustering import is_clustered
@@ -52,6 +54,17 @@ def plan_outline(plan: OptimizePlan, decision: AutoDecision | None) -> PlanOutli
     return PlanOutline(plan.version, plan.is_empty, plan.layout, plan.min_file_size, plan.left_out, decision)
 
 
+def outline_of(state: TableState, params: dict[str, Any], candidates: bool = False) -> PlanOutline | None:
+    """The plan's outline on either state: from the streamed state's aggregates
+    (:func:`streamed_plan_outline`, whose planner-level fallbacks send the work to the whole state),
+    from the plan itself on the eager state. None as :func:`streamed_plan_outline` says."""
+    if isinstance(state, StreamedState):
+        return streamed_plan_outline(state, params, candidates=candidates)
+    check_supported(state.protocol, feature_gate(params), state.metadata)
+    decision = auto_decision(state, params)
+    return plan_outline(plan_from_params(state, params, decision), decision)
+
+
 def skip_reason(plan: PlanOutline, params: dict[str, Any]) -> str | None:
     """Why the job would skip: the plan is empty (its reason names why), else None."""
     version, decision = plan.version, plan.decision
@@ -83,7 +96,7 @@ def streamed_plan_outline(state: StreamedState, params: dict[str, Any], candidat
     ``rewrite_type_widened`` add their own aggregate to the same pass (``clustering_scan``,
     ``even_split_scan``, ``type_widening_scan``).
 
-    Raises what the in-memory check raises for bad input, in the same order: the shell snapshot
+    Raises what the in-memory check raises for bad input, in the same order: the state snapshot
     (no files) runs every validation of the policy and the plan first.
 
     With ``keep_scan`` the outline carries the scan and the selection (``optimize_large``).
@@ -100,36 +113,36 @@ def streamed_plan_outline(state: StreamedState, params: dict[str, Any], candidat
     from airflow_delta_maint.delta.plans.partition_scan import scan_partitions
     from airflow_delta_maint.delta.plans.recent_writes import LeftOut, recently_written_partitions
 
-    shell = state.shell()
-    check_supported(shell.protocol, feature_gate(params), shell.metadata)
-    clustered = is_clustered(shell.protocol)
+    check_supported(state.protocol, feature_gate(params), state.metadata)
+    clustered = is_clustered(state.protocol)
     target_files = params.get("target_files")
     widened = bool(params.get("rewrite_type_widened"))
     clustering = clustered and not widened and target_files is None and \
-        bool(clustering_columns(shell.metadata.schema_string, shell.domains))
+        bool(clustering_columns(state.metadata.schema_string, state.domains))
     if candidates and (target_files is not None or widened or clustering):
         return None
     # every validation, in the order the in-memory check runs them, on a table without files
-    plan_from_params(shell, params, auto_decision(shell, params))
+    no_files = state.part(ADD_SCHEMA.empty_table())
+    plan_from_params(no_files, params, auto_decision(no_files, params))
     auto = bool(params.get("auto"))
-    whole = clustered or not shell.partition_columns
-    auto_min, _ = file_size_settings(shell, params.get("min_file_size"), params.get("max_file_size"))
+    whole = clustered or not state.partition_columns
+    auto_min, _ = file_size_settings(state, params.get("min_file_size"), params.get("max_file_size"))
     clustered_auto = auto and clustered
-    min_size, max_size = file_size_settings(shell, None if clustered_auto else params.get("min_file_size"),
+    min_size, max_size = file_size_settings(state, None if clustered_auto else params.get("min_file_size"),
                                             params.get("max_file_size"))
     zorder_by = zorder_columns(params.get("zorder_by"))
-    zorder = bool(validate_zorder(shell, zorder_by)) if zorder_by else False
+    zorder = bool(validate_zorder(state, zorder_by)) if zorder_by else False
     min_age = params.get("min_file_age")
     recent_commits = params.get("skip_recent_partitions")
     now = int(time.time() * 1000)
-    recent = recently_written_partitions(shell, recent_commits, whole) if recent_commits else set()
+    recent = recently_written_partitions(state, recent_commits, whole) if recent_commits else set()
     max_ratio = params.get("max_deleted_rows_ratio")
-    matches = partition_filter(shell, params.get("predicate"))
+    matches = partition_filter(state, params.get("predicate"))
 
     def matched(key: PartitionKey) -> bool:
         return matches is None or bool(matches(dict(key)))
 
-    work = _rewrite_check(shell, params, clustering, matched)
+    work = _rewrite_check(state, params, clustering, matched)
     scan = scan_partitions(
         state, min_file_size=min_size, max_file_size=max_size, dv_ratio=params.get("dv_ratio", DEFAULT_DV_RATIO),
         zorder=zorder, auto_min_file_size=auto_min if auto else None,
@@ -137,7 +150,7 @@ def streamed_plan_outline(state: StreamedState, params: dict[str, Any], candidat
         whole_table=whole, young_after_ms=now - int(min_age * 1000) if min_age else None, recent=recent or None,
         collect=candidates and not zorder, one_partition=clustering, visit=work,
         visit_columns=work.columns if work is not None else ())
-    decision = auto_decision(shell, params, counts=scan.counts) if auto else None
+    decision = auto_decision(state, params, counts=scan.counts) if auto else None
     chosen = set(decision.chosen) if decision is not None else None
 
     def selected(key: PartitionKey) -> bool:
@@ -166,7 +179,7 @@ def streamed_plan_outline(state: StreamedState, params: dict[str, Any], candidat
     return outline
 
 
-def _rewrite_check(shell: Snapshot, params: dict[str, Any], clustering: bool,
+def _rewrite_check(shell: TableHeader, params: dict[str, Any], clustering: bool,
                    matched: Callable[[PartitionKey], bool]) -> ClusteringWork | EvenSplitCheck | OldTypeFiles | None:
     """The streamed aggregate of a plan that looks at more than sizes and deletion vectors."""
     from airflow_delta_maint.delta.plans.clustering import DEFAULT_MIN_CUBE_SIZE, clustering_columns

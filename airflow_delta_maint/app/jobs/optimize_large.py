@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from airflow_delta_maint.delta.log.snapshot import Snapshot
-from airflow_delta_maint.delta.log.state_stream import StreamedState, StreamFallback
+from airflow_delta_maint.delta.log.state_stream import StreamedState
+from airflow_delta_maint.delta.log.table_state import read_table
 from airflow_delta_maint.delta.plans.clustering import (DEFAULT_TARGET_CUBE_SIZE, clustering_columns,
                                                         is_clustered)
 from airflow_delta_maint.delta.plans.clustering_rounds import clustering_order, spill_clustering_rounds
@@ -33,7 +34,6 @@ from airflow_delta_maint.delta.protocol.features import check_supported
 from airflow_delta_maint.delta.storage.store import Storage
 
 from ..context import JobContext
-from ..state_reading import fell_back, streamed_state
 
 log = logging.getLogger("delta_maint.optimize")
 
@@ -56,23 +56,18 @@ _PLAN_SUMS = ("num_partitions", "num_bins", "num_files_to_rewrite", "num_bytes_t
               "num_deletion_vectors_to_purge")
 
 
-def run_in_rounds(ctx: JobContext, params: dict[str, Any], engine: str, steps: RoundSteps) -> dict[str, Any] | None:
-    """The run's metrics, OPTIMIZE done in rounds; None when the table is small, the plan needs the
-    whole state, or the stream cannot vouch for the log (the caller then loads the ``Snapshot``)."""
-    state = streamed_state(ctx.storage, what="OPTIMIZE")
-    if state is None:
-        return None
+def run_in_rounds(ctx: JobContext, params: dict[str, Any], engine: str, state: StreamedState,
+                  steps: RoundSteps) -> dict[str, Any] | None:
+    """The run's metrics, OPTIMIZE done in rounds on the streamed state; None when the plan needs the
+    whole state (the caller then plans on it). Where the stream cannot vouch for the log, its
+    fallback is raised by the passes, before anything is written."""
     clustered_by_none = is_clustered(state.protocol) and not clustering_columns(state.metadata.schema_string,
                                                                                   state.domains)
     if clustered_by_none or params.get("target_files") is not None or params.get("rewrite_type_widened"):
         log.info("OPTIMIZE %s plans on the whole state: --target-files, --rewrite-type-widened and tables "
                  "clustered by no column are not planned in rounds", ctx.storage.root)
         return None
-    try:
-        return _rounds(ctx, params, engine, state, steps)
-    except StreamFallback as exc:  # raised by the passes, before anything is written
-        fell_back("OPTIMIZE", exc)
-        return None
+    return _rounds(ctx, params, engine, state, steps)
 
 
 def _rounds(ctx: JobContext, params: dict[str, Any], engine: str, state: StreamedState,
@@ -90,9 +85,10 @@ def _rounds(ctx: JobContext, params: dict[str, Any], engine: str, state: Streame
     round_files = ctx.settings.optimize_round_files
     rounds = partition_rounds(scan, outline.selected, outline.layout == "zorder", round_files)
     if not rounds:
-        plan = steps.plan(state.shell(), params, decision)
+        nothing = state.part(ADD_SCHEMA.empty_table())  # the header, its candidate files none
+        plan = steps.plan(nothing, params, decision)
         plan.num_table_files, plan.left_out = scan.total_files, outline.left_out
-        return steps.run(ctx, params, engine, state.shell(), plan, decision)
+        return steps.run(ctx, params, engine, nothing, plan, decision)
     log.info("OPTIMIZE %s at version %d: %d partitions with work, %d candidate files, in %d rounds of at most "
              "%d files", ctx.storage.root, state.version, sum(len(p) for p in rounds.partitions), sum(rounds.files),
              len(rounds), round_files)
@@ -113,7 +109,7 @@ def _clustering_rounds(ctx: JobContext, params: dict[str, Any], engine: str, sta
                        outline: Any, steps: RoundSteps) -> dict[str, Any]:
     """Liquid clustering in rounds (:mod:`~airflow_delta_maint.delta.plans.clustering_rounds`): each
     round's new ZCubes are the plan's, the plan's clusteringStats are the whole run's."""
-    shell, work, decision = state.shell(), outline.work, outline.decision
+    shell, work, decision = state.part(ADD_SCHEMA.empty_table()), outline.work, outline.decision
     total = outline.scan.total_files
     if outline.is_empty:
         plan = steps.plan(shell, params, decision)
@@ -154,7 +150,7 @@ def _clustering_rounds(ctx: JobContext, params: dict[str, Any], engine: str, sta
                 plan.bins.append(Bin({}, adds[lo:hi], sum(int(a["size"]) for a in adds[lo:hi])))
             log.info("OPTIMIZE %s: round %d of %d: %d ZCubes, %d files, %.1f MiB", ctx.storage.root, n + 1,
                      spill.count, len(plan.bins), plan.input_files, plan.input_bytes / 2**20)
-            results.append(_run_round(ctx, params, engine, steps, state.shell(files), plan, decision, sizes))
+            results.append(_run_round(ctx, params, engine, steps, state.part(files), plan, decision, sizes))
             del files, adds, plan
     return merge_rounds(results, sizes, total)
 
@@ -171,13 +167,10 @@ def _run_round(ctx: JobContext, params: dict[str, Any], engine: str, steps: Roun
 
 
 def _partial_base(storage: Storage, version: int, paths: list[str]) -> Snapshot:
-    """The base a round's commit is rebased onto: the live files among its inputs, streamed; the
-    whole state when the stream cannot vouch for the log at that version."""
-    try:
-        return live_files_among(storage, version, paths)
-    except StreamFallback as exc:
-        fell_back("OPTIMIZE's rebase", exc)
-        return Snapshot.load(storage, version)
+    """The base a round's commit is rebased onto: the live files among its inputs, streamed (the
+    whole state read instead where the stream cannot vouch for the log at that version)."""
+    return read_table(storage, lambda state: live_files_among(state, paths), version=version,
+                      what="OPTIMIZE's rebase")
 
 
 def merge_rounds(results: list[dict[str, Any]], added_sizes: list[int], total_files: int) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import Any, Mapping, Sequence
 
 from airflow_delta_maint.delta.errors import InvalidArgumentError
 from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.log.table_header import TableHeader
 from airflow_delta_maint.delta.plans.auto_compaction import (DEFAULT_MAX_DELETED_ROWS_RATIO, DEFAULT_MAX_PARTITIONS,
                                                              DEFAULT_MIN_NUM_FILES, AutoDecision, PartitionCounts,
                                                              PartitionKey, choose_partitions)
@@ -40,7 +41,7 @@ def zorder_columns(text: str | Sequence[str] | None) -> list[str]:
     return list(text)
 
 
-def auto_decision(snapshot: Snapshot, params: dict[str, Any],
+def auto_decision(snapshot: TableHeader, params: dict[str, Any],
                   counts: Mapping[PartitionKey, PartitionCounts] | None = None) -> AutoDecision | None:
     """The auto-compaction policy's choice of partitions, or None when ``auto`` is off; ``counts``:
     the live files' numbers per partition when streamed from the log (see ``choose_partitions``)."""

@@ -27,17 +27,18 @@ from typing import Any
 from airflow_delta_maint.delta.errors import InvalidArgumentError
 from airflow_delta_maint.delta.log.listing import list_log
 from airflow_delta_maint.delta.log.snapshot import Snapshot
-from airflow_delta_maint.delta.log.state_stream import StreamedState, StreamFallback
+from airflow_delta_maint.delta.log.state_stream import StreamedState
+from airflow_delta_maint.delta.log.table_state import TableState
 from airflow_delta_maint.delta.plans.vacuum import lite_candidates, plan_vacuum, remove_empty_dirs
 from airflow_delta_maint.delta.plans.vacuum_inventory import check_fresh, open_inventory, read_inventory
-from airflow_delta_maint.delta.plans.vacuum_keep import kept_version_keys, open_kept_states
+from airflow_delta_maint.delta.plans.vacuum_keep import kept_version_keys, readable_kept_versions
 from airflow_delta_maint.delta.plans.vacuum_prefetch import PrefetchedListing
-from airflow_delta_maint.delta.plans.vacuum_valid import valid_among, valid_among_streamed, valid_keys
+from airflow_delta_maint.delta.plans.vacuum_valid import valid_keys
 from airflow_delta_maint.delta.protocol.features import check_supported
 
 from ..context import JobContext
 from ..engines import DELTA_SPARK, add_engine_argument, check_engine
-from ..state_reading import fell_back, streamed_state
+from ..state_reading import fell_back, read_state
 from .cleanup_log import parse_versions
 from .vacuum_at_scale import full_at_scale
 from .vacuum_background import Background
@@ -78,41 +79,41 @@ def _check_engine_options(params: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     """Run VACUUM with the parsed command line; the job's metrics."""
-    storage = ctx.storage
     engine = _check_engine_options(vars(args))
     if engine == DELTA_SPARK:
         return _run_delta_spark(args, ctx)
+    storage = ctx.storage
     # a full VACUUM of an object-store table starts listing it now: reading the log waits on the store too
     prefetch = PrefetchedListing(storage) if args.mode == "full" and not args.inventory and not storage.is_local \
         else None
-    state = streamed_state(storage, None, "VACUUM")
-    snapshot = state.shell() if state is not None else Snapshot.load(storage, paths_only=True)
-    ctx.version_read = snapshot.version
-    check_supported(snapshot.protocol, "vacuum", snapshot.metadata)
+    return read_state(storage, functools.partial(_vacuum, args, ctx, prefetch), what="VACUUM", paths_only=True)
+
+
+def _vacuum(args: argparse.Namespace, ctx: JobContext, prefetch: PrefetchedListing | None,
+            state: TableState) -> dict[str, Any]:
+    """VACUUM on the table's state, eager or streamed (a large table's, whose full mode goes to
+    :func:`~.vacuum_at_scale.full_at_scale` where the executors see the driver's scratch folder)."""
+    storage = ctx.storage
+    ctx.version_read = state.version
+    check_supported(state.protocol, "vacuum", state.metadata)
     listing_log = list_log(storage)
-    plan = plan_vacuum(snapshot, args.retention_hours, args.mode, args.ignore_retention_check,
+    plan = plan_vacuum(state, args.retention_hours, args.mode, args.ignore_retention_check,
                        listing=listing_log, with_valid=False)
     keep_versions = parse_versions(args.keep_versions)
-    if state is not None and plan.mode == "full" and ctx.spark_allowed and not ctx.connect \
+    if isinstance(state, StreamedState) and plan.mode == "full" and ctx.spark_allowed and not ctx.connect \
             and _executors_see_scratch(ctx):
         if prefetch is not None:
             prefetch.cancel()
         # bad input fails here, before any work: a version that cannot be kept, a stale inventory
-        kept_states = open_kept_states(storage, keep_versions, snapshot.version) if keep_versions else []
+        kept_versions = readable_kept_versions(storage, keep_versions, state.version) if keep_versions else []
         source = None
         if args.inventory:
             source = open_inventory(args.inventory, ctx.storage_options)
             check_fresh(source, plan.cutoff_ms)
-        try:
-            return full_at_scale(ctx, args, state, plan, keep_versions, kept_states, source)
-        except StreamFallback as exc:
-            fell_back("VACUUM", exc)
-    kept = kept_version_keys(storage, keep_versions, snapshot.version) if keep_versions else set()
-    lookup = None
-    if state is not None and plan.mode == "lite":
-        lookup = functools.partial(_valid_among, state, plan.cutoff_ms)
-    elif state is not None:  # full mode the stream cannot serve: the whole state, at the version planned from
-        snapshot = Snapshot.load(storage, state.version, paths_only=True)
+        return full_at_scale(ctx, args, state, plan, keep_versions, kept_versions, source)
+    kept = kept_version_keys(storage, keep_versions, state.version) if keep_versions else set()
+    # full mode builds the valid set beside the listing, in memory: the whole state, at the version planned from
+    snapshot = state.eager(paths_only=True) if plan.mode == "full" else state
     inventory = None
     if args.inventory:
         if plan.mode != "full":
@@ -124,6 +125,7 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     if plan.mode == "full" and inventory is not None:
         listing_job = Background(inventory_listing, inventory, storage, plan.cutoff_ms, plan.partition_columns)
     elif plan.mode == "full":  # list while the driver builds the valid set
+        assert isinstance(snapshot, Snapshot)
         listing_job = Background(list_table, ctx, storage, plan.cutoff_ms, plan.partition_columns,
                                   snapshot.num_files + snapshot.tombstones.num_rows, prefetch)
     if listing_job is not None:  # lite mode looks up only its candidates
@@ -153,7 +155,7 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
         metrics.update(numFilesListed=found.files, sizeOfFilesListed=found.bytes)
     else:
         assert plan.lite is not None
-        lite = lite_candidates(plan, storage, snapshot if lookup is None else None, lookup=lookup)
+        lite = lite_candidates(plan, storage, state)
         files = lite.files
         dirs_vacuumed = 1
         watermark = lite.watermark
@@ -196,18 +198,8 @@ def _executors_see_scratch(ctx: JobContext) -> bool:
     master = ctx.session_master()
     if aj.scratch_shared(master):
         return True
-    fell_back("VACUUM", StreamFallback(aj.scratch_unshared_reason(master)))
+    fell_back("VACUUM", aj.scratch_unshared_reason(master))
     return False
-
-
-def _valid_among(state: StreamedState, cutoff_ms: int, keys: set[str]) -> set[str]:
-    """Lite mode's lookup of its candidates in a large table's state, streamed; the whole state
-    when the stream cannot vouch for it."""
-    try:
-        return valid_among_streamed(state, cutoff_ms, keys)
-    except StreamFallback as exc:
-        fell_back("VACUUM lite", exc)
-        return valid_among(Snapshot.load(state.storage, state.version, paths_only=True), cutoff_ms, keys)
 
 
 def _run_delta_spark(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:

@@ -29,7 +29,7 @@ LATE_FALLBACK = "found after the listing: "
 
 
 def full_at_scale(ctx: JobContext, args: argparse.Namespace, state: StreamedState, plan: VacuumPlan,
-                   keep_versions: list[int], kept_states: list[tuple[int, StreamedState | None]],
+                   keep_versions: list[int], kept_states: list[int],
                    inventory: InventorySource | None = None) -> dict[str, Any]:
     """Full mode on a large table: the valid set (and the kept versions' keys) streamed to parquet
     while Spark lists the table, or while a driver thread streams the inventory's files to parquet
@@ -43,7 +43,7 @@ def full_at_scale(ctx: JobContext, args: argparse.Namespace, state: StreamedStat
     from ..runners import vacuum_antijoin as aj
 
     storage = state.storage
-    snapshot = state.shell()
+    snapshot = state
     scratch = aj.scratch_folder()
     valid_folder, kept_folder, listing_folder = (os.path.join(scratch, n) for n in ("valid", "kept", "listing"))
     if inventory is None:  # Spark starts and lists the table while the driver streams the valid keys

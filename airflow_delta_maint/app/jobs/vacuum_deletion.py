@@ -14,6 +14,7 @@ from typing import Any, Callable
 from airflow_delta_maint.delta.errors import CommitFailedError, InvalidArgumentError
 from airflow_delta_maint.delta.log.listing import list_log
 from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.log.table_header import TableHeader
 from airflow_delta_maint.delta.log.transaction import ConflictError, Transaction, winning_commits
 from airflow_delta_maint.delta.plans.vacuum import VacuumPlan, table_retention_ms, write_last_vacuum_info
 from airflow_delta_maint.delta.plans.vacuum_files import delete_files_parallel
@@ -76,7 +77,7 @@ def delete_parallel(ctx: JobContext, storage: Storage, keys: list[str]) -> int:
     return deleted
 
 
-def _fast_forward(snapshot: Snapshot, plan: VacuumPlan | None) -> Snapshot:
+def _fast_forward(snapshot: TableHeader, plan: VacuumPlan | None) -> TableHeader:
     """The snapshot moved to the latest version when the commits since only touched files (a
     marker commit cannot conflict with them); reloaded and re-checked when one changed the
     protocol or metadata."""
@@ -100,8 +101,8 @@ def _fast_forward(snapshot: Snapshot, plan: VacuumPlan | None) -> Snapshot:
     return moved
 
 
-def _commit_marker(snapshot: Snapshot, operation: str, parameters: dict, metrics: dict,
-                   plan: VacuumPlan | None = None) -> tuple[int, Snapshot]:
+def _commit_marker(snapshot: TableHeader, operation: str, parameters: dict, metrics: dict,
+                   plan: VacuumPlan | None = None) -> tuple[int, TableHeader]:
     """Commit a VACUUM marker (no file actions) on top of whatever others committed meanwhile.
 
     Returns the committed version and a snapshot to base the next marker on.
@@ -121,7 +122,7 @@ def _commit_marker(snapshot: Snapshot, operation: str, parameters: dict, metrics
     raise CommitFailedError(f"could not commit {operation} in {_MARKER_ROUNDS} rounds: {last_error}")
 
 
-def delete_between_markers(storage: Storage, snapshot: Snapshot, plan: VacuumPlan, metrics: dict[str, Any],
+def delete_between_markers(storage: Storage, snapshot: TableHeader, plan: VacuumPlan, metrics: dict[str, Any],
                             num_files: int, size: int, dirs_vacuumed: int, watermark: int | None,
                             delete: Callable[[], tuple[int, int]]) -> dict[str, Any]:
     """Nothing to delete: skipped (the watermark moved on). Else ``VACUUM START``, ``delete()`` (files

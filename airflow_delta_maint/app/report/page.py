@@ -20,6 +20,7 @@ import numpy as np
 from airflow_delta_maint.delta.errors import DeltaError
 from airflow_delta_maint.delta.health.run_log import read_runs
 from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.log.table_state import read_table
 from airflow_delta_maint.delta.storage.store import Storage
 
 from airflow_delta_maint.app.jobs.inspect import DEFAULT_SMALL_FILE_BYTES, inspect_table, size_histogram
@@ -55,8 +56,8 @@ def _by_table(runs: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[str, 
 def _health(table: str, storage_options: Mapping[str, str] | None,
             small_file_bytes: int) -> tuple[dict[str, Any] | None, str | None]:
     try:
-        snapshot = Snapshot.load(Storage(table, storage_options))
-        return inspect_table(snapshot, small_file_bytes), None
+        return read_table(Storage(table, storage_options), lambda state: inspect_table(state, small_file_bytes),
+                          what="the report"), None
     except DeltaError as exc:
         return None, str(exc)
 

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_delta_maint.delta.errors import CommitConflictError, CommitFailedError, InvalidArgumentError, NotADeltaTableError, TableNotFoundError
-from airflow_delta_maint.delta.log.checkpoint import tombstone_retention_ms, write_checkpoint
+from airflow_delta_maint.delta.log.checkpoint import write_checkpoint
 from airflow_delta_maint.delta.log.listing import commit_key
 from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.delta.log.transaction import Transaction, default_engine_info
@@ -315,7 +315,7 @@ def maintain_run_log(uri: str | Storage, storage_options: Mapping[str, str] | No
         except CommitConflictError:  # a concurrent compaction removed the same files: its result stands
             storage.delete(add["add"]["path"])
     # files removed longer ago than the retention: no version inside the window reads them
-    horizon = now_ms - tombstone_retention_ms(snapshot.metadata.configuration)
+    horizon = now_ms - snapshot.metadata.properties.deleted_file_retention_ms
     expired = [t["path"] for t in snapshot.tombstone_actions()
                if t.get("deletionTimestamp") is not None and int(t["deletionTimestamp"]) < horizon]
     keys = [k for k in (_key(storage, p) for p in expired) if k is not None]

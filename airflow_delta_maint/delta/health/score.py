@@ -32,12 +32,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_delta_maint.delta.log.compaction import compaction_interval
 from airflow_delta_maint.delta.log.history import LogState, last_operation_version, read_commit_info_head
 from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.log.table_header import TableHeader
+from airflow_delta_maint.delta.protocol.table_properties import (DEFAULT_CHECKPOINT_INTERVAL, DEFAULT_LOG_COMPACTION_INTERVAL,
+                                                                 InvalidTablePropertyError, TableProperties)
 from airflow_delta_maint.delta.storage.store import Storage
 
-__all__ = ["HealthInputs", "WEIGHTS", "health_inputs", "health_score", "vacuum_cutoff_ms"]
+__all__ = ["HealthInputs", "WEIGHTS", "health_inputs", "health_score", "records_and_deleted", "vacuum_cutoff_ms"]
 
 #: points each part can take away; they sum to 100
 WEIGHTS: dict[str, int] = {"small_files": 40, "deletion_vectors": 20, "tombstones": 15, "checkpoint": 15,
@@ -46,7 +48,6 @@ WEIGHTS: dict[str, int] = {"small_files": 40, "deletion_vectors": 20, "tombstone
 DV_FULL_PENALTY_RATIO = 0.2
 #: complete uncompacted log windows at which the log-compaction part reaches its full penalty
 COMPACTION_FULL_PENALTY_WINDOWS = 4
-DEFAULT_CHECKPOINT_INTERVAL = 10
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,8 @@ class HealthInputs:
     compaction_interval: int
 
 
-def _records_and_deleted(files: pa.Table) -> tuple[int, int]:
+def records_and_deleted(files: pa.Table) -> tuple[int, int]:
+    """The rows the files hold by their statistics, and the rows their deletion vectors delete."""
     if files.num_rows == 0:
         return 0, 0
     found = pc.extract_regex(files.column("stats"), r'"numRecords"\s*:\s*(?P<n>\d+)')
@@ -96,12 +98,12 @@ def _excess_small_files(files: pa.Table, small: np.ndarray, sizes: np.ndarray, t
     return sum(count - math.ceil(total / max(1, target)) for count, total in per_partition.values())
 
 
-def _int_property(configuration: dict[str, str], name: str, default: int) -> int:
+def _readable(properties: TableProperties, name: str, default: int) -> int:
+    """A property's value, or ``default`` where the value is bad: a score reads, it does not refuse."""
     try:
-        value = int(str(configuration.get(name, default)).strip())
-    except ValueError:
+        return int(getattr(properties, name))
+    except InvalidTablePropertyError:
         return default
-    return value if value >= 1 else default
 
 
 def vacuum_cutoff_ms(storage: Storage, version: int, max_commits: int = 1000) -> int | None:
@@ -142,7 +144,7 @@ def health_inputs(snapshot: Snapshot, target_file_bytes: int, state: LogState | 
         if snapshot.num_files else np.zeros(0, dtype=np.int64)
     is_small = sizes < target_file_bytes
     small = sizes[is_small]
-    records, deleted = _records_and_deleted(snapshot.files)
+    records, deleted = records_and_deleted(snapshot.files)
     tombstone_bytes = 0
     if snapshot.tombstones.num_rows:
         # a removed logical file whose path is still live (say, re-added with a deletion vector)
@@ -161,7 +163,7 @@ def health_inputs(snapshot: Snapshot, target_file_bytes: int, state: LogState | 
         num_records=records, deleted_rows=deleted, tombstone_bytes=tombstone_bytes)
 
 
-def inputs_from_aggregates(snapshot: Snapshot, state: LogState | None, **files: int) -> HealthInputs:
+def inputs_from_aggregates(snapshot: TableHeader, state: LogState | None, **files: int) -> HealthInputs:
     """The score's inputs from the files' aggregates (``num_files``, ``size_bytes``,
     ``target_file_bytes``, ``num_small_files``, ``small_files_bytes``, ``excess_small_files``,
     ``num_records``, ``deleted_rows``, ``tombstone_bytes``) and the log: ``snapshot`` needs its
@@ -171,15 +173,12 @@ def inputs_from_aggregates(snapshot: Snapshot, state: LogState | None, **files: 
     uncovered = since_checkpoint
     if state is not None and state.latest_version == snapshot.version:
         uncovered = state.commits_since_compaction
-    conf = snapshot.metadata.configuration
-    try:
-        interval = compaction_interval(conf)
-    except Exception:  # a bad property: the default window, as readers would use
-        interval = compaction_interval({})
+    properties = snapshot.metadata.properties
     return HealthInputs(
         **files, commits_since_checkpoint=int(since_checkpoint),
-        checkpoint_interval=_int_property(conf, "delta.checkpointInterval", DEFAULT_CHECKPOINT_INTERVAL),
-        uncovered_commits=int(uncovered), compaction_interval=interval)
+        checkpoint_interval=_readable(properties, "checkpoint_interval", DEFAULT_CHECKPOINT_INTERVAL),
+        uncovered_commits=int(uncovered),
+        compaction_interval=_readable(properties, "log_compaction_interval", DEFAULT_LOG_COMPACTION_INTERVAL))
 
 
 def _penalties(h: HealthInputs) -> dict[str, tuple[float, dict[str, Any]]]:

@@ -1,13 +1,12 @@
-"""What ``inspect`` and the health score need of a large table's files, streamed in bounded memory.
+"""What ``inspect`` and the health score need of a table's files, as aggregates of its scan.
 
-:func:`summarize_state` reads a :class:`~airflow_delta_maint.delta.log.state_stream.StreamedState`
-one row group at a time (the file actions' ``size``, ``stats``, ``partitionValues`` and deletion
+:func:`summarize_state` reads a table's state through its scan (the eager state's pieces in memory,
+the streamed state's one row group at a time, in bounded memory) (the file actions' ``size``, ``stats``, ``partitionValues`` and deletion
 vector; the tombstones' ``size`` and ``deletionTimestamp``) and keeps aggregates only: counts and
 bytes, the size histogram, records and deleted rows, small files per partition (memory grows with
 partitions, not files) and the tombstones (memory grows with them). Whether a tombstone's path is
 still live needs a second pass over the live paths, only when there are tombstones. The numbers
-are those :func:`~airflow_delta_maint.delta.health.score.health_inputs` and ``inspect`` compute on
-a loaded ``Snapshot``.
+are the inputs of :func:`~airflow_delta_maint.delta.health.score.inputs_from_aggregates`.
 """
 
 from __future__ import annotations
@@ -19,8 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_delta_maint.delta.health.score import _records_and_deleted, vacuum_cutoff_ms
-from airflow_delta_maint.delta.log.state_stream import StreamedState
+from airflow_delta_maint.delta.health.score import records_and_deleted, vacuum_cutoff_ms
+from airflow_delta_maint.delta.log.table_header import TableHeader
 
 __all__ = ["StateSummary", "summarize_state"]
 
@@ -63,7 +62,7 @@ def _partition_keys(values: pa.Array) -> list[tuple]:
     return [tuple(sorted((v or {}).items() if isinstance(v, dict) else (v or []))) for v in values.to_pylist()]
 
 
-def summarize_state(state: StreamedState, small_file_bytes: int, edges: list[int]) -> StateSummary:
+def summarize_state(state: TableHeader, small_file_bytes: int, edges: list[int]) -> StateSummary:
     """Stream ``state`` once (twice when it has tombstones) into a :class:`StateSummary`; the size
     histogram uses ``edges`` (ascending; a last bucket holds everything from the last edge on).
 
@@ -88,7 +87,7 @@ def summarize_state(state: StreamedState, small_file_bytes: int, edges: list[int
         out.bucket_bytes = [a + int(b) for a, b in
                             zip(out.bucket_bytes, np.bincount(buckets, weights=sizes, minlength=len(edges)).astype(np.int64))]
         out.dv_files += int(pc.sum(table.column("deletionVector").is_valid()).as_py() or 0)
-        records, deleted = _records_and_deleted(table)
+        records, deleted = records_and_deleted(table)
         out.num_records += records
         out.deleted_rows += deleted
         if small.any():
@@ -106,7 +105,7 @@ def summarize_state(state: StreamedState, small_file_bytes: int, edges: list[int
     return out
 
 
-def _gone_bytes(state: StreamedState, removed: pa.Table) -> int:
+def _gone_bytes(state: TableHeader, removed: pa.Table) -> int:
     """Bytes of tombstones whose path is no longer live and that the last VACUUM has not deleted yet."""
     paths = removed.column("path").combine_chunks()
     lookup = pa.array(sorted(set(paths.to_pylist()) - {None}), pa.string())

@@ -37,13 +37,10 @@ or already names that checkpoint.
 from __future__ import annotations
 
 import contextlib
-import datetime
 import io
 import json
-import re
 import time
 import uuid
-from decimal import Decimal, InvalidOperation
 from hashlib import md5
 from typing import Any, Literal
 from urllib.parse import quote
@@ -55,135 +52,30 @@ import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
 from airflow_delta_maint.delta.errors import DeltaError, InconsistentStateError, InvalidArgumentError
+from airflow_delta_maint.delta.log.checkpoint_schema import (ADD_CHECKPOINT, CHECKPOINT_METADATA, CHECKPOINT_SCHEMA_V1,
+                                                             CHECKPOINT_SCHEMA_V2, DOMAIN, METADATA, PROTOCOL,
+                                                             REMOVE_CHECKPOINT, TXN, action_rows, json_value,
+                                                             struct_column)
 from airflow_delta_maint.delta.log.listing import LAST_CHECKPOINT, LOG_DIR, Checkpoint, classic_checkpoint_key, list_log
 from airflow_delta_maint.delta.log.reconciliation import state_problem
 from airflow_delta_maint.delta.log.snapshot import Snapshot
-from airflow_delta_maint.delta.protocol.actions import ADD, REMOVE, STR_MAP, Metadata
+from airflow_delta_maint.delta.log.table_header import TableHeader
+from airflow_delta_maint.delta.protocol.actions import Metadata
 from airflow_delta_maint.delta.protocol.features import check_supported
 from airflow_delta_maint.delta.protocol.schema import parse_schema, to_arrow_schema
 from airflow_delta_maint.delta.storage.store import AlreadyExistsError, Storage
 
 __all__ = [
-    "CHECKPOINT_SCHEMA_V1", "CHECKPOINT_SCHEMA_V2", "DEFAULT_DELETED_FILE_RETENTION", "build_checkpoint_table",
-    "last_checkpoint_checksum", "parse_interval_ms", "tombstone_retention_ms", "write_checkpoint",
+    "build_checkpoint_table", "describe_checkpoint", "existing_checkpoint", "last_checkpoint_checksum", "update_hint",
+    "uses_v2_spec", "write_checkpoint", "writes_typed_stats",
 ]
-
-DEFAULT_DELETED_FILE_RETENTION = "interval 1 week"
 
 # -- checkpoint column schema (every field nullable) ------------------------------------------
 
-_TXN = pa.struct([("appId", pa.string()), ("version", pa.int64()), ("lastUpdated", pa.int64())])
-
-_ADD = ADD
-
 # Tombstones in a checkpoint carry no stats or tags (protocol, "Checkpoints").
-_REMOVE = pa.struct([f for f in REMOVE if f.name not in ("stats", "tags")])
-
-_METADATA = pa.struct([
-    ("id", pa.string()),
-    ("name", pa.string()),
-    ("description", pa.string()),
-    ("format", pa.struct([("provider", pa.string()), ("options", STR_MAP)])),
-    ("schemaString", pa.string()),
-    ("partitionColumns", pa.list_(pa.string())),
-    ("createdTime", pa.int64()),
-    ("configuration", STR_MAP),
-])
-
-_PROTOCOL = pa.struct([
-    ("minReaderVersion", pa.int32()),
-    ("minWriterVersion", pa.int32()),
-    ("readerFeatures", pa.list_(pa.string())),
-    ("writerFeatures", pa.list_(pa.string())),
-])
-
-_DOMAIN = pa.struct([("domain", pa.string()), ("configuration", pa.string()), ("removed", pa.bool_())])
-
-_CHECKPOINT_METADATA = pa.struct([("version", pa.int64()), ("tags", STR_MAP)])
-
-_SIDECAR = pa.struct([
-    ("path", pa.string()), ("sizeInBytes", pa.int64()), ("modificationTime", pa.int64()), ("tags", STR_MAP),
-])
-
-CHECKPOINT_SCHEMA_V1 = pa.schema([
-    ("txn", _TXN), ("add", _ADD), ("remove", _REMOVE), ("metaData", _METADATA),
-    ("protocol", _PROTOCOL), ("domainMetadata", _DOMAIN),
-])
-"""Columns of a V1-spec checkpoint."""
-
-CHECKPOINT_SCHEMA_V2 = pa.schema(list(CHECKPOINT_SCHEMA_V1) + [
-    ("checkpointMetadata", _CHECKPOINT_METADATA), ("sidecar", _SIDECAR),
-])
-"""Columns of a V2-spec checkpoint (adds ``checkpointMetadata`` and ``sidecar``)."""
-
-_CODECS = {"uncompressed": "none", "none": "none", "snappy": "snappy", "gzip": "gzip",
-           "lz4_raw": "lz4", "zstd": "zstd"}
 
 # -- intervals --------------------------------------------------------------------------------
 
-_UNIT_MS: dict[str, Decimal] = {
-    "week": Decimal(7 * 24 * 3600 * 1000), "day": Decimal(24 * 3600 * 1000), "hour": Decimal(3600 * 1000),
-    "minute": Decimal(60 * 1000), "second": Decimal(1000), "millisecond": Decimal(1),
-    "microsecond": Decimal("0.001"), "nanosecond": Decimal("0.000001"),
-}
-_UNIT_ALIASES = {"min": "minute", "mins": "minute", "sec": "second", "secs": "second",
-                 "ms": "millisecond", "msec": "millisecond", "us": "microsecond", "usec": "microsecond",
-                 "ns": "nanosecond"}
-_NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)$")
-
-
-def parse_interval_ms(s: str) -> int:
-    """Parse a Delta interval string into milliseconds.
-
-    Accepts what Delta table properties use: ``"interval 1 week"``, ``"interval 7 days"``,
-    ``"168 hours"``, ``"interval 1 day 12 hours"``; units week, day, hour, minute, second,
-    millisecond, microsecond, nanosecond (singular or plural, any case). Months and years
-    have no fixed length and are refused, as are negative intervals.
-
-    Args:
-        s: the interval string.
-
-    Returns:
-        The interval in whole milliseconds (fractions truncated).
-
-    Raises:
-        InvalidArgumentError: the string is not a valid non-negative interval.
-    """
-    if not isinstance(s, str):
-        raise InvalidArgumentError(f"invalid interval {s!r}: expected a string like 'interval 7 days'")
-    tokens = s.strip().lower().split()
-    if tokens and tokens[0] == "interval":
-        tokens = tokens[1:]
-    if not tokens or len(tokens) % 2:
-        raise InvalidArgumentError(f"invalid interval {s!r}: expected '<number> <unit>' pairs, "
-                                   "like 'interval 7 days'")
-    total = Decimal(0)
-    for number, unit in zip(tokens[::2], tokens[1::2]):
-        if not _NUMBER.match(number):
-            raise InvalidArgumentError(f"invalid interval {s!r}: {number!r} is not a number")
-        unit = _UNIT_ALIASES.get(unit, unit)
-        base = unit[:-1] if unit.endswith("s") and unit[:-1] in _UNIT_MS else unit
-        if base in ("month", "year", "months", "years"):
-            raise InvalidArgumentError(f"invalid interval {s!r}: months and years are not allowed, "
-                                       "use days or weeks")
-        if base not in _UNIT_MS:
-            raise InvalidArgumentError(f"invalid interval {s!r}: unknown unit {unit!r}")
-        try:
-            value = Decimal(number)
-        except InvalidOperation:  # pragma: no cover - the regex already checked the shape
-            raise InvalidArgumentError(f"invalid interval {s!r}: {number!r} is not a number") from None
-        if value != value.to_integral_value() and base not in ("second", "millisecond"):
-            raise InvalidArgumentError(f"invalid interval {s!r}: a fraction is only allowed in seconds")
-        total += value * _UNIT_MS[base]
-    if total < 0:
-        raise InvalidArgumentError(f"invalid interval {s!r}: an interval must not be negative")
-    return int(total)
-
-
-def tombstone_retention_ms(configuration: dict[str, str]) -> int:
-    """The table's ``delta.deletedFileRetentionDuration`` in ms (default one week)."""
-    value = configuration.get("delta.deletedFileRetentionDuration") or DEFAULT_DELETED_FILE_RETENTION
-    return parse_interval_ms(value)
 
 
 # -- _last_checkpoint checksum ----------------------------------------------------------------
@@ -216,42 +108,18 @@ def last_checkpoint_checksum(hint: dict) -> str:
 
 # -- building the checkpoint table ------------------------------------------------------------
 
-def _uses_v2_spec(snapshot: Snapshot) -> bool:
+def uses_v2_spec(snapshot: TableHeader) -> bool:
+    """Whether the checkpoint of ``snapshot`` follows the V2 spec (the feature, and no classic policy)."""
     p = snapshot.protocol
     supported = "v2Checkpoint" in p.reader_features and "v2Checkpoint" in p.writer_features
-    policy = (snapshot.metadata.configuration.get("delta.checkpointPolicy") or "v2").lower()
-    return supported and policy != "classic"
-
-
-def _struct_column(table: pa.Table, target: pa.StructType, overrides: dict[str, pa.Array]) -> pa.Array:
-    """A non-null struct array of ``target`` from a table's same-named columns (missing: null)."""
-    n = table.num_rows
-    children = []
-    for f in target:
-        if f.name in overrides:
-            arr = overrides[f.name]
-        elif f.name in table.column_names:
-            arr = table.column(f.name)
-            arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
-            if arr.type != f.type:
-                arr = arr.cast(f.type)
-        else:
-            arr = pa.nulls(n, f.type)
-        children.append(arr)
-    return pa.StructArray.from_arrays(children, fields=list(target))
-
-
-def _rows(schema: pa.Schema, column: str, values: pa.Array) -> pa.Table:
-    """A table of ``schema`` whose ``column`` holds ``values`` and whose other columns are null."""
-    n = len(values)
-    return pa.table([values if f.name == column else pa.nulls(n, f.type) for f in schema], schema=schema)
+    return supported and snapshot.metadata.properties.checkpoint_policy != "classic"
 
 
 def _live_tombstones(snapshot: Snapshot, now_ms: int) -> pa.Table:
     tombstones = snapshot.tombstones
     if tombstones.num_rows == 0:
         return tombstones
-    cutoff = now_ms - tombstone_retention_ms(snapshot.metadata.configuration)
+    cutoff = now_ms - snapshot.metadata.properties.deleted_file_retention_ms
     ts = pc.fill_null(tombstones.column("deletionTimestamp"), 0)
     return tombstones.filter(pc.greater(ts, cutoff))
 
@@ -261,35 +129,35 @@ def build_checkpoint_table(snapshot: Snapshot, *, now_ms: int, v2_spec: bool) ->
     schema = CHECKPOINT_SCHEMA_V2 if v2_spec else CHECKPOINT_SCHEMA_V1
     parts: list[pa.Table] = []
     if v2_spec:
-        parts.append(_rows(schema, "checkpointMetadata",
-                           pa.array([{"version": snapshot.version}], type=_CHECKPOINT_METADATA)))
-    parts.append(_rows(schema, "protocol", pa.array([snapshot.protocol.to_action()], type=_PROTOCOL)))
+        parts.append(action_rows(schema, "checkpointMetadata",
+                           pa.array([{"version": snapshot.version}], type=CHECKPOINT_METADATA)))
+    parts.append(action_rows(schema, "protocol", pa.array([snapshot.protocol.to_action()], type=PROTOCOL)))
     meta = dict(snapshot.metadata.raw)
     meta.setdefault("format", {"provider": "parquet", "options": {}})
-    parts.append(_rows(schema, "metaData", pa.array([meta], type=_METADATA)))
+    parts.append(action_rows(schema, "metaData", pa.array([meta], type=METADATA)))
     if snapshot.txns:
         txns = [snapshot.txns[k] for k in sorted(snapshot.txns)]
-        parts.append(_rows(schema, "txn", pa.array(txns, type=_TXN)))
+        parts.append(action_rows(schema, "txn", pa.array(txns, type=TXN)))
     if snapshot.domains:
         domains = [dict(snapshot.domains[k], removed=False) for k in sorted(snapshot.domains)]
-        parts.append(_rows(schema, "domainMetadata", pa.array(domains, type=_DOMAIN)))
+        parts.append(action_rows(schema, "domainMetadata", pa.array(domains, type=DOMAIN)))
 
     files = _recover_stats(snapshot)
     num_adds = files.num_rows
     typed = _typed_add_columns(snapshot, files) if num_adds else {}
     if typed:
         schema, add_type = with_typed_adds(schema, typed)
-        parts = [_rows(schema, c, t.column(c).combine_chunks()) for t in parts for c in t.column_names
+        parts = [action_rows(schema, c, t.column(c).combine_chunks()) for t in parts for c in t.column_names
                  if t.column(c).null_count < t.num_rows]
     else:
-        add_type = _ADD
+        add_type = ADD_CHECKPOINT
     if num_adds:
         overrides = {"dataChange": pa.array(np.zeros(num_adds, dtype=bool)), **typed}
-        parts.append(_rows(schema, "add", _struct_column(files, add_type, overrides)))
+        parts.append(action_rows(schema, "add", struct_column(files, add_type, overrides)))
     tombstones = _live_tombstones(snapshot, now_ms)
     if tombstones.num_rows:
         overrides = {"dataChange": pa.array(np.zeros(tombstones.num_rows, dtype=bool))}
-        parts.append(_rows(schema, "remove", _struct_column(tombstones, _REMOVE, overrides)))
+        parts.append(action_rows(schema, "remove", struct_column(tombstones, REMOVE_CHECKPOINT, overrides)))
     return pa.concat_tables(parts), num_adds
 
 
@@ -362,23 +230,6 @@ def _partition_values_parsed(files: pa.Table, partition_fields: list[tuple[str, 
     return pa.StructArray.from_arrays(children, fields=[pa.field(n, t) for n, t in partition_fields])
 
 
-def _json_value(v: Any) -> Any:
-    if isinstance(v, dict):
-        return {k: _json_value(x) for k, x in v.items() if x is not None}
-    if isinstance(v, datetime.datetime):
-        if v.tzinfo is not None:
-            v = v.astimezone(datetime.timezone.utc).replace(tzinfo=None)
-            return v.isoformat(timespec="milliseconds") + "Z"
-        return v.isoformat(timespec="milliseconds")
-    if isinstance(v, datetime.date):
-        return v.isoformat()
-    if isinstance(v, Decimal):
-        return float(v) if v != v.to_integral_value() else int(v)
-    if isinstance(v, bytes):
-        return None
-    return v
-
-
 def _recover_stats(snapshot: Snapshot) -> pa.Table:
     """The live adds, with ``stats`` rebuilt from the source checkpoint's ``stats_parsed`` for files
     whose JSON stats the snapshot does not hold (checkpoints written with only typed stats)."""
@@ -401,7 +252,7 @@ def _recover_stats(snapshot: Snapshot) -> pa.Table:
             continue
         for row in got.filter(got.is_valid()).to_pylist():
             if row["stats_parsed"] is not None:
-                recovered[row["path"]] = json.dumps(_json_value(row["stats_parsed"]), separators=(",", ":"))
+                recovered[row["path"]] = json.dumps(json_value(row["stats_parsed"]), separators=(",", ":"))
     if not recovered:
         return files
     stats = files.column("stats").to_pylist()
@@ -412,13 +263,13 @@ def _recover_stats(snapshot: Snapshot) -> pa.Table:
 
 def with_typed_adds(schema: pa.Schema, typed: dict[str, pa.Array]) -> tuple[pa.Schema, pa.StructType]:
     """A checkpoint schema whose ``add`` struct also holds the typed columns, and that struct."""
-    add_type = pa.struct(list(_ADD) + [pa.field(k, v.type) for k, v in typed.items()])
+    add_type = pa.struct(list(ADD_CHECKPOINT) + [pa.field(k, v.type) for k, v in typed.items()])
     return schema.set(schema.get_field_index("add"), pa.field("add", add_type)), add_type
 
 
 def writes_typed_stats(metadata: Metadata) -> bool:
     """Whether the table asks its checkpoints for typed statistics (``writeStatsAsStruct``)."""
-    return (metadata.configuration.get("delta.checkpoint.writeStatsAsStruct") or "").lower() == "true"
+    return metadata.properties.write_stats_as_struct
 
 
 def _typed_add_columns(snapshot: Snapshot, files: pa.Table) -> dict[str, pa.Array]:
@@ -449,9 +300,6 @@ def typed_add_columns(metadata: Metadata, files: pa.Table) -> dict[str, pa.Array
     return out
 
 
-def _compression(snapshot: Snapshot) -> str:
-    codec = (snapshot.metadata.configuration.get("delta.parquet.compression.codec") or "zstd").lower()
-    return _CODECS.get(codec, "zstd")
 
 
 def _to_parquet(table: pa.Table, compression: str) -> bytes:
@@ -513,7 +361,7 @@ def describe_checkpoint(storage: Storage, checkpoint: Checkpoint, counts: tuple[
     return hint
 
 
-def _existing(storage: Storage, version: int, classic_name: bool) -> Checkpoint | None:
+def existing_checkpoint(storage: Storage, version: int, classic_name: bool) -> Checkpoint | None:
     """A complete checkpoint (classic, multi-part or V2) already at ``version``, if any. When a
     classic name is asked for explicitly, a UUID-named V2 checkpoint does not count: the protocol
     recommends a classic-named copy so that clients without V2 support find one."""
@@ -531,7 +379,7 @@ def _same_checkpoint(current: dict, hint: dict) -> bool:
             and v2 == (hint.get("v2Checkpoint") or {}).get("path"))
 
 
-def _update_hint(storage: Storage, hint: dict, wrote: bool) -> bool:
+def update_hint(storage: Storage, hint: dict, wrote: bool) -> bool:
     """Point ``_last_checkpoint`` at the checkpoint ``hint`` describes, unless it names a newer
     version or (when this call wrote nothing) already names this checkpoint."""
     current = _read_hint(storage)
@@ -586,7 +434,7 @@ def write_checkpoint(snapshot: Snapshot, *, now_ms: int | None = None,
     check_supported(snapshot.protocol, "checkpoint", snapshot.metadata)
     storage = snapshot.storage
     version = snapshot.version
-    v2_spec = _uses_v2_spec(snapshot)
+    v2_spec = uses_v2_spec(snapshot)
     if naming == "uuid" and not v2_spec:
         raise InvalidArgumentError("a UUID-named checkpoint needs the v2Checkpoint table feature "
                                    "(and delta.checkpointPolicy other than 'classic')")
@@ -596,10 +444,10 @@ def write_checkpoint(snapshot: Snapshot, *, now_ms: int | None = None,
     if now_ms is None:
         now_ms = int(time.time() * 1000)
 
-    existing = _existing(storage, version, classic_name=naming == "classic")
+    existing = existing_checkpoint(storage, version, classic_name=naming == "classic")
     if existing is not None:  # a complete checkpoint of the version is there: write nothing
         hint = describe_checkpoint(storage, existing)
-        hint_updated = _update_hint(storage, hint, wrote=False) if hint is not None else False
+        hint_updated = update_hint(storage, hint, wrote=False) if hint is not None else False
         return {
             "version": version, "path": existing.files[0].key,
             "kind": {"classic": "classic", "multipart": "multipart", "v2": "v2"}[existing.kind],
@@ -610,7 +458,7 @@ def write_checkpoint(snapshot: Snapshot, *, now_ms: int | None = None,
         }
     table, num_adds = build_checkpoint_table(snapshot, now_ms=now_ms, v2_spec=v2_spec)
     _assert_reconciled(snapshot, table)
-    data = _to_parquet(table, _compression(snapshot))
+    data = _to_parquet(table, snapshot.metadata.properties.compression_codec)
     key = f"{LOG_DIR}{version:020d}.checkpoint.{uuid.uuid4()}.parquet" if uuid_named else classic_key
     already = False
     try:
@@ -623,7 +471,7 @@ def write_checkpoint(snapshot: Snapshot, *, now_ms: int | None = None,
     num_actions = hint["size"] if hint else None
     num_adds = hint["numOfAddFiles"] if hint else num_adds
     size = written.files[0].size
-    hint_updated = _update_hint(storage, hint, wrote=not already) if hint is not None else False
+    hint_updated = update_hint(storage, hint, wrote=not already) if hint is not None else False
     return {
         "version": version,
         "path": key,

@@ -41,9 +41,11 @@ import pyarrow.parquet as pq
 from airflow_delta_maint.delta.errors import CommitFailedError, CorruptLogError, InvalidArgumentError
 from airflow_delta_maint.delta.log import checkpoint as ckpt
 from airflow_delta_maint.delta.log.listing import LOG_DIR, Checkpoint, classic_checkpoint_key, list_log
-from airflow_delta_maint.delta.log.snapshot import _drop_keys
-from airflow_delta_maint.delta.log.state_stream import BATCH_ROWS, StreamedState, StreamFallback, _flatten, \
-    _open_parquet, _rows_from_actions
+from airflow_delta_maint.delta.log import checkpoint_schema as cs
+from airflow_delta_maint.delta.log.checkpoint_read import (BATCH_ROWS, StreamFallback, actions_table, flatten_actions,
+                                                           open_checkpoint_file)
+from airflow_delta_maint.delta.log.reconciliation import drop_keys
+from airflow_delta_maint.delta.log.state_stream import StreamedState
 from airflow_delta_maint.delta.protocol.actions import ADD, Metadata
 from airflow_delta_maint.delta.protocol.features import check_supported
 from airflow_delta_maint.delta.storage.store import AlreadyExistsError, Storage
@@ -53,8 +55,8 @@ __all__ = ["CheckpointParts", "CheckpointSlice", "SliceWriter", "discard_parts",
 
 #: source rows per slice (one output file each): a task holds one slice's columns, some 100-200 MiB
 SLICE_ROWS = 500_000
-SIDECAR_SCHEMA = pa.schema([("add", ckpt._ADD), ("remove", ckpt._REMOVE)])
-_REMOVE_COLUMNS = [f.name for f in ckpt._REMOVE]
+SIDECAR_SCHEMA = pa.schema([("add", cs.ADD_CHECKPOINT), ("remove", cs.REMOVE_CHECKPOINT)])
+_REMOVE_COLUMNS = [f.name for f in cs.REMOVE_CHECKPOINT]
 _ADD_COLUMNS = [f.name for f in ADD]
 
 
@@ -112,9 +114,9 @@ class SliceWriter:
 
     def rows(self, s: CheckpointSlice) -> tuple[pa.Table, int]:
         """The slice's checkpoint rows (adds, then tombstones) and how many are adds."""
-        schema = SIDECAR_SCHEMA if self.layout == "sidecars" else ckpt.CHECKPOINT_SCHEMA_V1
+        schema = SIDECAR_SCHEMA if self.layout == "sidecars" else cs.CHECKPOINT_SCHEMA_V1
         root = self.storage.root
-        pf = _open_parquet(self.storage, s.key, s.size)
+        pf = open_checkpoint_file(self.storage, s.key, s.size)
         src = pf.schema_arrow
         wanted = [f"add.{c}" for c in _ADD_COLUMNS if ckpt_child(src, "add", c)]
         typed_stats = ckpt_child(src, "add", "stats_parsed")
@@ -128,12 +130,12 @@ class SliceWriter:
         try:
             for batch in pf.iter_batches(batch_size=BATCH_ROWS, row_groups=list(s.row_groups), columns=wanted,
                                          use_threads=False):
-                adds = _flatten(batch, "add", _ADD_COLUMNS, ADD)
+                adds = flatten_actions(batch, "add", _ADD_COLUMNS, ADD)
                 if typed_stats and adds.num_rows and adds.column("stats").null_count:
                     adds = _fill_stats(batch, adds)
-                adds = _drop_keys(adds, self.touched, self.spellings, root)
-                removes = _flatten(batch, "remove", _REMOVE_COLUMNS, ckpt._REMOVE)
-                removes = _drop_keys(removes, self.touched, self.spellings, root)
+                adds = drop_keys(adds, self.touched, self.spellings, root)
+                removes = flatten_actions(batch, "remove", _REMOVE_COLUMNS, cs.REMOVE_CHECKPOINT)
+                removes = drop_keys(removes, self.touched, self.spellings, root)
                 removes = _unexpired(removes, self.tombstone_cutoff_ms)
                 if adds.num_rows:
                     add_pieces.append(adds)
@@ -159,7 +161,7 @@ def _fill_stats(batch: pa.RecordBatch, adds: pa.Table) -> pa.Table:
     arr = arr.filter(arr.is_valid()) if arr.null_count else arr
     parsed = pc.struct_field(arr, "stats_parsed").to_pylist()
     stats = adds.column("stats").to_pylist()
-    filled = [s if s is not None or p is None else json.dumps(ckpt._json_value(p), separators=(",", ":"))
+    filled = [s if s is not None or p is None else json.dumps(cs.json_value(p), separators=(",", ":"))
               for s, p in zip(stats, parsed)]
     return adds.set_column(adds.schema.get_field_index("stats"), "stats", pa.array(filled, pa.string()))
 
@@ -169,7 +171,7 @@ def _file_action_rows(schema: pa.Schema, adds: pa.Table | None, removes: list[pa
     """Checkpoint rows of the adds and tombstones; with ``typed`` (a table asking for typed
     statistics) the adds also carry ``stats_parsed`` and ``partitionValues_parsed``, as the
     in-memory writer writes them."""
-    add_type = ckpt._ADD
+    add_type = cs.ADD_CHECKPOINT
     extra: dict[str, pa.Array] = {}
     if typed is not None and adds is not None and adds.num_rows:
         extra = ckpt.typed_add_columns(typed, adds)
@@ -178,8 +180,8 @@ def _file_action_rows(schema: pa.Schema, adds: pa.Table | None, removes: list[pa
     pieces = []
     if adds is not None and adds.num_rows:
         overrides = {"dataChange": pa.array(np.zeros(adds.num_rows, dtype=bool)), **extra}
-        pieces.append(ckpt._rows(schema, "add", ckpt._struct_column(adds, add_type, overrides)))
-    pieces += [_file_rows(schema, "remove", r, ckpt._REMOVE) for r in removes]
+        pieces.append(cs.action_rows(schema, "add", cs.struct_column(adds, add_type, overrides)))
+    pieces += [_file_rows(schema, "remove", r, cs.REMOVE_CHECKPOINT) for r in removes]
     return pa.concat_tables(pieces) if pieces else schema.empty_table()
 
 
@@ -192,7 +194,7 @@ def _unexpired(tombstones: pa.Table, cutoff_ms: int) -> pa.Table:
 
 def _file_rows(schema: pa.Schema, column: str, table: pa.Table, target: pa.StructType) -> pa.Table:
     overrides = {"dataChange": pa.array(np.zeros(table.num_rows, dtype=bool))}
-    return ckpt._rows(schema, column, ckpt._struct_column(table, target, overrides))
+    return cs.action_rows(schema, column, cs.struct_column(table, target, overrides))
 
 
 def _to_parquet(table: pa.Table, compression: str) -> bytes:
@@ -218,7 +220,7 @@ class CheckpointParts:
 def _slices(state: StreamedState, first_index: int = 1) -> list[CheckpointSlice]:
     out: list[CheckpointSlice] = []
     for key, size in state.part_files:
-        pf = _open_parquet(state.storage, key, size)
+        pf = open_checkpoint_file(state.storage, key, size)
         if "add" not in pf.schema_arrow.names and "remove" not in pf.schema_arrow.names:
             continue
         meta = pf.metadata
@@ -255,9 +257,9 @@ def plan_checkpoint_parts(state: StreamedState, *, now_ms: int | None = None,
     """
     if naming not in ("auto", "classic", "uuid"):
         raise InvalidArgumentError(f"invalid naming {naming!r}: expected 'auto', 'classic' or 'uuid'")
-    shell = state.shell()
+    shell = state
     check_supported(shell.protocol, "checkpoint", shell.metadata)
-    v2_spec = ckpt._uses_v2_spec(shell)
+    v2_spec = ckpt.uses_v2_spec(shell)
     if naming == "uuid" and not v2_spec:
         raise InvalidArgumentError("a UUID-named checkpoint needs the v2Checkpoint table feature "
                                    "(and delta.checkpointPolicy other than 'classic')")
@@ -269,10 +271,10 @@ def plan_checkpoint_parts(state: StreamedState, *, now_ms: int | None = None,
     if layout == "multipart" and any(cp.version == state.version and cp.kind == "multipart"
                                      and len(cp.files) == parts for cp in list_log(state.storage, state.version).checkpoints):
         raise StreamFallback("a multi-part checkpoint with as many parts is already there")
-    cutoff = now - ckpt.tombstone_retention_ms(shell.metadata.configuration)
+    cutoff = now - shell.metadata.properties.deleted_file_retention_ms
     touched = set(state.replay_files)
     spellings = {a["path"] for _, a in state.replay_files.values()}
-    writer = SliceWriter(state.storage, state.version, layout, parts, ckpt._compression(shell), cutoff, touched,
+    writer = SliceWriter(state.storage, state.version, layout, parts, shell.metadata.properties.compression_codec, cutoff, touched,
                          spellings, typed=shell.metadata if ckpt.writes_typed_stats(shell.metadata) else None)
     kind = "multipart" if not v2_spec else ("v2" if naming != "classic" else "v2-classic")
     return CheckpointParts(state, writer, slices, kind, now, live)
@@ -282,31 +284,31 @@ def _header_table(plan: CheckpointParts, sidecars: list[dict]) -> tuple[pa.Table
     """The file the driver writes last: non-file actions, the replayed commits' file actions and
     (V2) the sidecar actions. Returns the table and its add count."""
     state, writer = plan.state, plan.writer
-    shell = state.shell()
+    shell = state
     v2 = plan.kind != "multipart"
     new_adds = [a for k, a in state.replay_files.values() if k == "add"]
     new_removes = [a for k, a in state.replay_files.values() if k == "remove"]
-    adds = _rows_from_actions(new_adds, _ADD_COLUMNS, ADD) if new_adds else None
-    removes = _unexpired(_rows_from_actions(new_removes, _REMOVE_COLUMNS, ckpt._REMOVE), writer.tombstone_cutoff_ms)
+    adds = actions_table(new_adds, _ADD_COLUMNS, ADD) if new_adds else None
+    removes = _unexpired(actions_table(new_removes, _REMOVE_COLUMNS, cs.REMOVE_CHECKPOINT), writer.tombstone_cutoff_ms)
     # the file actions first: typed statistics widen the add struct, and every row shares the schema
-    files = _file_action_rows(ckpt.CHECKPOINT_SCHEMA_V2 if v2 else ckpt.CHECKPOINT_SCHEMA_V1, adds,
+    files = _file_action_rows(cs.CHECKPOINT_SCHEMA_V2 if v2 else cs.CHECKPOINT_SCHEMA_V1, adds,
                               [removes] if removes.num_rows else [], writer.typed)
     schema = files.schema
     parts: list[pa.Table] = []
     if v2:
-        parts.append(ckpt._rows(schema, "checkpointMetadata",
-                                pa.array([{"version": state.version}], type=ckpt._CHECKPOINT_METADATA)))
-    parts.append(ckpt._rows(schema, "protocol", pa.array([shell.protocol.to_action()], type=ckpt._PROTOCOL)))
+        parts.append(cs.action_rows(schema, "checkpointMetadata",
+                                pa.array([{"version": state.version}], type=cs.CHECKPOINT_METADATA)))
+    parts.append(cs.action_rows(schema, "protocol", pa.array([shell.protocol.to_action()], type=cs.PROTOCOL)))
     meta = dict(shell.metadata.raw)
     meta.setdefault("format", {"provider": "parquet", "options": {}})
-    parts.append(ckpt._rows(schema, "metaData", pa.array([meta], type=ckpt._METADATA)))
+    parts.append(cs.action_rows(schema, "metaData", pa.array([meta], type=cs.METADATA)))
     if state.txns:
-        parts.append(ckpt._rows(schema, "txn", pa.array([state.txns[k] for k in sorted(state.txns)], type=ckpt._TXN)))
+        parts.append(cs.action_rows(schema, "txn", pa.array([state.txns[k] for k in sorted(state.txns)], type=cs.TXN)))
     if state.domains:
         domains = [dict(state.domains[k], removed=False) for k in sorted(state.domains)]
-        parts.append(ckpt._rows(schema, "domainMetadata", pa.array(domains, type=ckpt._DOMAIN)))
+        parts.append(cs.action_rows(schema, "domainMetadata", pa.array(domains, type=cs.DOMAIN)))
     if sidecars:
-        parts.append(ckpt._rows(schema, "sidecar", pa.array(sidecars, type=ckpt._SIDECAR)))
+        parts.append(cs.action_rows(schema, "sidecar", pa.array(sidecars, type=cs.SIDECAR)))
     return pa.concat_tables([*parts, files]), len(new_adds)
 
 
@@ -348,7 +350,7 @@ def publish_checkpoint_parts(plan: CheckpointParts, results: list[dict[str, Any]
             hint["v2Checkpoint"] = {"path": key.rpartition("/")[2], "sizeInBytes": top.size,
                                     "modificationTime": top.mtime_ms}
         checkpoint = Checkpoint(version, "v2" if plan.kind == "v2" else "classic", (top,))
-    updated = ckpt._update_hint(storage, hint, wrote=True)
+    updated = ckpt.update_hint(storage, hint, wrote=True)
     return {"version": version, "path": checkpoint.files[0].key if plan.kind == "multipart" else key,
             "kind": plan.kind, "num_actions": actions, "num_add_files": adds, "size_bytes": total_bytes,
             "already_existed": False, "last_checkpoint_updated": updated, "parts": len(written) + 1}
@@ -368,12 +370,12 @@ def existing_checkpoint(state: StreamedState, naming: str = "auto") -> dict[str,
     """``write_checkpoint``'s metrics when a complete checkpoint of the version is already there
     (nothing is written; ``_last_checkpoint`` is pointed at it), read in bounded memory; else None."""
     storage = state.storage
-    found = ckpt._existing(storage, state.version, classic_name=naming == "classic")
+    found = ckpt.existing_checkpoint(storage, state.version, classic_name=naming == "classic")
     if found is None:
         return None
     counts = _count_actions_streamed(storage, found)
     hint = ckpt.describe_checkpoint(storage, found, counts) if counts is not None else None
-    updated = ckpt._update_hint(storage, hint, wrote=False) if hint is not None else False
+    updated = ckpt.update_hint(storage, hint, wrote=False) if hint is not None else False
     return {"version": state.version, "path": found.files[0].key, "kind": found.kind,
             "num_actions": hint["size"] if hint else None,
             "num_add_files": hint["numOfAddFiles"] if hint else _verified_live_files(state),
@@ -388,7 +390,7 @@ def _count_actions_streamed(storage: Storage, checkpoint: Checkpoint) -> tuple[i
         if not f.key.endswith(".parquet"):
             return None
         try:
-            pf = _open_parquet(storage, f.key, f.size)
+            pf = open_checkpoint_file(storage, f.key, f.size)
             names = pf.schema_arrow.names
             if "sidecar" in names:
                 for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=["sidecar"], use_threads=False):

@@ -34,9 +34,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from airflow_delta_maint.delta.errors import InvalidArgumentError, MissingVersionError
-from airflow_delta_maint.delta.log.checkpoint import parse_interval_ms, write_checkpoint
-from airflow_delta_maint.delta.log.listing import LOG_DIR, Checkpoint, LogListing, commit_key, list_log, parse_json_lines, parse_listing
-from airflow_delta_maint.delta.log.snapshot import Snapshot, sidecar_key
+from airflow_delta_maint.delta.log.checkpoint import write_checkpoint
+from airflow_delta_maint.delta.log.commit_time import commit_times
+from airflow_delta_maint.delta.protocol.table_properties import TableProperties, parse_interval_ms
+from airflow_delta_maint.delta.log.listing import LOG_DIR, Checkpoint, LogListing, list_log, parse_json_lines, parse_listing
+from airflow_delta_maint.delta.log.checkpoint_read import sidecar_key
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.log.table_header import TableHeader
 from airflow_delta_maint.delta.protocol.features import check_checkpoint_allowed, check_supported, checkpoint_protection_version
 from airflow_delta_maint.delta.storage.store import FileInfo, Storage
 
@@ -67,66 +71,7 @@ def log_retention_ms(configuration: dict[str, str], retention: str | None = None
             return parse_interval_ms(retention)
         except InvalidArgumentError as exc:
             raise InvalidArgumentError(f"invalid log retention {retention!r}: {exc}") from None
-    value = configuration.get(RETENTION_PROPERTY)
-    if value is None:
-        return DEFAULT_LOG_RETENTION_MS
-    try:
-        return parse_interval_ms(value)
-    except InvalidArgumentError as exc:
-        raise InvalidArgumentError(f"the table property {RETENTION_PROPERTY}={value!r} is invalid: {exc}") from None
-
-
-def _ict_start(configuration: dict[str, str]) -> int | None:
-    if str(configuration.get("delta.enableInCommitTimestamps", "false")).strip().lower() != "true":
-        return None
-    try:
-        return int(configuration.get("delta.inCommitTimestampEnablementVersion", 0))
-    except ValueError:
-        return 0
-
-
-def _read_ict(storage: Storage, version: int) -> int | None:
-    try:
-        for action in parse_json_lines(storage.read(commit_key(version)), commit_key(version)):
-            if "commitInfo" in action:
-                ts = action["commitInfo"].get("inCommitTimestamp")
-                return int(ts) if ts is not None else None
-    except FileNotFoundError:
-        return None
-    return None
-
-
-def commit_times(storage: Storage, listing: LogListing, configuration: dict[str, str],
-                 until: int | None = None, stop_after_ms: int | None = None) -> dict[int, int]:
-    """Each version's time in ms, for versions with a commit or checkpoint file (up to ``until``;
-    with ``stop_after_ms``, up to the first version newer than that: times only grow).
-
-    In-commit timestamps count from their enablement version on; earlier versions (and a commit
-    without one) use the file's modification time (a checkpoint's where the commit is gone),
-    raised to one ms past the previous version's time where it would be earlier or equal.
-    """
-    versions = set(listing.commits) | {c.version for c in listing.checkpoints}
-    ict_from = _ict_start(configuration)
-    out: dict[int, int] = {}
-    previous: int | None = None
-    for v in sorted(versions):
-        if until is not None and v > until:
-            break
-        ts = None
-        if ict_from is not None and v >= ict_from and v in listing.commits:
-            ts = _read_ict(storage, v)
-        if ts is None:
-            if v in listing.commits:
-                ts = listing.commits[v].mtime_ms
-            else:
-                ts = min(f.mtime_ms for c in listing.checkpoints if c.version == v for f in c.files)
-            if previous is not None and ts <= previous:
-                ts = previous + 1
-        previous = ts if previous is None else max(previous, ts)
-        out[v] = ts
-        if stop_after_ms is not None and ts > stop_after_ms:
-            break
-    return out
+    return TableProperties(configuration).log_retention_ms
 
 
 @dataclass
@@ -205,7 +150,7 @@ def _deletable(files: Iterable[FileInfo], boundary: int) -> list[tuple[int, File
 
 
 def plan_log_cleanup(storage: Storage, *, retention: str | None = None, now_ms: int | None = None,
-                     keep_versions: Iterable[int] = (), snapshot: Snapshot | None = None) -> LogCleanupPlan:
+                     keep_versions: Iterable[int] = (), snapshot: TableHeader | None = None) -> LogCleanupPlan:
     """Decide which log files may go (nothing is written or deleted).
 
     Args:
@@ -232,7 +177,7 @@ def plan_log_cleanup(storage: Storage, *, retention: str | None = None, now_ms: 
     plan.keep_versions = keep
     if keep and (keep[0] < 0 or keep[-1] > snapshot.version):
         raise InvalidArgumentError(f"versions to keep must be between 0 and {snapshot.version}, got {list(keep)}")
-    if str(configuration.get(ENABLE_PROPERTY, "true")).strip().lower() == "false":
+    if not snapshot.metadata.properties.expired_log_cleanup:
         plan.reason = f"expired log cleanup is turned off ({ENABLE_PROPERTY}=false)"
         return plan
 
@@ -344,7 +289,7 @@ def _expired_sidecars(storage: Storage, listing: LogListing, boundary: int, cuto
 
 def cleanup_expired_log(storage: Storage, *, retention: str | None = None, dry_run: bool = False,
                         now_ms: int | None = None, keep_versions: Iterable[int] = (),
-                        snapshot: Snapshot | None = None,
+                        snapshot: TableHeader | None = None,
                         checkpoint_writer: Callable[[int], dict[str, Any]] | None = None) -> dict[str, Any]:
     """Plan and run expired log cleanup; returns the run's metrics.
 

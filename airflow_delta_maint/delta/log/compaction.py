@@ -31,21 +31,23 @@ from airflow_delta_maint.delta.log.listing import (Compaction, LogListing, build
                                                    parse_json_lines, read_last_checkpoint_hint)
 from airflow_delta_maint.delta.log.reconciliation import Replay, actions_problem
 from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.log.table_header import TableHeader
 from airflow_delta_maint.delta.protocol.actions import Metadata
 from airflow_delta_maint.delta.protocol.features import check_supported
+from airflow_delta_maint.delta.protocol.table_properties import (DEFAULT_LOG_COMPACTION_INTERVAL, LOG_COMPACTION_INTERVAL,
+                                                                 LOG_RETENTION, TableProperties)
 from airflow_delta_maint.delta.storage.store import AlreadyExistsError, Storage
 
 __all__ = [
-    "DEFAULT_INTERVAL", "DEFAULT_LOG_RETENTION", "DEFAULT_MAX_WINDOW_BYTES", "INTERVAL_PROPERTY",
+    "DEFAULT_INTERVAL", "DEFAULT_MAX_WINDOW_BYTES", "INTERVAL_PROPERTY",
     "RETENTION_PROPERTY", "Window", "compact_log", "compaction_interval", "expired_compactions",
-    "nothing_to_do", "plan_windows", "reconcile_window", "render_window", "write_window",
+    "nothing_to_do", "plan_windows", "windows_nothing_to_do", "reconcile_window", "render_window", "write_window",
 ]
 
-INTERVAL_PROPERTY = "delta.logCompactionInterval"
-RETENTION_PROPERTY = "delta.logRetentionDuration"
-DEFAULT_INTERVAL = 5
+INTERVAL_PROPERTY = LOG_COMPACTION_INTERVAL
+RETENTION_PROPERTY = LOG_RETENTION
+DEFAULT_INTERVAL = DEFAULT_LOG_COMPACTION_INTERVAL
 DEFAULT_MAX_WINDOW_BYTES = 1 << 30
-DEFAULT_LOG_RETENTION = "interval 30 days"
 
 log = logging.getLogger(__name__)
 
@@ -70,20 +72,14 @@ def compaction_interval(configuration: Mapping[str, str], override: int | None =
     Raises:
         InvalidArgumentError: the interval is not an integer of at least 2.
     """
-    if override is not None:
-        value: Any = override
-        source = "--interval"
-    else:
-        value = configuration.get(INTERVAL_PROPERTY)
-        source = INTERVAL_PROPERTY
-        if value is None:
-            return DEFAULT_INTERVAL
+    if override is None:
+        return TableProperties(configuration).log_compaction_interval
     try:
-        interval = int(str(value).strip())
+        interval = int(str(override).strip())
     except ValueError:
-        raise InvalidArgumentError(f"invalid {source} {value!r}: expected an integer >= 2") from None
+        raise InvalidArgumentError(f"invalid --interval {override!r}: expected an integer >= 2") from None
     if interval < 2:
-        raise InvalidArgumentError(f"invalid {source} {value!r}: a compaction window must span at least "
+        raise InvalidArgumentError(f"invalid --interval {override!r}: a compaction window must span at least "
                                    "2 commits")
     return interval
 
@@ -194,15 +190,13 @@ def _window_bytes(listing: LogListing, window: Window) -> tuple[int, int | None]
 
 
 def _retention_ms(configuration: Mapping[str, str]) -> int:
-    from airflow_delta_maint.delta.log.checkpoint import parse_interval_ms
-
-    return parse_interval_ms(configuration.get(RETENTION_PROPERTY) or DEFAULT_LOG_RETENTION)
+    return TableProperties(configuration).log_retention_ms
 
 
 def compact_log(table: str | Storage, storage_options: Mapping[str, str] | None = None, *,
                 interval: int | None = None, max_window_bytes: int = DEFAULT_MAX_WINDOW_BYTES,
                 checkpoint_interval: int | None = None, now_ms: int | None = None,
-                snapshot: Snapshot | None = None,
+                snapshot: TableHeader | None = None,
                 checkpoint_writer: Callable[[int], dict[str, Any]] | None = None) -> dict[str, Any]:
     """Write every missing compaction file since the last checkpoint, then clean up old ones.
 
@@ -242,6 +236,7 @@ def compact_log(table: str | Storage, storage_options: Mapping[str, str] | None 
     storage = table if isinstance(table, Storage) else Storage(table, storage_options)
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     snapshot = snapshot if snapshot is not None else Snapshot.load(storage)
+    assert snapshot is not None
     check_supported(snapshot.protocol, "compact-log", snapshot.metadata)
     # A compaction file that disagrees with its commits misleads every reader that trusts it (other
     # engines do); the commits it covers are all there, so removing it loses nothing.
@@ -263,7 +258,7 @@ def compact_log(table: str | Storage, storage_options: Mapping[str, str] | None 
 
             check_supported(snapshot.protocol, "checkpoint", snapshot.metadata)
             checkpoint_metrics = checkpoint_writer(latest) if checkpoint_writer is not None else \
-                write_checkpoint(snapshot, now_ms=now_ms)
+                write_checkpoint(snapshot.eager(), now_ms=now_ms)
 
     listing = list_log(storage)
     checkpoint_version = max((c.version for c in listing.checkpoints), default=None)
@@ -347,7 +342,7 @@ def _latest_configuration(storage: Storage, listing: LogListing, latest: int,
     for f in segment.checkpoint.files:
         if f.key.endswith(".parquet"):
             # the metaData column alone, one row group at a time (remote files by byte ranges)
-            from airflow_delta_maint.delta.log.state_stream import other_actions
+            from airflow_delta_maint.delta.log.checkpoint_read import other_actions
 
             for value in other_actions(storage, f.key, f.size, ("metaData",))["metaData"]:
                 return {k: v for k, v in dict(value.get("configuration") or {}).items() if v is not None}
@@ -362,22 +357,38 @@ def _distrusted(storage: Storage) -> bool:
     """Whether reading the latest state distrusts a derived log file, as ``Snapshot.load`` would
     say; streamed in bounded memory (the checkpoint's paths and deletion vectors, one row group at
     a time, see ``state_stream``), the whole snapshot loaded only when the stream cannot tell."""
-    from airflow_delta_maint.delta.log.state_stream import StreamFallback, open_state
+    from airflow_delta_maint.delta.log.table_state import TableState, read_table
 
-    try:
-        state = open_state(storage)
-        if state.distrusted:
-            return True
-        for _ in state.scan([]):
-            pass
-        return False
-    except StreamFallback:
-        return bool(Snapshot.load(storage).distrusted)
+    def distrusts(state: TableState) -> bool:
+        if not state.distrusted:
+            for _ in state.scan([]):  # the stream checks the checkpoint as it reads it
+                pass
+        return bool(state.distrusted)
+
+    return read_table(storage, distrusts, what="log compaction's check")
 
 
 def nothing_to_do(table: str | Storage, storage_options: Mapping[str, str] | None,
                   params: Mapping[str, Any] | None = None) -> str | None:
-    """Why a compact-log run would do nothing, or None when it has work (cheap, no Spark).
+    """Why a compact-log run would do nothing, or None when it has work (cheap, no Spark): no
+    compaction window is complete and missing (within the size guard), no checkpoint is due (see
+    :func:`windows_nothing_to_do`) and, with ``cleanup_expired_log`` among ``params``, no expired
+    log file waits. The one check the command line, the operators and the fleet all run."""
+    storage = table if isinstance(table, Storage) else Storage(table, storage_options)
+    reason = windows_nothing_to_do(storage, None, params)
+    if reason and (params or {}).get("cleanup_expired_log"):
+        from airflow_delta_maint.delta.log.cleanup import plan_log_cleanup
+
+        plan = plan_log_cleanup(storage)
+        if plan.files or plan.checkpoint_to_write is not None:
+            return None
+        reason = f"{reason}; no expired log file to clean up" + (f" ({plan.reason})" if plan.reason else "")
+    return reason
+
+
+def windows_nothing_to_do(table: str | Storage, storage_options: Mapping[str, str] | None,
+                          params: Mapping[str, Any] | None = None) -> str | None:
+    """Why no compaction window and no checkpoint is due, or None (cheap, no Spark).
 
     Lists the log from the last checkpoint and reads at most the newest metaData; when compaction
     files follow the checkpoint, the commits they cover are read too, so that one that disagrees

@@ -23,9 +23,9 @@ import pyarrow.compute as pc
 
 from airflow_delta_maint.delta.errors import CorruptLogError
 from airflow_delta_maint.delta.protocol.actions import dv_unique_id
-from airflow_delta_maint.delta.protocol.paths import canonical_path, canonical_paths
+from airflow_delta_maint.delta.protocol.paths import canonical_path, canonical_paths, file_name, maybe_noncanonical
 
-__all__ = ["Replay", "actions_problem", "added_problem", "commit_problem", "describe_file", "live_dv_ids",
+__all__ = ["Replay", "actions_problem", "added_problem", "commit_problem", "describe_file", "drop_keys", "live_dv_ids",
            "state_problem"]
 
 
@@ -132,9 +132,10 @@ def actions_problem(actions: Iterable[Mapping[str, Any]], root: str) -> str | No
     return None
 
 
-def commit_problem(files: pa.Table, version: int, actions: Iterable[Mapping[str, Any]], root: str) -> str | None:
+def commit_problem(files: pa.Table | Iterable[pa.Table], version: int, actions: Iterable[Mapping[str, Any]],
+                   root: str) -> str | None:
     """Why ``actions`` are not a valid next commit on a table whose live files at ``version`` are
-    ``files``, or None (see the module docstring for the rules)."""
+    ``files`` (one table, or the pieces of a scan), or None (see the module docstring for the rules)."""
     adds: dict[str, str] = {}
     removes: dict[str, str] = {}
     for kind, body in _file_actions(actions):
@@ -146,7 +147,10 @@ def commit_problem(files: pa.Table, version: int, actions: Iterable[Mapping[str,
         target[path] = dv_id
     if not adds and not removes:
         return None
-    live = live_dv_ids(files, set(adds) | set(removes), root)
+    touched = set(adds) | set(removes)
+    live: dict[str, str] = {}
+    for piece in [files] if isinstance(files, pa.Table) else files:
+        live.update(live_dv_ids(piece, touched, root))
     for path, dv_id in removes.items():
         if live.get(path) != dv_id:
             return f"the commit removes the file {describe_file(path, dv_id)}, which is not live at version {version}"
@@ -222,3 +226,57 @@ class Replay:
     def file_kinds(self) -> dict[tuple[str, str], str]:
         """``{(path, dv id): "add" | "remove"}`` of every file the replay touched."""
         return {key: kind for key, (kind, _) in self.files.items()}
+
+
+MAX_SLICES = 10_000
+
+
+def drop_keys(table: pa.Table, keys: set[tuple[str, str]], spellings: set[str], root: str) -> pa.Table:
+    """Rows of an add/remove table whose (canonical path, dv id) is not in ``keys``.
+
+    ``spellings`` holds the paths as the replayed actions wrote them. A row can match only if
+    its path is one of those or one of the canonical keys, or is not canonical itself (see
+    :func:`maybe_noncanonical`); only such rows are canonicalised in Python.
+    """
+    if not keys or table.num_rows == 0:
+        return table
+    key_paths = {p for p, _ in keys}
+    key_names = {p.rpartition("/")[2] for p in key_paths}
+    value_set = pa.array(sorted(spellings | key_paths), pa.string())
+    drop: list[int] = []
+    base = 0
+    for batch in table.to_batches():
+        path_col = batch.column(batch.schema.get_field_index("path"))
+        candidate = pc.is_in(path_col, value_set=value_set).to_numpy(zero_copy_only=False)
+        candidate = candidate | maybe_noncanonical(path_col)
+        idx = np.flatnonzero(candidate)
+        if len(idx):
+            hit_paths = path_col.take(pa.array(idx, pa.int64())).to_pylist()
+            canonical = [(int(i), canonical_path(p, root)) for i, p in zip(idx, hit_paths)
+                         if p is not None and file_name(p) in key_names]
+            matched = [(i, c) for i, c in canonical if c in key_paths]
+            if matched:
+                rows = pa.array([i for i, _ in matched], pa.int64())
+                dvs = batch.column(batch.schema.get_field_index("deletionVector")).take(rows).to_pylist()
+                drop.extend(base + i for (i, c), dv in zip(matched, dvs) if (c, dv_unique_id(dv)) in keys)
+        base += batch.num_rows
+    if not drop:
+        return table
+    return without_rows(table, drop)
+
+
+def without_rows(table: pa.Table, rows: list[int]) -> pa.Table:
+    """``table`` without the rows at ``rows`` (ascending): zero-copy slices around a few rows,
+    a filter (which copies) around many."""
+    if len(rows) > MAX_SLICES:
+        keep = np.ones(table.num_rows, dtype=bool)
+        keep[rows] = False
+        return table.filter(pa.array(keep))
+    pieces, start = [], 0
+    for row in rows:
+        if row > start:
+            pieces.append(table.slice(start, row - start))
+        start = row + 1
+    if start < table.num_rows:
+        pieces.append(table.slice(start))
+    return pa.concat_tables(pieces) if pieces else table.schema.empty_table()

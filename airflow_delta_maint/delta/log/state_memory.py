@@ -8,46 +8,12 @@ the checkpoint holds when the log tells it cheaply, and what to do.
 
 from __future__ import annotations
 
-import json
-
 from airflow_delta_maint.delta.errors import StateTooLargeError
-from airflow_delta_maint.delta.log.listing import LAST_CHECKPOINT, Checkpoint, LogSegment
+from airflow_delta_maint.delta.log.checkpoint_read import checkpoint_files
+from airflow_delta_maint.delta.log.listing import LogSegment
 from airflow_delta_maint.delta.storage.store import Storage
 
-__all__ = ["checkpoint_files", "state_too_large"]
-
-
-def checkpoint_files(storage: Storage, checkpoint: Checkpoint) -> tuple[int, str] | None:
-    """How many files the checkpoint holds, as ``(count, what)``: its add actions as
-    ``_last_checkpoint`` counts them (``numOfAddFiles``), else the actions its parquet files'
-    footers count; None when neither can be read. Reads a few hundred bytes, never a whole file."""
-    try:
-        hint = json.loads(storage.read(LAST_CHECKPOINT))
-        if isinstance(hint, dict) and hint.get("version") == checkpoint.version and \
-                isinstance(hint.get("numOfAddFiles"), int):
-            return hint["numOfAddFiles"], "files"
-    except Exception:  # noqa: BLE001 - a hint only; memory is short, anything may fail here
-        pass
-    try:
-        import pyarrow.parquet as pq
-
-        from airflow_delta_maint.delta.log.snapshot import sidecar_key
-        from airflow_delta_maint.delta.log.state_stream import _open_parquet, json_manifest_actions, other_actions
-
-        rows = 0
-        for f in checkpoint.files:
-            if f.key.endswith(".json"):
-                sidecars = json_manifest_actions(storage, f.key)["sidecar"]
-            else:
-                pf: pq.ParquetFile = _open_parquet(storage, f.key, f.size)
-                rows += pf.metadata.num_rows
-                sidecars = other_actions(storage, f.key, f.size, ("sidecar",))["sidecar"] \
-                    if "sidecar" in pf.schema_arrow.names else []
-            for s in sidecars:
-                rows += _open_parquet(storage, sidecar_key(s["path"])).metadata.num_rows
-        return rows, "actions"
-    except Exception:  # noqa: BLE001 - as above
-        return None
+__all__ = ["state_too_large"]
 
 
 def state_too_large(storage: Storage, segment: LogSegment) -> StateTooLargeError:

@@ -50,7 +50,7 @@ def checkpointed_files(storage: Storage) -> int:
                 return int(hint[key])
     size = sum(f.size for f in latest.files)
     if latest.kind == "v2":
-        from airflow_delta_maint.delta.log.state_stream import sidecar_sizes
+        from airflow_delta_maint.delta.log.checkpoint_read import sidecar_sizes
 
         try:
             size += sum(s for _, s in sidecar_sizes(storage, latest))

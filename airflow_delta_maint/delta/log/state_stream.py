@@ -34,49 +34,39 @@ names (remote files by byte ranges, never whole), the commits after the checkpoi
 
 from __future__ import annotations
 
-import io
 import os
 import threading
-from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from airflow_delta_maint.delta.errors import CorruptLogError
-from airflow_delta_maint.delta.log.listing import Checkpoint, LogSegment, build_segment, parse_json_lines
-from airflow_delta_maint.delta.log.reconciliation import added_problem
+from airflow_delta_maint.delta.log.checkpoint_read import (BATCH_ROWS, CheckpointData, StreamFallback, actions_table,
+                                                           flatten_actions, has_column, json_manifest_actions,
+                                                           open_checkpoint_file, other_actions, sidecar_key)
+from airflow_delta_maint.delta.log.listing import LogSegment, build_segment
+from airflow_delta_maint.delta.log.reconciliation import added_problem, drop_keys
+from airflow_delta_maint.delta.log.snapshot import Snapshot, UntrustedLogFile, replay_segment, table_config
 from airflow_delta_maint.delta.log.state_memory import state_too_large
-from airflow_delta_maint.delta.log.snapshot import (ADD_SCHEMA, REMOVE_SCHEMA, CheckpointData, Snapshot, _drop_keys,
-                                                    _Untrusted, replay_segment, sidecar_key, table_config)
-from airflow_delta_maint.delta.protocol.actions import ADD, REMOVE, Metadata, Protocol
+from airflow_delta_maint.delta.log.table_header import TableHeader
+from airflow_delta_maint.delta.protocol.actions import ADD, ADD_SCHEMA, REMOVE, REMOVE_SCHEMA, Metadata, Protocol
 from airflow_delta_maint.delta.protocol.paths import canonical_paths
 from airflow_delta_maint.delta.storage.scratch import make_scratch, remove_scratch
 from airflow_delta_maint.delta.storage.store import Storage
 
-__all__ = ["StreamFallback", "StreamedState", "json_manifest_actions", "open_state", "other_actions", "path_hashes",
-           "sidecar_sizes"]
+__all__ = ["StreamFallback", "StreamedState", "open_state", "path_hashes"]
 
 #: checkpoint scans running at once in this process (the fleet's decision runs its tables' checks
 #: on threads: memory is then bounded by this many scans, not by the number of threads)
 MAX_CONCURRENT_SCANS = 2
 _SCANS = threading.BoundedSemaphore(MAX_CONCURRENT_SCANS)
-#: rows per batch read from a checkpoint file; with a read buffer of ``READ_BUFFER`` bytes the
-#: pages are read and decoded as the batches need them, not a whole row group at once
-BATCH_ROWS = 16_384
-READ_BUFFER = 1 << 20
 #: hashes kept in memory before they are spilled to bucket files
 SPILL_AT = 1 << 20
 _BUCKET_BITS = 6
 _HASH_ROWS = 4096
 _MULT = np.uint64(0x100000001B3)
-_OTHER_COLUMNS = ("metaData", "protocol", "txn", "domainMetadata", "sidecar")
-
-
-class StreamFallback(Exception):
-    """The streamed read cannot vouch for the state: load the whole ``Snapshot`` instead."""
 
 
 # -- hashing paths ---------------------------------------------------------------------------------
@@ -233,128 +223,38 @@ class _HashSets:
 
 
 # -- reading checkpoint files ------------------------------------------------------------------
-class _RangeReader(io.RawIOBase):
-    """A read-only, seekable file over an object in the store, read by byte ranges."""
-
-    def __init__(self, storage: Storage, key: str, size: int):
-        self.storage, self.key, self.size, self.pos = storage, key, size, 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.pos
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        self.pos = offset if whence == 0 else (self.pos + offset if whence == 1 else self.size + offset)
-        return self.pos
-
-    def read(self, n: int = -1) -> bytes:
-        end = self.size if n is None or n < 0 else min(self.size, self.pos + n)
-        if end <= self.pos:
-            return b""
-        data = self.storage.read_range(self.key, self.pos, end)
-        self.pos += len(data)
-        return data
-
-    def readinto(self, buffer: Any) -> int:
-        data = self.read(len(buffer))
-        buffer[:len(data)] = data
-        return len(data)
 
 
-def _open_parquet(storage: Storage, key: str, size: int | None = None) -> pq.ParquetFile:
-    try:
-        if storage.is_local:
-            path = storage.local_path(key)
-            if not os.path.isfile(path):
-                raise CorruptLogError(f"log file listed but missing or unreadable: {key}")
-            return pq.ParquetFile(path, memory_map=False, buffer_size=READ_BUFFER, pre_buffer=False)
-        if size is None:
-            try:
-                size = storage.head(key).size
-            except FileNotFoundError:
-                raise CorruptLogError(f"log file listed but missing or unreadable: {key}") from None
-        return pq.ParquetFile(_RangeReader(storage, key, size), buffer_size=READ_BUFFER, pre_buffer=False)
-    except MemoryError:  # pyarrow's ArrowMemoryError too: out of memory, not a corrupt file
-        raise
-    except (pa.ArrowException, OSError) as exc:
-        raise CorruptLogError(f"corrupt checkpoint {key}: {exc}") from None
-
-
-def _struct_child(schema: pa.Schema, top: str, child: str) -> bool:
-    if top not in schema.names:
-        return False
-    t = schema.field(top).type
-    return pa.types.is_struct(t) and t.get_field_index(child) >= 0
-
-
-def _flatten(batch: pa.RecordBatch, top: str, columns: Sequence[str], target: pa.StructType) -> pa.Table:
-    """The valid rows of struct column ``top`` as a table of ``columns`` (missing ones null)."""
-    idx = batch.schema.get_field_index(top)
-    if idx < 0:
-        return pa.schema([target.field(c) for c in columns]).empty_table()
-    arr = batch.column(idx)
-    if arr.null_count:
-        arr = arr.filter(arr.is_valid())
-    present = {arr.type.field(i).name for i in range(arr.type.num_fields)}
-    cols = []
-    for c in columns:
-        kind = target.field(c).type
-        cols.append(pc.struct_field(arr, c) if c in present else pa.nulls(len(arr), kind))
-    return pa.table(cols, names=list(columns))
-
-
-def _rows_from_actions(actions: Sequence[Mapping[str, Any]], columns: Sequence[str], target: pa.StructType) -> pa.Table:
-    if not actions:
-        return pa.schema([target.field(c) for c in columns]).empty_table()
-    arr = pa.array(list(actions), type=target)
-    return pa.table([pc.struct_field(arr, c) for c in columns], names=list(columns))
-
-
-@dataclass
-class StreamedState:
+class StreamedState(TableHeader):
     """A table's state at one version, with its files still in the log (see the module docstring).
 
-    Attributes:
-        version, protocol, metadata, txns, domains, domain_tombstones, commit_timestamp,
-        distrusted: as on ``Snapshot``.
+    Attributes (besides the header's, see :class:`TableHeader`):
+        replay_files: the file actions of the commits after the checkpoint, newest per file.
+        part_files: (key, size) of the checkpoint's parquet files whose file actions the scan reads.
     """
 
-    storage: Storage
-    segment: LogSegment
-    protocol: Protocol
-    metadata: Metadata
-    txns: dict[str, dict]
-    domains: dict[str, dict]
-    domain_tombstones: dict[str, dict]
-    commit_timestamp: int | None
-    distrusted: list[dict[str, str]]
-    replay_files: dict[tuple[str, str], tuple[str, dict]]
-    part_files: list[tuple[str, int | None]] = field(default_factory=list)  # (key, size) of parquet files
+    def __init__(self, storage: Storage, segment: LogSegment, protocol: Protocol, metadata: Metadata,
+                 txns: dict[str, dict], domains: dict[str, dict], domain_tombstones: dict[str, dict],
+                 commit_timestamp: int | None, distrusted: list[dict[str, str]],
+                 replay_files: dict[tuple[str, str], tuple[str, dict]],
+                 part_files: list[tuple[str, int | None]] | None = None):
+        super().__init__(storage, segment, protocol, metadata, txns, domains, domain_tombstones, commit_timestamp,
+                         distrusted)
+        self.replay_files = replay_files
+        self.part_files: list[tuple[str, int | None]] = list(part_files or [])
 
-    @property
-    def version(self) -> int:
-        return self.segment.version
-
-    @property
-    def partition_columns(self) -> list[str]:
-        return list(self.metadata.partition_columns)
-
-    def shell(self, files: pa.Table | None = None) -> Snapshot:
-        """A ``Snapshot`` of this state without its files: for the checks' argument validation and
-        settings, which read the protocol, metadata and log but no file. With ``files`` (in
-        ``ADD_SCHEMA``): a partial snapshot holding those live files only, for a job that works on
-        a part of the table at a time."""
-        snap = Snapshot(self.storage, self.segment, self.protocol, self.metadata,
-                        ADD_SCHEMA.empty_table() if files is None else files,
-                        REMOVE_SCHEMA.empty_table(), self.txns, self.domains, self.domain_tombstones,
-                        self.commit_timestamp)
+    def part(self, files: pa.Table) -> Snapshot:
+        """An eager state of this header holding only ``files`` (live adds in ``ADD_SCHEMA``): for a
+        job that works on a part of the table at a time."""
+        snap = Snapshot(self.storage, self.segment, self.protocol, self.metadata, files, REMOVE_SCHEMA.empty_table(),
+                        self.txns, self.domains, self.domain_tombstones, self.commit_timestamp)
         snap.distrusted = list(self.distrusted)
         return snap
+
+    def eager(self, paths_only: bool = False) -> Snapshot:
+        """The same version loaded whole in memory (``Snapshot.load``), for what only every file at
+        once can answer; ``paths_only`` as there."""
+        return Snapshot.load(self.storage, self.version, paths_only=paths_only)
 
     def scan(self, add_columns: Sequence[str], remove_columns: Sequence[str] | None = None
              ) -> Iterator[tuple[str, pa.Table]]:
@@ -380,16 +280,16 @@ class StreamedState:
             _SCANS.acquire()
         try:
             for key, size in self.part_files:
-                pf = _open_parquet(self.storage, key, size)
+                pf = open_checkpoint_file(self.storage, key, size)
                 schema = pf.schema_arrow
-                wanted = [f"add.{c}" for c in add_cols if _struct_child(schema, "add", c)]
-                wanted += [f"remove.{c}" for c in rem_cols if _struct_child(schema, "remove", c)]
+                wanted = [f"add.{c}" for c in add_cols if has_column(schema, f"add.{c}")]
+                wanted += [f"remove.{c}" for c in rem_cols if has_column(schema, f"remove.{c}")]
                 if not wanted:
                     continue
                 try:
                     for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=wanted, use_threads=False):
-                        adds = _flatten(batch, "add", add_cols, ADD)
-                        removes = _flatten(batch, "remove", rem_cols, REMOVE)
+                        adds = flatten_actions(batch, "add", add_cols, ADD)
+                        removes = flatten_actions(batch, "remove", rem_cols, REMOVE)
                         yield from self._checkpoint_rows(adds, removes, hashes, touched, spellings, new_paths,
                                                          remove_columns is not None)
                 except MemoryError:
@@ -403,9 +303,9 @@ class StreamedState:
             if scanning:
                 _SCANS.release()
         if new_adds:
-            yield "add", _rows_from_actions(new_adds, add_cols, ADD)
+            yield "add", actions_table(new_adds, add_cols, ADD)
         if remove_columns is not None and new_removes:
-            yield "remove", _rows_from_actions(new_removes, rem_cols, REMOVE)
+            yield "remove", actions_table(new_removes, rem_cols, REMOVE)
 
     def _checkpoint_rows(self, adds: pa.Table, removes: pa.Table, hashes: _HashSets, touched: set,
                          spellings: set[str], new_paths: pa.Array | None, want_removes: bool
@@ -418,7 +318,7 @@ class StreamedState:
             hashes.add("paths", path_hashes(keys))
             hashes.add("adds", path_hashes(pc.binary_join_element_wise(
                 keys, _dv_ids(adds.column("deletionVector").combine_chunks()), "\x00")))
-            kept = _drop_keys(adds, touched, spellings, root)
+            kept = drop_keys(adds, touched, spellings, root)
             if new_paths is not None and kept.num_rows:
                 kept_keys = canonical_paths(kept.column("path"), root)
                 if pc.any(pc.is_in(kept_keys, value_set=new_paths)).as_py():
@@ -432,67 +332,9 @@ class StreamedState:
             hashes.add("removes", path_hashes(pc.binary_join_element_wise(
                 keys, _dv_ids(removes.column("deletionVector").combine_chunks()), "\x00")))
             if want_removes:
-                kept = _drop_keys(removes, touched, spellings, root)
+                kept = drop_keys(removes, touched, spellings, root)
                 if kept.num_rows:
                     yield "remove", kept
-
-
-def other_actions(storage: Storage, key: str, size: int | None,
-                  columns: Sequence[str] = _OTHER_COLUMNS) -> dict[str, list[dict]]:
-    """The non-file actions (``columns`` of them) of a parquet checkpoint file, read one row
-    group at a time; maps come back as dicts."""
-    from airflow_delta_maint.delta.log.snapshot import _clean
-
-    pf = _open_parquet(storage, key, size)
-    names = [c for c in columns if c in pf.schema_arrow.names]
-    out: dict[str, list[dict]] = {c: [] for c in columns}
-    if not names:
-        return out
-    try:
-        for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=names, use_threads=False):
-            for name in names:
-                col = batch.column(batch.schema.get_field_index(name))
-                if col.null_count == len(col):
-                    continue
-                out[name].extend(_clean(v) for v in col.filter(col.is_valid()).to_pylist())
-    except MemoryError:
-        raise
-    except (pa.ArrowException, OSError) as exc:
-        raise CorruptLogError(f"corrupt checkpoint {key}: {exc}") from None
-    return out
-
-
-def json_manifest_actions(storage: Storage, key: str) -> dict[str, list[dict]]:
-    """The non-file actions of a V2 checkpoint's top-level JSON file, read whole (it holds the
-    protocol, metaData, txn, domainMetadata and sidecar actions: small when its file actions live
-    in sidecars).
-
-    Raises:
-        StreamFallback: the file holds add or remove actions itself, which a JSON file cannot
-            give one row group at a time.
-    """
-    from airflow_delta_maint.delta.log.snapshot import _read
-
-    actions = parse_json_lines(_read(storage, key), key)
-    if any(a.get("add") is not None or a.get("remove") is not None for a in actions):
-        raise StreamFallback("a JSON checkpoint with file actions of its own is read whole")
-    return {c: [a[c] for a in actions if a.get(c) is not None] for c in _OTHER_COLUMNS}
-
-
-def sidecar_sizes(storage: Storage, checkpoint: Checkpoint) -> list[tuple[str, int]]:
-    """(key, size in bytes) of every sidecar of a V2 checkpoint, from its sidecar actions (the top
-    file's non-file columns only); [] for other checkpoints."""
-    if checkpoint.kind != "v2":
-        return []
-    out: list[tuple[str, int]] = []
-    for f in checkpoint.files:
-        if f.key.endswith(".json"):
-            actions = parse_json_lines(storage.read(f.key), f.key)
-            found = [a["sidecar"] for a in actions if a.get("sidecar") is not None]
-        else:
-            found = other_actions(storage, f.key, f.size)["sidecar"]
-        out.extend((sidecar_key(s["path"]), int(s.get("sizeInBytes") or 0)) for s in found)
-    return out
 
 
 def open_state(table: str | Storage, version: int | None = None,
@@ -540,7 +382,7 @@ def open_state(table: str | Storage, version: int | None = None,
                           txns, domains)
     try:
         replay, commit_ts, mismatches = replay_segment(storage, segment, base, verify=True)
-    except _Untrusted as exc:
+    except UntrustedLogFile as exc:
         raise StreamFallback(exc.reason) from None
     root = storage.root
     protocol, metadata = table_config(replay, segment.version, root)

@@ -39,7 +39,7 @@ from airflow_delta_maint.delta.errors import (CommitConflictError, CommitFailedE
                                               UnsupportedFeatureError)
 from airflow_delta_maint.delta.log.listing import commit_key, list_log, read_commit
 from airflow_delta_maint.delta.log.reconciliation import commit_problem
-from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.log.table_header import TableHeader
 from airflow_delta_maint.delta.protocol.features import check_supported, table_features
 from airflow_delta_maint.delta.protocol.row_tracking import DOMAIN as ROW_TRACKING_DOMAIN
 from airflow_delta_maint.delta.protocol.row_tracking import assign_fresh_ids, domain_action, high_water_mark, row_tracking
@@ -62,11 +62,10 @@ def default_engine_info() -> str:
     return f"airflow-delta-maint/{airflow_delta_maint.__version__}"
 
 
-def ict_enabled(snapshot: Snapshot) -> bool:
+def ict_enabled(snapshot: TableHeader) -> bool:
     """Whether commits to this table carry an ``inCommitTimestamp`` (feature present and enabled)."""
     _, writer = table_features(snapshot.protocol)
-    value = snapshot.metadata.configuration.get("delta.enableInCommitTimestamps", "false")
-    return "inCommitTimestamp" in writer and str(value).strip().lower() == "true"
+    return "inCommitTimestamp" in writer and snapshot.metadata.properties.in_commit_timestamps
 
 
 class ConflictError(CommitConflictError):
@@ -207,7 +206,7 @@ class Transaction:
         attempts: put attempts made by the last ``commit`` call.
     """
 
-    def __init__(self, snapshot: Snapshot, operation: str, parameters: dict | None = None, *,
+    def __init__(self, snapshot: TableHeader, operation: str, parameters: dict | None = None, *,
                  job: str = "optimize", max_retries: int = 15, engine_info: str | None = None):
         if max_retries < 0:
             raise InvalidArgumentError(f"max_retries must be >= 0, got {max_retries}")
@@ -299,8 +298,7 @@ class Transaction:
             raise UnsupportedFeatureError(
                 f"cannot run {self.job} on this table: an add action carries a deletion vector but the "
                 "table does not have the writer feature 'deletionVectors'")
-        conf = self.snapshot.metadata.configuration
-        if "appendOnly" in writer and str(conf.get("delta.appendOnly", "false")).lower() == "true":
+        if "appendOnly" in writer and self.snapshot.metadata.properties.append_only:
             if any(k == "remove" and body.get("dataChange") for k, body in self._file_actions()):
                 raise UnsupportedFeatureError(
                     f"cannot run {self.job} on this table: it is append-only (delta.appendOnly=true) and "
@@ -407,7 +405,9 @@ class Transaction:
         if self._committed is not None:
             return self._committed
         self._check_writable()
-        problem = commit_problem(self.snapshot.files, self.read_version, self._actions, self.storage.root)
+        # the live files the commit's file actions touch, from the state's scan (none when it has none)
+        live = (table for _kind, table in self.snapshot.scan([])) if any(self._file_actions()) else ()
+        problem = commit_problem(live, self.read_version, self._actions, self.storage.root)
         if problem:
             raise InconsistentStateError(f"refusing to commit {self.operation} to {self.storage.root}: {problem}")
         use_ict = ict_enabled(self.snapshot)
@@ -496,7 +496,7 @@ def _metric(value: Any) -> str:
     return value if isinstance(value, str) else str(value)
 
 
-def commit_actions(snapshot: Snapshot, operation: str, actions: Iterable[dict], parameters: dict | None = None,
+def commit_actions(snapshot: TableHeader, operation: str, actions: Iterable[dict], parameters: dict | None = None,
                    metrics: Mapping[str, Any] | None = None, job: str = "optimize") -> int:
     """Commit ``actions`` on top of ``snapshot`` in one transaction; return the committed version."""
     txn = Transaction(snapshot, operation, parameters, job=job)

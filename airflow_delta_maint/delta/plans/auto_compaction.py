@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 from airflow_delta_maint.delta.errors import InvalidArgumentError
 from airflow_delta_maint.delta.log.listing import list_log, read_commit
-from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.log.table_header import TableHeader
 
 __all__ = ["AutoDecision", "PartitionCounts", "DEFAULT_MAX_DELETED_ROWS_RATIO", "DEFAULT_MAX_PARTITIONS", "DEFAULT_MIN_NUM_FILES",
            "PartitionKey", "choose_partitions", "partition_key", "partition_label", "touched_partitions"]
@@ -51,7 +51,7 @@ def _complete(info: dict) -> bool:
     return predicate in (None, "", "[]", []) and deferred in (None, "0", 0)
 
 
-def touched_partitions(snapshot: Snapshot, max_commits: int = MAX_COMMITS_SCANNED
+def touched_partitions(snapshot: TableHeader, max_commits: int = MAX_COMMITS_SCANNED
                        ) -> tuple[set[PartitionKey] | None, int | None]:
     """Partitions that received data files since an OPTIMIZE last covered them, and the version
     of the newest complete OPTIMIZE (one with no predicate and nothing deferred) the scan stopped
@@ -132,12 +132,12 @@ def deleted_ratio_exceeded(add: dict, ratio: float) -> bool:
     return not records or (dv.get("cardinality") or 0) / records > ratio
 
 
-def _count(snapshot: Snapshot, min_file_size: int, ratio: float, whole_table: bool
+def _count(state: TableHeader, min_file_size: int, ratio: float, whole_table: bool
            ) -> dict[PartitionKey, PartitionCounts]:
+    """The live files' numbers per partition, from the state's scan (eager or streamed)."""
     counts: dict[PartitionKey, PartitionCounts] = {}
-    files = snapshot.files
-    columns = [c for c in ("partitionValues", "size", "deletionVector", "stats") if c in files.column_names]
-    for add in files.select(columns).to_pylist() if files.num_rows else []:
+    adds = (add for _kind, table in state.scan(["partitionValues", "size", "stats"]) for add in table.to_pylist())
+    for add in adds:
         key = () if whole_table else partition_key(add.get("partitionValues"))
         c = counts.get(key)
         if c is None:
@@ -151,7 +151,7 @@ def _count(snapshot: Snapshot, min_file_size: int, ratio: float, whole_table: bo
     return counts
 
 
-def choose_partitions(snapshot: Snapshot, *, min_file_size: int, min_num_files: int = DEFAULT_MIN_NUM_FILES,
+def choose_partitions(snapshot: TableHeader, *, min_file_size: int, min_num_files: int = DEFAULT_MIN_NUM_FILES,
                       max_deleted_rows_ratio: float = DEFAULT_MAX_DELETED_ROWS_RATIO,
                       max_partitions: int = DEFAULT_MAX_PARTITIONS, all_partitions: bool = False,
                       whole_table: bool = False,
@@ -160,7 +160,7 @@ def choose_partitions(snapshot: Snapshot, *, min_file_size: int, min_num_files: 
 
     ``whole_table`` treats the table as one partition (liquid clustering). ``counts`` are the
     live files' numbers per partition (keys ``()`` with ``whole_table``) when the caller counted
-    them already (streamed from the log); else they are counted from ``snapshot.files``.
+    them already (streamed from the log); else they are counted from the state's scan.
     """
     if min_num_files < 1 or max_partitions < 1 or min_file_size <= 0:
         raise InvalidArgumentError(f"min num files ({min_num_files}), max partitions ({max_partitions}) and min file "

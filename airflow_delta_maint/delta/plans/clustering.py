@@ -29,7 +29,7 @@ import numpy as np
 from airflow_delta_maint.delta.errors import CorruptLogError, InvalidArgumentError
 from airflow_delta_maint.delta.protocol.actions import Protocol
 from airflow_delta_maint.delta.protocol.features import table_features
-from airflow_delta_maint.delta.protocol.schema import Column, SchemaLike, _walk, parse_schema
+from airflow_delta_maint.delta.protocol.schema import Column, SchemaLike, all_columns
 
 __all__ = [
     "CLUSTERING_PROVIDER", "DEFAULT_MIN_CUBE_SIZE", "DEFAULT_TARGET_CUBE_SIZE", "DOMAIN", "ZCUBE_ID", "ZCUBE_ZORDER_BY",
@@ -82,7 +82,7 @@ def clustering_columns(schema: SchemaLike, domains: Mapping[str, Mapping[str, An
     domain = domains.get(DOMAIN)
     if not domain or domain.get("removed"):
         return []
-    by_physical = {c.physical_path: c for c in _walk(parse_schema(schema), (), (), False)}
+    by_physical = {c.physical_path: c for c in all_columns(schema)}
     out = []
     for path in _physical_paths(domain.get("configuration") or "{}"):
         col = by_physical.get(path)

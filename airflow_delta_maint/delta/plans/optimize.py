@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 
 from airflow_delta_maint.delta.errors import InvalidArgumentError, UnsupportedFeatureError
 from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.log.table_header import TableHeader
 from airflow_delta_maint.delta.plans.auto_compaction import partition_key
 from airflow_delta_maint.delta.plans.clustering import (DEFAULT_MIN_CUBE_SIZE, DEFAULT_TARGET_CUBE_SIZE, clustering_columns, is_clustered,
                                                         select_files)
@@ -146,10 +147,9 @@ def check_rewritable_schema(snapshot: Snapshot) -> None:
     check_type_changes(snapshot.metadata)
 
 
-def file_size_settings(snapshot: Snapshot, min_file_size: int | None, max_file_size: int | None) -> tuple[int, int]:
+def file_size_settings(snapshot: TableHeader, min_file_size: int | None, max_file_size: int | None) -> tuple[int, int]:
     """Defaults: the table's ``delta.targetFileSize``, else 1 GiB (delta-spark's defaults)."""
-    target = snapshot.properties.get("delta.targetFileSize")
-    default = int(target) if target and str(target).isdigit() else GIB
+    default = snapshot.properties.target_file_size or GIB
     max_size = int(max_file_size) if max_file_size is not None else default
     min_size = int(min_file_size) if min_file_size is not None else min(default, max_size)
     if min_size <= 0 or max_size <= 0:
@@ -157,7 +157,7 @@ def file_size_settings(snapshot: Snapshot, min_file_size: int | None, max_file_s
     return min_size, max_size
 
 
-def validate_zorder(snapshot: Snapshot, columns: Sequence[str]) -> list[Column]:
+def validate_zorder(snapshot: TableHeader, columns: Sequence[str]) -> list[Column]:
     """Z-order columns must exist and must not be partition columns."""
     partition = {c.lower() for c in snapshot.partition_columns}
     out: list[Column] = []
@@ -171,7 +171,7 @@ def validate_zorder(snapshot: Snapshot, columns: Sequence[str]) -> list[Column]:
     return out
 
 
-def partition_filter(snapshot: Snapshot, predicate: str | None):
+def partition_filter(snapshot: TableHeader, predicate: str | None):
     if not predicate:
         return None
     expr: Expr = parse_predicate(predicate)

@@ -24,13 +24,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_delta_maint.delta.log.snapshot import Snapshot
-from airflow_delta_maint.delta.log.state_stream import StreamedState, open_state
+from airflow_delta_maint.delta.log.state_stream import StreamedState
+from airflow_delta_maint.delta.log.table_state import TableState
 from airflow_delta_maint.delta.plans.auto_compaction import PartitionKey
 from airflow_delta_maint.delta.plans.partition_scan import PartitionScan, partition_ids
 from airflow_delta_maint.delta.protocol.actions import ADD, ADD_SCHEMA, conform
 from airflow_delta_maint.delta.protocol.paths import canonical_paths
 from airflow_delta_maint.delta.storage.scratch import make_scratch, remove_scratch
-from airflow_delta_maint.delta.storage.store import Storage
 
 __all__ = ["ROUND_FILES", "Rounds", "SpillWriters", "conformed_adds", "live_files_among", "partition_rounds", "spill_rounds"]
 
@@ -205,10 +205,10 @@ def spill_rounds(state: StreamedState, rounds: Rounds, *, min_file_size: int, zo
     return spill
 
 
-def live_files_among(storage: Storage, version: int, paths: list[str]) -> Snapshot:
-    """A partial snapshot at ``version`` holding the live files among ``paths`` only: the base a
-    round's commit is rebased onto after a concurrent commit (streamed, bounded by ``paths``)."""
-    state = open_state(storage, version)
+def live_files_among(state: TableState, paths: list[str]) -> Snapshot:
+    """A partial snapshot of ``state`` holding the live files among ``paths`` only: the base a
+    round's commit is rebased onto after a concurrent commit (from the scan: bounded by ``paths``)."""
+    storage = state.storage
     wanted = canonical_paths(pa.array(sorted(set(paths)), pa.string()), storage.root)
     pieces = []
     for kind, table in state.scan(ADD_SCHEMA.names):
@@ -218,10 +218,10 @@ def live_files_among(storage: Storage, version: int, paths: list[str]) -> Snapsh
         if pc.any(hit).as_py():
             pieces.append(conformed_adds(table.filter(hit)))
     files = pa.concat_tables(pieces) if pieces else ADD_SCHEMA.empty_table()
-    return state.shell(files)
+    return state.part(files)
 
 
 def iter_round_snapshots(state: StreamedState, spill: SpilledRounds) -> Iterator[tuple[int, Snapshot]]:
     """Each round's partial snapshot, one at a time."""
     for n in range(spill.count):
-        yield n, state.shell(spill.files(n))
+        yield n, state.part(spill.files(n))

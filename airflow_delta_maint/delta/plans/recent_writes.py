@@ -27,6 +27,7 @@ import pyarrow as pa
 from airflow_delta_maint.delta.errors import InvalidArgumentError
 from airflow_delta_maint.delta.log.listing import list_log, read_commit
 from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.log.table_header import TableHeader
 from airflow_delta_maint.delta.plans.auto_compaction import PartitionKey, partition_key, partition_label
 
 __all__ = ["LeftOut", "leave_out", "recently_written_partitions"]
@@ -49,7 +50,7 @@ class LeftOut:
                 "recentPartitionFilesLeftOut": self.recent_partition_files}
 
 
-def recently_written_partitions(snapshot: Snapshot, commits: int, whole_table: bool = False) -> set[PartitionKey]:
+def recently_written_partitions(snapshot: TableHeader, commits: int, whole_table: bool = False) -> set[PartitionKey]:
     """Partitions the newest ``commits`` commits (up to the snapshot's version) changed data in."""
     if commits <= 0:
         return set()

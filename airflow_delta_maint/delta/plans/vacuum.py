@@ -24,14 +24,15 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from airflow_delta_maint.delta.errors import DeltaError, InvalidArgumentError, MissingVersionError
-from airflow_delta_maint.delta.log.checkpoint import parse_interval_ms
+from airflow_delta_maint.delta.log.commit_time import latest_commit_at_or_before
 from airflow_delta_maint.delta.log.listing import LOG_DIR, LogListing, commit_key, list_log, parse_json_lines
-from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.log.table_header import TableHeader
+from airflow_delta_maint.delta.log.table_state import read_table
 from airflow_delta_maint.delta.plans.vacuum_files import delete_files, hidden_name, is_hidden, partition_prefixes
-from airflow_delta_maint.delta.plans.vacuum_valid import key_for_log_path, valid_among, valid_among_streamed, valid_keys
+from airflow_delta_maint.delta.plans.vacuum_valid import key_for_log_path, valid_among, valid_keys
 from airflow_delta_maint.delta.protocol.actions import Metadata
 from airflow_delta_maint.delta.protocol.deletion_vectors import dv_file_key
 from airflow_delta_maint.delta.storage.store import FileInfo, Storage
@@ -62,13 +63,7 @@ def table_retention_ms(metadata: Metadata) -> int:
     Raises:
         InvalidArgumentError: the property is not a valid interval.
     """
-    value = metadata.configuration.get(RETENTION_PROPERTY)
-    if value is None:
-        return DEFAULT_RETENTION_MS
-    try:
-        return parse_interval_ms(value)
-    except InvalidArgumentError as exc:
-        raise InvalidArgumentError(f"the table property {RETENTION_PROPERTY}={value!r} is invalid: {exc}") from None
+    return metadata.properties.deleted_file_retention_ms
 
 
 def _hours(ms: int) -> str:
@@ -137,67 +132,6 @@ def write_last_vacuum_info(storage: Storage, version: int | None) -> None:
 
 
 # -- commit timestamps ------------------------------------------------------------------------
-def _ict_settings(configuration: Mapping[str, str]) -> tuple[bool, int | None]:
-    enabled = str(configuration.get("delta.enableInCommitTimestamps", "false")).strip().lower() == "true"
-    ev = configuration.get("delta.inCommitTimestampEnablementVersion")
-    try:
-        return enabled, int(ev) if ev is not None else None
-    except ValueError:
-        return enabled, None
-
-
-def _read_ict(storage: Storage, version: int) -> int | None:
-    try:
-        for action in parse_json_lines(storage.read(commit_key(version)), commit_key(version)):
-            info = action.get("commitInfo")
-            if info is not None:
-                ts = info.get("inCommitTimestamp")
-                return int(ts) if ts is not None else None
-    except FileNotFoundError:
-        return None
-    return None
-
-
-def latest_commit_at_or_before(storage: Storage, cutoff_ms: int, configuration: Mapping[str, str] | None = None,
-                               listing: LogListing | None = None) -> int | None:
-    """The newest commit whose timestamp is at or before ``cutoff_ms`` (None when all are newer).
-
-    Commit times are in-commit timestamps where the table has them enabled, else the commit
-    files' modification times made strictly increasing, as delta-spark's history does.
-    """
-    listing = listing if listing is not None else list_log(storage)
-    versions = sorted(listing.commits)
-    if not versions:
-        return None
-    enabled, enablement = _ict_settings(configuration or {})
-    if enabled:
-        start = enablement if enablement is not None else versions[0]
-        ict_versions = [v for v in versions if v >= start]
-        if ict_versions:
-            first = _read_ict(storage, ict_versions[0])
-            if first is not None and first <= cutoff_ms:
-                low, high = 0, len(ict_versions) - 1  # ict_versions[low] qualifies
-                while low < high:
-                    mid = (low + high + 1) // 2
-                    ts = _read_ict(storage, ict_versions[mid])
-                    if ts is not None and ts <= cutoff_ms:
-                        low = mid
-                    else:
-                        high = mid - 1
-                return ict_versions[low]
-            versions = [v for v in versions if v < start]
-    best = None
-    previous = None
-    for v in versions:
-        ts = listing.commits[v].mtime_ms
-        if previous is not None and ts <= previous:
-            ts = previous + 1
-        previous = ts
-        if ts <= cutoff_ms:
-            best = v
-        else:
-            break
-    return best
 
 
 # -- plans ------------------------------------------------------------------------------------------
@@ -287,7 +221,7 @@ def lite_range(storage: Storage, latest_outside: int | None, snapshot_version: i
     return LiteRange(start, end, earliest, watermark)
 
 
-def plan_vacuum(snapshot: Snapshot, retention_hours: float | None = None, mode: str = "full",
+def plan_vacuum(snapshot: TableHeader, retention_hours: float | None = None, mode: str = "full",
                 ignore_retention_check: bool = False, now_ms: int | None = None,
                 listing: LogListing | None = None, with_valid: bool = True) -> VacuumPlan:
     """Check the retention and build the plan (valid set; lite mode's commit range).
@@ -348,15 +282,14 @@ def _read_commits(storage: Storage, versions: Sequence[int], threads: int = 16) 
         return list(pool.map(read, versions))
 
 
-def lite_candidates(plan: VacuumPlan, storage: Storage, snapshot: Snapshot | None = None,
-                    lookup: Callable[[set[str]], set[str]] | None = None) -> LiteCandidates:
+def lite_candidates(plan: VacuumPlan, storage: Storage, state: TableHeader | None = None) -> LiteCandidates:
     """Read lite mode's commits and pick the files to delete.
 
     A removed file (and its deletion vector file) is a candidate when it was deleted before the
     cutoff; a ``cdc`` file always is (its commit is older than the cutoff). Valid and hidden keys
-    are left out: with ``snapshot``, the candidates are looked up in it (:func:`valid_among`;
-    the plan may then be built without its valid set), with ``lookup`` by that function (the
-    keys of the set it is given that are valid), else in ``plan.valid``. When a removal
+    are left out: with ``state`` (eager or streamed), the candidates are looked up in it
+    (:func:`valid_among`; the plan may then be built without its valid set), else in
+    ``plan.valid``. When a removal
     in the range is not yet expired, the watermark stops before its commit so a later run reads
     that commit again.
     """
@@ -395,10 +328,7 @@ def lite_candidates(plan: VacuumPlan, storage: Storage, snapshot: Snapshot | Non
             cdc = action.get("cdc")
             if cdc is not None:
                 consider(key_for_log_path(storage, cdc["path"]), int(cdc.get("size") or 0), 0)
-    if lookup is not None:
-        valid = lookup(set(seen))
-    else:
-        valid = valid_among(snapshot, plan.cutoff_ms, seen) if snapshot is not None else plan.valid
+    valid = valid_among(state, plan.cutoff_ms, seen) if state is not None else plan.valid
     watermark = rng.end if first_young is None else first_young - 1
     if watermark < rng.start - 1:
         watermark = rng.start - 1
@@ -483,7 +413,7 @@ def nothing_to_do(table: str, storage_options: Mapping[str, str] | None = None,
         return None
     assert plan.lite is not None
     if plan.lite.empty:
-        return (f"no commits left the retention window since the last VACUUM (watermark "
+        return (f"no commit left the retention window since the last VACUUM (watermark "
                 f"{plan.lite.watermark}, newest commit outside the window {plan.latest_outside})")
     assert found is not None
     # a run that deletes nothing still moves the watermark, so that later runs read fewer commits
@@ -501,33 +431,25 @@ def lite_check(table: str, storage_options: Mapping[str, str] | None, params: Ma
 
     Reads: the log listing, the protocol and metaData, the commits after the checkpoint, the
     commits of lite mode's range (their remove and cdc actions), and the checkpoint's paths and
-    deletion vectors streamed (:func:`valid_among_streamed`) to look the candidates up; the whole
+    deletion vectors streamed (:func:`valid_among`) to look the candidates up; the whole
     snapshot (paths only) when the streamed state cannot be vouched for.
 
     Raises:
         DeltaError: a missing or unsupported table, or a bad mode or retention, as the job would.
     """
-    from airflow_delta_maint.delta.log.state_stream import StreamFallback, open_state
     from airflow_delta_maint.delta.protocol.features import check_supported
 
     retention = params.get("retention_hours")
     ignore = bool(params.get("ignore_retention_check", False))
-    try:
-        state = open_state(table, storage_options=storage_options)
+
+    def check(state: TableHeader) -> tuple[VacuumPlan, LiteCandidates | None]:
         check_supported(state.protocol, "vacuum", state.metadata)
-        plan = plan_vacuum(state.shell(), retention, mode, ignore, with_valid=False)
+        plan = plan_vacuum(state, retention, mode, ignore, with_valid=False)
         if plan.lite is None or plan.lite.empty:
             return plan, None
-        return plan, lite_candidates(plan, state.storage,
-                                     lookup=lambda keys: valid_among_streamed(state, plan.cutoff_ms, keys))
-    except StreamFallback:
-        pass
-    snapshot = Snapshot.load(table, storage_options=storage_options, paths_only=True)
-    check_supported(snapshot.protocol, "vacuum", snapshot.metadata)
-    plan = plan_vacuum(snapshot, retention, mode, ignore, with_valid=False)
-    if plan.lite is None or plan.lite.empty:
-        return plan, None
-    return plan, lite_candidates(plan, snapshot.storage, snapshot)
+        return plan, lite_candidates(plan, state.storage, state)
+
+    return read_table(table, check, storage_options=storage_options, paths_only=True, what="VACUUM's check")
 
 
 __all__ += ["LiteCandidates", "remove_empty_dirs", "DeltaError"]

@@ -36,9 +36,9 @@ import pyarrow.parquet as pq
 from airflow_delta_maint.delta.errors import InvalidArgumentError, NotADeltaTableError, TableNotFoundError
 from airflow_delta_maint.delta.log.listing import LOG_DIR
 from airflow_delta_maint.delta.log.snapshot import Snapshot
-from airflow_delta_maint.delta.log.state_stream import _RangeReader
 from airflow_delta_maint.delta.plans.vacuum_files import hidden_name, partition_prefixes
 from airflow_delta_maint.delta.plans.vacuum_valid_stream import KeyWriter
+from airflow_delta_maint.delta.storage.range_reader import RangeReader
 from airflow_delta_maint.delta.storage.store import FileInfo, Storage, normalize_table_uri
 
 log = logging.getLogger("delta_maint.vacuum_inventory")
@@ -120,7 +120,7 @@ class InventorySource:
                 raise InvalidArgumentError(f"cannot read the inventory file {f.key} of {self.source}: {exc}") from None
 
     def _raw(self, f: FileInfo) -> io.RawIOBase:
-        return _RangeReader(self.storage, f.key, f.size)
+        return RangeReader(self.storage, f.key, f.size)
 
     def _parquet_batches(self, f: FileInfo) -> Iterator[pa.Table]:
         if self.storage.is_local:

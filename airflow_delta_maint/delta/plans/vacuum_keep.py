@@ -6,8 +6,8 @@ to the version keeps working as long as its log entries exist (see :mod:`.log_cl
 ``keep_versions`` holds those entries back).
 
 :func:`kept_version_keys` loads each kept version whole and returns a set of its keys. On a large
-table :func:`open_kept_states` and :func:`write_kept_keys` stream each version's live files from
-the log instead (``StreamedState.scan``, tombstones left out) into parquet files of keys, which
+table :func:`readable_kept_versions` and :func:`write_kept_keys` stream each version's live files from
+the log instead (the state's scan, tombstones left out) into parquet files of keys, which
 the anti-join of a large table's VACUUM reads; a version the stream cannot vouch for is loaded
 whole, as :func:`kept_version_keys` loads it.
 """
@@ -18,16 +18,16 @@ import logging
 from dataclasses import dataclass, field
 from typing import Iterable
 
-import pyarrow as pa
 
 from airflow_delta_maint.delta.errors import InvalidArgumentError, MissingVersionError
 from airflow_delta_maint.delta.log.snapshot import Snapshot
-from airflow_delta_maint.delta.log.state_stream import StreamedState, StreamFallback, open_state
+from airflow_delta_maint.delta.log.listing import build_segment
+from airflow_delta_maint.delta.log.table_state import TableState, read_table
 from airflow_delta_maint.delta.plans.vacuum_valid import valid_keys
 from airflow_delta_maint.delta.plans.vacuum_valid_stream import KeyWriter, file_keys
 from airflow_delta_maint.delta.storage.store import Storage
 
-__all__ = ["KeptKeys", "check_kept_versions", "kept_version_keys", "open_kept_states", "write_kept_keys"]
+__all__ = ["KeptKeys", "check_kept_versions", "kept_version_keys", "readable_kept_versions", "write_kept_keys"]
 
 log = logging.getLogger("delta_maint.vacuum")
 
@@ -73,24 +73,19 @@ def kept_version_keys(storage: Storage, versions: Iterable[int], latest: int) ->
     return keep
 
 
-def open_kept_states(storage: Storage, versions: Iterable[int], latest: int
-                     ) -> list[tuple[int, StreamedState | None]]:
-    """Each kept version's streamed state (its checkpoint's non-file columns and the commits on top
-    of it; no file is read yet), or None for a version the stream cannot read (loaded whole by
-    :func:`write_kept_keys`). Cheap: bad versions fail here, before any work.
+def readable_kept_versions(storage: Storage, versions: Iterable[int], latest: int) -> list[int]:
+    """The kept versions (distinct, sorted), each found readable from the log (its segment only: no
+    file is read yet). Cheap: bad versions fail here, before any work.
 
     Raises:
         InvalidArgumentError: as :func:`kept_version_keys`.
     """
-    out: list[tuple[int, StreamedState | None]] = []
-    for version in check_kept_versions(versions, latest):
+    out = check_kept_versions(versions, latest)
+    for version in out:
         try:
-            out.append((version, open_state(storage, version)))
+            build_segment(storage, version, use_compactions=True, prefer_commits=True)
         except MissingVersionError as exc:
             raise _unreadable(version, exc) from None
-        except StreamFallback as exc:
-            log.info("kept version %d is read whole: %s", version, exc)
-            out.append((version, None))
     return out
 
 
@@ -102,32 +97,34 @@ class KeptKeys:
     loaded_whole: list[int] = field(default_factory=list)
 
 
-def write_kept_keys(storage: Storage, states: Iterable[tuple[int, StreamedState | None]], folder: str) -> KeptKeys:
+def write_kept_keys(storage: Storage, versions: Iterable[int], folder: str) -> KeptKeys:
     """Write the keys the kept versions read (live data files and their deletion-vector files, as
     :func:`kept_version_keys` finds them) as parquet files into the local ``folder``, one version
-    after the other in bounded memory. A version whose stream raises ``StreamFallback`` has what
-    it streamed discarded and is loaded whole instead (its set only, in memory for the moment).
+    after the other, each streamed in bounded memory. A version the stream cannot vouch for has
+    what it streamed discarded and is loaded whole instead (its set only, in memory for the moment).
 
     Raises:
-        InvalidArgumentError: a version loaded whole can no longer be read.
+        InvalidArgumentError: a version can no longer be read.
     """
     out = KeptKeys()
-    for version, state in states:
-        writer = KeyWriter(folder, f"kept-v{version}")
-        if state is not None:
+    for version in versions:
+        def write(state: TableState, version: int = version) -> int:
+            writer = KeyWriter(folder, f"kept-v{version}")
             try:
                 for _kind, table in state.scan([]):  # live files only: no tombstone is kept
                     if table.num_rows:
                         writer.write(file_keys(storage, table))
-                writer.close()
-                out.written += writer.written
-                continue
-            except StreamFallback as exc:
-                log.info("kept version %d is read whole: %s", version, exc)
+            except BaseException:
                 writer.discard()
-        keys = _version_keys(storage, version)
-        out.loaded_whole.append(version)
-        writer.write(pa.array(sorted(keys), pa.string()))
-        writer.close()
-        out.written += writer.written
+                raise
+            writer.close()
+            if isinstance(state, Snapshot):
+                out.loaded_whole.append(version)
+            return writer.written
+
+        try:
+            out.written += read_table(storage, write, version=version, paths_only=True,
+                                      what=f"kept version {version}")
+        except MissingVersionError as exc:
+            raise _unreadable(version, exc) from None
     return out

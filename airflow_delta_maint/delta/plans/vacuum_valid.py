@@ -3,26 +3,24 @@
 The latest snapshot's active files and its tombstones deleted at or after the cutoff, and the
 deletion vector files of both, as storage keys (the log's paths are relative and URL-encoded, or
 absolute; paths outside the table root are left out). Built whole (:func:`valid_keys`), or looked
-up for a few keys (:func:`valid_among`, :func:`valid_among_streamed` on a state streamed in bounded
-memory); :mod:`~airflow_delta_maint.delta.plans.vacuum_valid_stream` streams it to parquet.
+up for a few keys (:func:`valid_among`), on either state of the table through its scan; :mod:`~airflow_delta_maint.delta.plans.vacuum_valid_stream` streams it to parquet.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_delta_maint.delta.log.snapshot import Snapshot
-from airflow_delta_maint.delta.log.state_stream import StreamedState
+from airflow_delta_maint.delta.log.table_header import TableHeader
 from airflow_delta_maint.delta.protocol.deletion_vectors import dv_file_key
 from airflow_delta_maint.delta.protocol.paths import maybe_noncanonical
 from airflow_delta_maint.delta.storage.store import Storage, normalize_table_uri
 
-__all__ = ["dv_keys", "key_for_log_path", "log_path_keys", "split_simple_paths", "valid_among", "valid_among_streamed",
+__all__ = ["dv_keys", "key_for_log_path", "log_path_keys", "referencing", "split_simple_paths", "valid_among",
            "valid_keys"]
 
 
@@ -90,15 +88,15 @@ def dv_keys(storage: Storage, table: pa.Table) -> list[str]:
     return keys
 
 
-def _referencing(snapshot: Snapshot, cutoff_ms: int) -> list[pa.Table]:
-    """The file actions whose files VACUUM keeps: active files and tombstones deleted at or
-    after the cutoff."""
-    tables = [snapshot.files]
-    tombstones = snapshot.tombstones
-    if tombstones.num_rows:
-        deleted_at = pc.fill_null(tombstones.column("deletionTimestamp"), 0)
-        tables.append(tombstones.filter(pc.greater_equal(deleted_at, cutoff_ms)))
-    return tables
+def referencing(state: TableHeader, cutoff_ms: int) -> Iterator[pa.Table]:
+    """The file actions whose files VACUUM keeps, in pieces from the state's scan: live files, and
+    tombstones deleted at or after the cutoff (path and deletion vector; eager or streamed alike)."""
+    for kind, table in state.scan([], ["deletionTimestamp"]):
+        if kind == "remove":
+            deleted_at = pc.fill_null(table.column("deletionTimestamp"), 0)
+            table = table.filter(pc.greater_equal(deleted_at, cutoff_ms))
+        if table.num_rows:
+            yield table
 
 
 def split_simple_paths(paths: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, list[str]]:
@@ -111,12 +109,12 @@ def split_simple_paths(paths: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, lis
     return paths.filter(pa.array(~odd)), paths.filter(pa.array(odd)).to_pylist()
 
 
-def valid_keys(snapshot: Snapshot, cutoff_ms: int) -> set[str]:
+def valid_keys(state: TableHeader, cutoff_ms: int) -> set[str]:
     """Keys VACUUM must keep: active files, tombstones deleted at or after ``cutoff_ms``, and the
     deletion vector files of both. Paths outside the table root are left out."""
-    storage = snapshot.storage
+    storage = state.storage
     keep: set[str] = set()
-    for table in _referencing(snapshot, cutoff_ms):
+    for table in referencing(state, cutoff_ms):
         simple, odd = split_simple_paths(table.column("path"))
         keep.update(simple.to_pylist())
         keep.update(log_path_keys(storage, odd))
@@ -124,38 +122,18 @@ def valid_keys(snapshot: Snapshot, cutoff_ms: int) -> set[str]:
     return keep
 
 
-def valid_among(snapshot: Snapshot, cutoff_ms: int, keys: Iterable[str]) -> set[str]:
+def valid_among(state: TableHeader, cutoff_ms: int, keys: Iterable[str]) -> set[str]:
     """The ``keys`` that are in the valid set (:func:`valid_keys`), without building all of it:
-    cheap when the keys are few and the table is large (lite mode)."""
+    cheap when the keys are few and the table is large (lite mode). On a streamed state it reads
+    the checkpoint's ``add.path``, ``add.deletionVector``, ``remove.path``, ``remove.deletionVector``
+    and ``remove.deletionTimestamp``, one row group at a time (``state_stream``)."""
     wanted = set(keys)
     if not wanted:
         return set()
     lookup = pa.array(sorted(wanted), pa.string())
     found: set[str] = set()
-    for table in _referencing(snapshot, cutoff_ms):
-        found |= _found_in(snapshot.storage, table, lookup, wanted)
-    return found
-
-
-def valid_among_streamed(state: StreamedState, cutoff_ms: int, keys: Iterable[str]) -> set[str]:
-    """:func:`valid_among` on a state streamed from the log in bounded memory: reads the
-    checkpoint's ``add.path``, ``add.deletionVector``, ``remove.path``, ``remove.deletionVector``
-    and ``remove.deletionTimestamp``, one row group at a time (``state_stream``).
-
-    Raises:
-        StreamFallback: the streamed state cannot be vouched for; use :func:`valid_among`.
-    """
-    wanted = set(keys)
-    if not wanted:
-        return set()
-    lookup = pa.array(sorted(wanted), pa.string())
-    found: set[str] = set()
-    for kind, table in state.scan([], ["deletionTimestamp"]):
-        if kind == "remove":
-            deleted_at = pc.fill_null(table.column("deletionTimestamp"), 0)
-            table = table.filter(pc.greater_equal(deleted_at, cutoff_ms))
-        if table.num_rows:
-            found |= _found_in(state.storage, table, lookup, wanted)
+    for table in referencing(state, cutoff_ms):
+        found |= _found_in(state.storage, table, lookup, wanted)
     return found
 
 

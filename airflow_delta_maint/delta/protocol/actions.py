@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import pyarrow as pa
+
+from airflow_delta_maint.delta.protocol.table_properties import TableProperties
 
 STR_MAP = pa.map_(pa.string(), pa.string())
 
@@ -132,6 +135,11 @@ class Metadata:
             configuration={k: v for k, v in (m.get("configuration") or {}).items() if v is not None},
             name=m.get("name"), description=m.get("description"), created_time=m.get("createdTime"),
             format_provider=fmt.get("provider") or "parquet", raw=dict(m))
+
+    @cached_property
+    def properties(self) -> TableProperties:
+        """The table's properties, typed (each parsed once, when first read)."""
+        return TableProperties(self.configuration)
 
     @property
     def schema(self) -> dict:

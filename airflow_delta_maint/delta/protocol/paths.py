@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["canonical_path", "canonical_paths", "maybe_noncanonical"]
+__all__ = ["canonical_path", "canonical_paths", "file_name", "maybe_noncanonical"]
 
 _SCAN_BLOCK = 1 << 20
 
@@ -76,7 +76,7 @@ def maybe_noncanonical(paths: pa.Array) -> np.ndarray:
     return flags
 
 
-def _file_name(path: str) -> str:
+def file_name(path: str) -> str:
     """The last segment of ``canonical_path(path, root)`` for any root, computed cheaply.
 
     Escapes never straddle a literal '/', so it is the raw last segment, decoded (and cut again

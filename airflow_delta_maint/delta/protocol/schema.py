@@ -343,6 +343,11 @@ def _walk(schema: StructType, lp: tuple[str, ...], pp: tuple[str, ...], leaves_o
             yield col
 
 
+def all_columns(schema: SchemaLike) -> list[Column]:
+    """Every column in schema order, structs and their fields alike (partition columns included)."""
+    return list(_walk(parse_schema(schema), (), (), False))
+
+
 def leaf_columns(schema: SchemaLike, exclude: Sequence[str] | None = None) -> list[Column]:
     """Every non-struct column in schema order (structs are descended into, arrays and maps are leaves).
 
@@ -506,7 +511,7 @@ def parse_partition_value(value: str | None, delta_type: DataType | str) -> Any:
 
 __all__ = [
     "ArrayType", "Column", "DataType", "MapType", "PrimitiveType", "StructField", "StructType",
-    "column_mapping_mode", "format_column_name", "from_arrow_schema", "from_arrow_type", "leaf_columns",
+    "all_columns", "column_mapping_mode", "format_column_name", "from_arrow_schema", "from_arrow_type", "leaf_columns",
     "parse_partition_value", "parse_schema", "resolve_column", "split_column_list", "split_column_name",
     "to_arrow_schema",
 ]

@@ -315,3 +315,14 @@ def test_delta_core_imports_nothing_above_it():
                    if name.startswith("airflow_delta_maint.") and not name.startswith("airflow_delta_maint.delta")
                    and name != "airflow_delta_maint.__version__")
     assert not above, above
+
+
+def test_only_the_state_module_decides_the_streams_fallback():
+    """Where the stream cannot vouch for a table's state is decided once, where the state is opened
+    (``delta/log/table_state.py``): no job or plan catches the fallback itself."""
+    catching = []
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ExceptHandler) and node.type is not None and "StreamFallback" in ast.unparse(node.type):
+                catching.append(f"{path.relative_to(PACKAGE_DIR)}:{node.lineno}")
+    assert catching and all(c.startswith("delta/log/table_state.py:") for c in catching), catching

@@ -52,6 +52,7 @@ import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
 from airflow_delta_maint.delta.errors import DeltaError, InconsistentStateError, InvalidArgumentError
+from airflow_delta_maint.delta.log.checkpoint_read import count_actions
 from airflow_delta_maint.delta.log.checkpoint_schema import (ADD_CHECKPOINT, CHECKPOINT_METADATA, CHECKPOINT_SCHEMA_V1,
                                                              CHECKPOINT_SCHEMA_V2, DOMAIN, METADATA, PROTOCOL,
                                                              REMOVE_CHECKPOINT, TXN, action_rows, json_value,
@@ -319,35 +320,11 @@ def _read_hint(storage: Storage) -> dict | None:
         return None
 
 
-def _count_actions(storage: Storage, checkpoint: Checkpoint) -> tuple[int, int] | None:
-    """(actions, adds) of an existing parquet checkpoint (all its parts) without sidecars."""
-    actions = adds = 0
-    for f in checkpoint.files:
-        if not f.key.endswith(".parquet"):
-            return None
-        try:
-            pf = pq.ParquetFile(io.BytesIO(storage.read(f.key)))
-            names = pf.schema_arrow.names
-            if "sidecar" in names:
-                sidecars = pf.read(columns=["sidecar"]).column(0)
-                if sidecars.null_count != len(sidecars):
-                    return None
-            if "add" in names:
-                paths = pf.read(columns=["add.path"]).column(0)
-                adds += len(paths) - paths.null_count
-            actions += pf.metadata.num_rows
-        except MemoryError:  # pyarrow's ArrowMemoryError too: not an unreadable file
-            raise
-        except (pa.ArrowException, OSError, KeyError, FileNotFoundError):
-            return None
-    return actions, adds
-
-
 def describe_checkpoint(storage: Storage, checkpoint: Checkpoint, counts: tuple[int, int] | None = None) -> dict | None:
     """The ``_last_checkpoint`` object that describes ``checkpoint`` (without its checksum):
     ``parts`` for a multi-part checkpoint, ``v2Checkpoint`` for a UUID-named V2 one. None when
     its action count cannot be read cheaply (a V2 checkpoint with sidecars, a JSON one)."""
-    counts = counts if counts is not None else _count_actions(storage, checkpoint)
+    counts = counts if counts is not None else count_actions(storage, checkpoint)
     if counts is None:
         return None
     hint: dict[str, Any] = {"version": checkpoint.version, "size": counts[0],

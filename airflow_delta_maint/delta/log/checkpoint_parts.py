@@ -42,8 +42,8 @@ from airflow_delta_maint.delta.errors import CommitFailedError, CorruptLogError,
 from airflow_delta_maint.delta.log import checkpoint as ckpt
 from airflow_delta_maint.delta.log.listing import LOG_DIR, Checkpoint, classic_checkpoint_key, list_log
 from airflow_delta_maint.delta.log import checkpoint_schema as cs
-from airflow_delta_maint.delta.log.checkpoint_read import (BATCH_ROWS, StreamFallback, actions_table, flatten_actions,
-                                                           open_checkpoint_file)
+from airflow_delta_maint.delta.log.checkpoint_read import (BATCH_ROWS, StreamFallback, actions_table, count_actions,
+                                                           flatten_actions, has_column, open_checkpoint_file)
 from airflow_delta_maint.delta.log.reconciliation import drop_keys
 from airflow_delta_maint.delta.log.state_stream import StreamedState
 from airflow_delta_maint.delta.protocol.actions import ADD, Metadata
@@ -118,11 +118,11 @@ class SliceWriter:
         root = self.storage.root
         pf = open_checkpoint_file(self.storage, s.key, s.size)
         src = pf.schema_arrow
-        wanted = [f"add.{c}" for c in _ADD_COLUMNS if ckpt_child(src, "add", c)]
-        typed_stats = ckpt_child(src, "add", "stats_parsed")
+        wanted = [f"add.{c}" for c in _ADD_COLUMNS if has_column(src, f"add.{c}")]
+        typed_stats = has_column(src, "add.stats_parsed")
         if typed_stats:
             wanted.append("add.stats_parsed")
-        wanted += [f"remove.{c}" for c in _REMOVE_COLUMNS if ckpt_child(src, "remove", c)]
+        wanted += [f"remove.{c}" for c in _REMOVE_COLUMNS if has_column(src, f"remove.{c}")]
         add_pieces: list[pa.Table] = []
         remove_pieces: list[pa.Table] = []
         if not wanted:
@@ -145,14 +145,6 @@ class SliceWriter:
             raise CorruptLogError(f"corrupt checkpoint {s.key}: {exc}") from None
         adds = pa.concat_tables(add_pieces) if add_pieces else None
         return _file_action_rows(schema, adds, remove_pieces, self.typed), adds.num_rows if adds is not None else 0
-
-
-def ckpt_child(schema: pa.Schema, top: str, child: str) -> bool:
-    """Whether a parquet schema has struct column ``top`` with field ``child``."""
-    if top not in schema.names:
-        return False
-    t = schema.field(top).type
-    return pa.types.is_struct(t) and t.get_field_index(child) >= 0
 
 
 def _fill_stats(batch: pa.RecordBatch, adds: pa.Table) -> pa.Table:
@@ -373,7 +365,7 @@ def existing_checkpoint(state: StreamedState, naming: str = "auto") -> dict[str,
     found = ckpt.existing_checkpoint(storage, state.version, classic_name=naming == "classic")
     if found is None:
         return None
-    counts = _count_actions_streamed(storage, found)
+    counts = count_actions(storage, found)
     hint = ckpt.describe_checkpoint(storage, found, counts) if counts is not None else None
     updated = ckpt.update_hint(storage, hint, wrote=False) if hint is not None else False
     return {"version": state.version, "path": found.files[0].key, "kind": found.kind,
@@ -381,28 +373,6 @@ def existing_checkpoint(state: StreamedState, naming: str = "auto") -> dict[str,
             "num_add_files": hint["numOfAddFiles"] if hint else _verified_live_files(state),
             "size_bytes": sum(f.size for f in found.files), "already_existed": True,
             "last_checkpoint_updated": updated}
-
-
-def _count_actions_streamed(storage: Storage, checkpoint: Checkpoint) -> tuple[int, int] | None:
-    """``checkpoint._count_actions`` one row group at a time."""
-    actions = adds = 0
-    for f in checkpoint.files:
-        if not f.key.endswith(".parquet"):
-            return None
-        try:
-            pf = open_checkpoint_file(storage, f.key, f.size)
-            names = pf.schema_arrow.names
-            if "sidecar" in names:
-                for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=["sidecar"], use_threads=False):
-                    if batch.column(0).null_count != batch.num_rows:
-                        return None
-            if "add" in names and ckpt_child(pf.schema_arrow, "add", "path"):
-                for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=["add.path"], use_threads=False):
-                    adds += batch.num_rows - batch.column(0).null_count
-            actions += pf.metadata.num_rows
-        except (pa.ArrowException, OSError, CorruptLogError):
-            return None
-    return actions, adds
 
 
 def write_checkpoint_in_parts(state: StreamedState, *, now_ms: int | None = None,

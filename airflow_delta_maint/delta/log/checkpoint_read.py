@@ -32,7 +32,7 @@ from airflow_delta_maint.delta.storage.range_reader import RangeReader
 from airflow_delta_maint.delta.storage.store import Storage
 
 __all__ = ["BATCH_ROWS", "CHECKPOINT_COLUMNS", "CheckpointData", "OTHER_COLUMNS", "StreamFallback", "actions_table",
-           "checkpoint_files", "dict_actions", "file_actions", "flatten_actions", "has_column", "json_manifest_actions",
+           "checkpoint_files", "count_actions", "dict_actions", "file_actions", "flatten_actions", "has_column", "json_manifest_actions",
            "open_checkpoint_file", "other_actions", "plain_value", "read_checkpoint", "read_log_file",
            "read_parquet_actions", "sidecar_key", "sidecar_sizes", "valid_pieces"]
 
@@ -346,3 +346,28 @@ def checkpoint_files(storage: Storage, checkpoint: Checkpoint) -> tuple[int, str
         return rows, "actions"
     except Exception:  # noqa: BLE001 - as above
         return None
+
+
+def count_actions(storage: Storage, checkpoint: Checkpoint) -> tuple[int, int] | None:
+    """(actions, adds) of a parquet checkpoint (all its parts), read one row group at a time; None
+    for one with sidecars, a JSON one, or one that cannot be read."""
+    actions = adds = 0
+    for f in checkpoint.files:
+        if not f.key.endswith(".parquet"):
+            return None
+        try:
+            pf = open_checkpoint_file(storage, f.key, f.size)
+            names = pf.schema_arrow.names
+            if "sidecar" in names:
+                for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=["sidecar"], use_threads=False):
+                    if batch.column(0).null_count != batch.num_rows:
+                        return None
+            if has_column(pf.schema_arrow, "add.path"):
+                for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=["add.path"], use_threads=False):
+                    adds += batch.num_rows - batch.column(0).null_count
+            actions += pf.metadata.num_rows
+        except MemoryError:  # pyarrow's ArrowMemoryError too: not an unreadable file
+            raise
+        except (pa.ArrowException, OSError, KeyError, CorruptLogError):
+            return None
+    return actions, adds

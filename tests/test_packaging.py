@@ -286,7 +286,7 @@ def test_upward_imports_are_found():
     graph = {"airflow_delta_maint.delta.storage.store": {"airflow_delta_maint.delta.errors",
                                                          "airflow_delta_maint.delta.log.snapshot"},
              "airflow_delta_maint.delta.plans.vacuum": {"airflow_delta_maint.delta.log.snapshot",
-                                                        "airflow_delta_maint.delta.plans.vacuum_files",
+                                                        "airflow_delta_maint.delta.storage.table_files",
                                                         "airflow_delta_maint.delta.storage.store"},
              "airflow_delta_maint.delta.log.snapshot": {"airflow_delta_maint.delta.health.score"}}
     assert upward_imports(graph) == [

@@ -14,7 +14,7 @@ import pytest
 from airflow_delta_maint.app import cli
 from airflow_delta_maint.app.jobs.optimize import nothing_to_do
 from airflow_delta_maint.delta.log.snapshot import Snapshot
-from airflow_delta_maint.delta.plans.partition_reservation import reserve_partitions
+from airflow_delta_maint.delta.storage.leases import reserve_partitions
 from airflow_delta_maint.delta.protocol.deletion_vectors import write_deletion_vector
 from airflow_delta_maint.delta.storage.store import Storage
 from tests.app.test_optimize import rows_deltars

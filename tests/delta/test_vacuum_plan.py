@@ -26,7 +26,7 @@ from airflow_delta_maint.delta.plans.vacuum import (
     latest_commit_at_or_before, lite_candidates, nothing_to_do, plan_vacuum, read_last_vacuum_info,
     remove_empty_dirs, select_candidates, table_retention_ms, write_last_vacuum_info,
 )
-from airflow_delta_maint.delta.plans.vacuum_files import (SIDECAR_SCAN_MIN, delete_files_parallel, list_folder,
+from airflow_delta_maint.delta.storage.table_files import (SIDECAR_SCAN_MIN, delete_files_parallel, list_folder,
                                                           list_subtree)
 from airflow_delta_maint.delta.plans.vacuum_valid import key_for_log_path, valid_among, valid_keys
 from airflow_delta_maint.delta.protocol.actions import Metadata

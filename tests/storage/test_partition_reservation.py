@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_delta_maint.delta.plans.partition_reservation import RESERVATIONS_DIR, reserve_partitions
+from airflow_delta_maint.delta.storage.leases import RESERVATIONS_DIR, reserve_partitions
 from airflow_delta_maint.delta.storage.store import Storage
 
 LABELS = [f"p=part{i}" for i in range(6)]
@@ -76,7 +76,7 @@ def test_a_lease_of_a_dead_process_on_this_host_is_taken_over_at_once(tmp_path: 
     import sys
 
     code = ("import os, sys; from airflow_delta_maint.delta.storage.store import Storage; "
-            "from airflow_delta_maint.delta.plans.partition_reservation import reserve_partitions; "
+            "from airflow_delta_maint.delta.storage.leases import reserve_partitions; "
             "r = reserve_partitions(Storage(sys.argv[1]), ['p=a'], run_id='killed', lease_seconds=3600); "
             "os._exit(0 if r.held else 1)")  # exits without releasing, as kill -9 would
     subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True)

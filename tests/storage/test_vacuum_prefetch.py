@@ -7,8 +7,8 @@ import obstore
 import pytest
 
 from airflow_delta_maint.delta.errors import StorageError
-from airflow_delta_maint.delta.plans.vacuum_files import delete_files_parallel, list_subtree
-from airflow_delta_maint.delta.plans.vacuum_prefetch import PrefetchedListing
+from airflow_delta_maint.delta.storage.table_files import delete_files_parallel, list_subtree
+from airflow_delta_maint.delta.storage.prefetch import PrefetchedListing
 from airflow_delta_maint.delta.storage.store import Storage
 
 pytestmark = pytest.mark.timeout(120)

@@ -19,7 +19,7 @@ from airflow_delta_maint.delta.log.table_state import TableState, read_table
 from airflow_delta_maint.delta.plans.auto_compaction import (DEFAULT_MAX_DELETED_ROWS_RATIO, DEFAULT_MAX_PARTITIONS,
                                                              DEFAULT_MIN_NUM_FILES)
 from airflow_delta_maint.delta.plans.optimize import DEFAULT_DV_RATIO
-from airflow_delta_maint.delta.plans.partition_reservation import DEFAULT_LEASE_SECONDS
+from airflow_delta_maint.delta.storage.leases import DEFAULT_LEASE_SECONDS
 from airflow_delta_maint.delta.protocol.features import check_supported
 
 from ..context import JobContext

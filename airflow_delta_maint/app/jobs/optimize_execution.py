@@ -16,7 +16,7 @@ from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.delta.plans.auto_compaction import AutoDecision, partition_key, partition_label
 from airflow_delta_maint.delta.plans.clustering import clustering_quality, tag_clustered_files
 from airflow_delta_maint.delta.plans.optimize import Bin, OptimizePlan
-from airflow_delta_maint.delta.plans.partition_reservation import DEFAULT_LEASE_SECONDS, reserve_partitions
+from airflow_delta_maint.delta.storage.leases import DEFAULT_LEASE_SECONDS, reserve_partitions
 from airflow_delta_maint.delta.protocol.features import table_features
 from airflow_delta_maint.delta.protocol.row_tracking import row_tracking
 

@@ -32,7 +32,7 @@ from airflow_delta_maint.delta.log.table_state import TableState
 from airflow_delta_maint.delta.plans.vacuum import lite_candidates, plan_vacuum, remove_empty_dirs
 from airflow_delta_maint.delta.plans.vacuum_inventory import check_fresh, open_inventory, read_inventory
 from airflow_delta_maint.delta.plans.vacuum_keep import kept_version_keys, readable_kept_versions
-from airflow_delta_maint.delta.plans.vacuum_prefetch import PrefetchedListing
+from airflow_delta_maint.delta.storage.prefetch import PrefetchedListing
 from airflow_delta_maint.delta.plans.vacuum_valid import valid_keys
 from airflow_delta_maint.delta.protocol.features import check_supported
 

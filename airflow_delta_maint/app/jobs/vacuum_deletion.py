@@ -17,7 +17,7 @@ from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.delta.log.table_header import TableHeader
 from airflow_delta_maint.delta.log.transaction import ConflictError, Transaction, winning_commits
 from airflow_delta_maint.delta.plans.vacuum import VacuumPlan, table_retention_ms, write_last_vacuum_info
-from airflow_delta_maint.delta.plans.vacuum_files import delete_files_parallel
+from airflow_delta_maint.delta.storage.table_files import delete_files_parallel
 from airflow_delta_maint.delta.protocol.features import check_supported
 from airflow_delta_maint.delta.storage.store import Storage
 

@@ -8,9 +8,9 @@ import logging
 from dataclasses import dataclass
 from typing import Sequence
 
-from airflow_delta_maint.delta.plans.vacuum_files import Subtree, list_subtree
+from airflow_delta_maint.delta.storage.table_files import Subtree, list_subtree
 from airflow_delta_maint.delta.plans.vacuum_inventory import Inventory, inventory_files
-from airflow_delta_maint.delta.plans.vacuum_prefetch import PrefetchedListing
+from airflow_delta_maint.delta.storage.prefetch import PrefetchedListing
 from airflow_delta_maint.delta.storage.store import FileInfo, Storage
 
 from ..context import JobContext

@@ -28,7 +28,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from airflow_delta_maint.delta.plans.vacuum_files import Subtree, list_folder
+from airflow_delta_maint.delta.storage.table_files import Subtree, list_folder
 from airflow_delta_maint.delta.storage import scratch
 from airflow_delta_maint.delta.storage.scratch import make_scratch
 from airflow_delta_maint.delta.storage.store import Storage

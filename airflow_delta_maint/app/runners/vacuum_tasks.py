@@ -1,6 +1,6 @@
 """What VACUUM full mode runs inside Spark tasks: list subtrees, delete files.
 
-Imports only the storage layer and :mod:`airflow_delta_maint.delta.plans.vacuum_files` (no pyarrow,
+Imports only the storage layer and :mod:`airflow_delta_maint.delta.storage.table_files` (no pyarrow,
 no pyspark), so a freshly started Python worker is ready quickly.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterable, Iterator, Sequence
 
-from airflow_delta_maint.delta.plans.vacuum_files import Subtree, delete_files_parallel, list_subtree
+from airflow_delta_maint.delta.storage.table_files import Subtree, delete_files_parallel, list_subtree
 from airflow_delta_maint.delta.storage.store import Storage
 
 __all__ = ["DELETE_BATCH", "ListingSummary", "TASK_THREADS", "delete_partition", "delete_rows", "list_partition", "list_rows",

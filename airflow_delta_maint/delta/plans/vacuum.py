@@ -31,7 +31,7 @@ from airflow_delta_maint.delta.log.commit_time import latest_commit_at_or_before
 from airflow_delta_maint.delta.log.listing import LOG_DIR, LogListing, commit_key, list_log, parse_json_lines
 from airflow_delta_maint.delta.log.table_header import TableHeader
 from airflow_delta_maint.delta.log.table_state import read_table
-from airflow_delta_maint.delta.plans.vacuum_files import delete_files, hidden_name, is_hidden, partition_prefixes
+from airflow_delta_maint.delta.storage.table_files import delete_files, hidden_name, is_hidden, partition_prefixes
 from airflow_delta_maint.delta.plans.vacuum_valid import key_for_log_path, valid_among, valid_keys
 from airflow_delta_maint.delta.protocol.actions import Metadata
 from airflow_delta_maint.delta.protocol.deletion_vectors import dv_file_key

@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 from airflow_delta_maint.delta.errors import InvalidArgumentError, NotADeltaTableError, TableNotFoundError
 from airflow_delta_maint.delta.log.listing import LOG_DIR
 from airflow_delta_maint.delta.log.snapshot import Snapshot
-from airflow_delta_maint.delta.plans.vacuum_files import hidden_name, partition_prefixes
+from airflow_delta_maint.delta.storage.table_files import hidden_name, partition_prefixes
 from airflow_delta_maint.delta.plans.vacuum_valid_stream import KeyWriter
 from airflow_delta_maint.delta.storage.range_reader import RangeReader
 from airflow_delta_maint.delta.storage.store import FileInfo, Storage, normalize_table_uri

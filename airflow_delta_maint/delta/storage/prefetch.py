@@ -13,7 +13,7 @@ import logging
 import threading
 from typing import Sequence
 
-from airflow_delta_maint.delta.plans.vacuum_files import Subtree, hidden_name, partition_prefixes
+from airflow_delta_maint.delta.storage.table_files import Subtree, hidden_name, partition_prefixes
 from airflow_delta_maint.delta.storage.failures import translate
 from airflow_delta_maint.delta.storage.store import Storage
 
@@ -77,7 +77,7 @@ class PrefetchedListing:
 
     def subtree(self, partition_columns: Sequence[str] = ()) -> Subtree | None:
         """Wait for the listing; its visible files (hidden names skipped as
-        :func:`~.vacuum_files.list_subtree` does), or None when it gave up or was cancelled.
+        :func:`~.table_files.list_subtree` does), or None when it gave up or was cancelled.
 
         Raises the listing's error (a one-line StorageError) if it failed.
         """

@@ -28,6 +28,8 @@ import sys
 import warnings
 from pathlib import Path
 
+from airflow_delta_maint.app.text_files import write_text_once
+
 __all__ = ["LOG4J2_FILE", "QUIET_LOG4J2", "children_print_to_stderr", "quiet_java_options", "quiet_log4j_file",
            "silence_python_warnings"]
 
@@ -67,13 +69,7 @@ logger.parquet2.level = error
 
 def quiet_log4j_file(folder: Path) -> Path:
     """:data:`QUIET_LOG4J2` written into ``folder`` (once, whole)."""
-    path = folder / LOG4J2_FILE
-    if not path.exists() or path.read_text() != QUIET_LOG4J2:
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-        tmp.write_text(QUIET_LOG4J2)
-        os.replace(tmp, path)
-    return path
+    return write_text_once(folder / LOG4J2_FILE, QUIET_LOG4J2)
 
 
 def quiet_java_options(folder: Path) -> str:

@@ -17,10 +17,11 @@ Runs on the native engine never get any of this: our engine needs no Delta jars.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from airflow_delta_maint.app.text_files import write_text_once
 
 from . import DEFAULT_PACKAGE, DELTA_CATALOG, DELTA_EXTENSION
 
@@ -44,13 +45,7 @@ def carries_delta_spark(conf: Mapping[str, Any], packages: str | None) -> bool:
 
 def ivy_settings_file(folder: Path) -> Path:
     """The Ivy settings (Maven Central only) written into ``folder`` (once, whole)."""
-    path = folder / "ivysettings-maven-central.xml"
-    if not path.exists() or path.read_text() != IVY_SETTINGS:
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-        tmp.write_text(IVY_SETTINGS)
-        os.replace(tmp, path)
-    return path
+    return write_text_once(folder / "ivysettings-maven-central.xml", IVY_SETTINGS)
 
 
 def add_delta_spark(conf: dict[str, Any], packages: str | None, configured_packages: str | None,

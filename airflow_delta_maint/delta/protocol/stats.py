@@ -29,13 +29,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from airflow_delta_maint.delta.errors import InvalidArgumentError
 from airflow_delta_maint.delta.protocol.actions import Metadata
+from airflow_delta_maint.delta.protocol.table_properties import NUM_INDEXED_COLS, STATS_COLUMNS
 from airflow_delta_maint.delta.protocol.schema import (ArrayType, Column, MapType, PrimitiveType, format_column_name, leaf_columns,
                                                        split_column_list)
 
-NUM_INDEXED_COLS_KEY = "delta.dataSkippingNumIndexedCols"
-STATS_COLUMNS_KEY = "delta.dataSkippingStatsColumns"
+NUM_INDEXED_COLS_KEY = NUM_INDEXED_COLS
+STATS_COLUMNS_KEY = STATS_COLUMNS
 DEFAULT_NUM_INDEXED_COLS = 32
 STRING_PREFIX_LENGTH = 32
 TIE_BREAKER = "\ufffd"
@@ -69,21 +69,17 @@ def stats_columns(metadata: Metadata, required: Sequence[Sequence[str]] = ()) ->
 
 
 def _configured_stats_columns(metadata: Metadata) -> list[Column]:
-    conf = metadata.configuration
+    properties = metadata.properties
     leaves = leaf_columns(metadata)
-    if conf.get(STATS_COLUMNS_KEY) is not None:
-        wanted = [tuple(p.lower() for p in path) for path in split_column_list(conf[STATS_COLUMNS_KEY])]
+    if properties.stats_columns is not None:
+        wanted = [tuple(p.lower() for p in path) for path in split_column_list(properties.stats_columns)]
         out = []
         for c in leaves:
             lp = tuple(p.lower() for p in c.logical_path)
             if any(lp[:len(w)] == w for w in wanted):
                 out.append(c)
         return out
-    raw = conf.get(NUM_INDEXED_COLS_KEY)
-    try:
-        n = DEFAULT_NUM_INDEXED_COLS if raw is None else int(raw)
-    except ValueError:
-        raise InvalidArgumentError(f"invalid {NUM_INDEXED_COLS_KEY}: {raw!r}") from None
+    n = properties.num_indexed_cols
     return leaves if n < 0 else leaves[:n]
 
 

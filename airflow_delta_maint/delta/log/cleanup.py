@@ -36,7 +36,8 @@ from typing import Any, Callable, Iterable
 from airflow_delta_maint.delta.errors import InvalidArgumentError, MissingVersionError
 from airflow_delta_maint.delta.log.checkpoint import write_checkpoint
 from airflow_delta_maint.delta.log.commit_time import commit_times
-from airflow_delta_maint.delta.protocol.table_properties import TableProperties, parse_interval_ms
+from airflow_delta_maint.delta.protocol.table_properties import (ENABLE_EXPIRED_LOG_CLEANUP, LOG_RETENTION, TableProperties,
+                                                                 parse_interval_ms)
 from airflow_delta_maint.delta.log.listing import LOG_DIR, Checkpoint, LogListing, list_log, parse_json_lines, parse_listing
 from airflow_delta_maint.delta.log.checkpoint_read import sidecar_key
 from airflow_delta_maint.delta.log.snapshot import Snapshot
@@ -52,8 +53,8 @@ __all__ = [
 ]
 
 DEFAULT_LOG_RETENTION_MS = 30 * 86_400_000
-RETENTION_PROPERTY = "delta.logRetentionDuration"
-ENABLE_PROPERTY = "delta.enableExpiredLogCleanup"
+RETENTION_PROPERTY = LOG_RETENTION
+ENABLE_PROPERTY = ENABLE_EXPIRED_LOG_CLEANUP
 _DAY_MS = 86_400_000
 _CRC = re.compile(r"^(\d{20})\.crc$")
 _VERSIONED = re.compile(r"^(\d{20})\.")

@@ -35,6 +35,7 @@ from airflow_delta_maint.delta.storage.table_files import delete_files, hidden_n
 from airflow_delta_maint.delta.plans.vacuum_valid import key_for_log_path, valid_among, valid_keys
 from airflow_delta_maint.delta.protocol.actions import Metadata
 from airflow_delta_maint.delta.protocol.deletion_vectors import dv_file_key
+from airflow_delta_maint.delta.protocol.table_properties import DELETED_FILE_RETENTION
 from airflow_delta_maint.delta.storage.store import FileInfo, Storage
 
 __all__ = [
@@ -45,7 +46,7 @@ __all__ = [
 ]
 
 DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000
-RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
+RETENTION_PROPERTY = DELETED_FILE_RETENTION
 LAST_VACUUM_INFO = LOG_DIR + "_last_vacuum_info"
 _WATERMARK_FIELD = "latestCommitVersionOutsideOfRetentionWindow"
 _HOUR_MS = 3600 * 1000

@@ -32,6 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_delta_maint.delta.log.commit_time import commit_info_time
 from airflow_delta_maint.delta.log.history import LogState, last_operation_version, read_commit_info_head
 from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.delta.log.table_header import TableHeader
@@ -122,7 +123,7 @@ def vacuum_cutoff_ms(storage: Storage, version: int, max_commits: int = 1000) ->
         return None
     params = info.get("operationParameters") or {}
     retention = params.get("specifiedRetentionMillis", params.get("defaultRetentionMillis"))
-    when = info.get("inCommitTimestamp", info.get("timestamp"))
+    when = commit_info_time(info)
     if when is None or retention is None:
         return None
     try:

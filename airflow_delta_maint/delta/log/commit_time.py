@@ -1,20 +1,45 @@
 """When each commit happened: the one reader of commit timestamps.
 
-A commit's time is its in-commit timestamp where the table has them (from their enablement
-version on, per ``delta.enableInCommitTimestamps``), else the commit file's modification time,
-raised to one millisecond past the previous commit's where it would be earlier or equal (as
-delta-spark's history does, so times only grow).
+:func:`commit_info_time` and :func:`commit_time` give one commit's own time (in-commit timestamp,
+else commitInfo's, else the file's): the newest commit's time of a state, the writers' cadence, the
+last VACUUM's start. The times of a run of commits, which VACUUM and expired-log cleanup compare
+with a cut-off (:func:`commit_times`, :func:`latest_commit_at_or_before`), follow the table's
+setting: in-commit timestamps where the table has them (from their enablement version on, per
+``delta.enableInCommitTimestamps``), else the commit files' modification times, each raised to
+one millisecond past the previous commit's where it would be earlier or equal (as delta-spark's
+history does, so times only grow).
 """
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping
 
 from airflow_delta_maint.delta.log.listing import LogListing, commit_key, list_log, parse_json_lines
 from airflow_delta_maint.delta.protocol.table_properties import TableProperties
 from airflow_delta_maint.delta.storage.store import Storage
 
-__all__ = ["commit_times", "in_commit_timestamp", "latest_commit_at_or_before"]
+__all__ = ["commit_info_time", "commit_time", "commit_times", "in_commit_timestamp", "latest_commit_at_or_before"]
+
+
+def commit_info_time(info: Mapping[str, Any] | None) -> int | None:
+    """The time a commitInfo gives its commit: the in-commit timestamp, else its ``timestamp``
+    (None when it has neither as a number)."""
+    if not info:
+        return None
+    when = info.get("inCommitTimestamp") or info.get("timestamp")
+    return int(when) if isinstance(when, (int, float)) and not isinstance(when, bool) else None
+
+
+def commit_time(storage: Storage, version: int, info: Mapping[str, Any] | None) -> int | None:
+    """A commit's own time: its commitInfo's (``info``, see :func:`commit_info_time`), else the
+    commit file's modification time; None when the commit is gone."""
+    when = commit_info_time(info)
+    if when is not None:
+        return when
+    try:
+        return storage.head(commit_key(version)).mtime_ms
+    except FileNotFoundError:
+        return None
 
 
 def in_commit_timestamp(storage: Storage, version: int) -> int | None:

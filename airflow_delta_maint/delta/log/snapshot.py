@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_delta_maint.delta.errors import CorruptLogError, InconsistentStateError, InvalidArgumentError, MissingVersionError
+from airflow_delta_maint.delta.log.commit_time import commit_info_time, commit_time
 from airflow_delta_maint.delta.log.checkpoint_read import CheckpointData, plain_value, read_checkpoint, read_log_file
 from airflow_delta_maint.delta.log.listing import Compaction, LogSegment, build_segment, commit_key, parse_json_lines
 from airflow_delta_maint.delta.log.state_memory import state_too_large
@@ -101,16 +102,14 @@ def replay_segment(storage: Storage, segment: LogSegment, base: CheckpointData, 
         if start == end == segment.version:
             for a in actions:
                 if a.get("commitInfo"):
-                    ci = a["commitInfo"]
-                    commit_ts = ci.get("inCommitTimestamp") or ci.get("timestamp")
+                    commit_ts = commit_info_time(a["commitInfo"])
                     break
     if commit_ts is None and segment.replay and segment.replay[-1][0] != segment.replay[-1][1]:
         # the newest commit was replayed from a compaction file, which has no commitInfo
         key = commit_key(segment.version)
         try:
-            info: dict[str, Any] = next((a["commitInfo"] for a in parse_json_lines(storage.read(key), key)
-                         if a.get("commitInfo")), {})
-            commit_ts = info.get("inCommitTimestamp") or info.get("timestamp") or storage.head(key).mtime_ms
+            info = next((a["commitInfo"] for a in parse_json_lines(storage.read(key), key) if a.get("commitInfo")), None)
+            commit_ts = commit_time(storage, segment.version, info)
         except FileNotFoundError:
             commit_ts = segment.replay[-1][2].mtime_ms
     if commit_ts is None and segment.replay:

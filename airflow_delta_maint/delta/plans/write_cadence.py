@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_delta_maint.delta.log.commit_time import commit_time
 from airflow_delta_maint.delta.log.history import read_commit_info_head
-from airflow_delta_maint.delta.log.listing import commit_key
 from airflow_delta_maint.delta.storage.store import Storage
 
 __all__ = ["ENOUGH_WRITER_COMMITS", "MAINTENANCE_OPERATIONS", "MIN_SPAN_S", "MIN_WRITER_COMMITS", "WINDOW_S",
@@ -73,17 +73,11 @@ class WriteCadence:
 
 
 def _commit_time_ms(storage: Storage, version: int) -> tuple[int | None, str]:
-    """A commit's time (in-commit timestamp, else commitInfo's, else the file's) and its operation;
-    (None, "") when the commit is gone."""
+    """A commit's time (:func:`~airflow_delta_maint.delta.log.commit_time.commit_time`) and its
+    operation; (None, "") when the commit is gone."""
     info = read_commit_info_head(storage, version)
-    if info is not None:
-        when = info.get("inCommitTimestamp") or info.get("timestamp")
-        if isinstance(when, (int, float)):
-            return int(when), str(info.get("operation") or "").upper()
-    try:
-        return storage.head(commit_key(version)).mtime_ms, str((info or {}).get("operation") or "").upper()
-    except FileNotFoundError:
-        return None, ""
+    when = commit_time(storage, version, info)
+    return when, str((info or {}).get("operation") or "").upper() if when is not None else ""
 
 
 def read_write_cadence(storage: Storage, latest: int, now_ms: int | None = None) -> WriteCadence:

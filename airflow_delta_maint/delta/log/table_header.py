@@ -14,6 +14,7 @@ then written once for both; a job that needs only the header takes any :class:`T
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any, Iterator, Sequence
 
 import pyarrow as pa
@@ -26,7 +27,7 @@ from airflow_delta_maint.delta.storage.store import Storage
 __all__ = ["TableHeader"]
 
 
-class TableHeader:
+class TableHeader(ABC):
     """A table's state at one version, without its files.
 
     Attributes:
@@ -66,13 +67,13 @@ class TableHeader:
         """The table's properties, typed."""
         return self.metadata.properties
 
+    @abstractmethod
     def eager(self, paths_only: bool = False) -> Any:
         """This version with every file in memory (a ``Snapshot``): the state itself when it is eager."""
-        raise NotImplementedError
 
+    @abstractmethod
     def scan(self, add_columns: Sequence[str], remove_columns: Sequence[str] | None = None
              ) -> Iterator[tuple[str, pa.Table]]:
         """Yield ``("add", table)`` pieces of the live files and, with ``remove_columns``,
         ``("remove", table)`` pieces of the tombstones, each with the columns asked for (``path``
         and ``deletionVector`` always included)."""
-        raise NotImplementedError

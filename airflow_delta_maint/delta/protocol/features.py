@@ -30,6 +30,10 @@ Every job calls :func:`check_supported` before it writes anything. The decision 
   itself (variant types, Iceberg compatibility, materialized partition columns), except
   collations, which delta-spark 4.4 does not know. The native refusal of a feature delta-spark
   would honour says so.
+- ``compute-stats`` re-adds live files with new statistics (``dataChange=false``) and writes no
+  data file. It honours what OPTIMIZE honours and ``materializePartitionColumns`` everywhere; it
+  refuses collations (collation-aware statistics), variant types (their statistics are not
+  computed) and, while enabled, Iceberg compatibility (its metadata is not converted).
 - ``liquid`` (a Databricks preview name of clustering, with its domain ``delta.liquid``) is not
   a protocol feature: its writer requirements were never published, and neither delta-spark
   nor delta-rs writes to such tables. Every writing job refuses it, naming the feature.
@@ -64,7 +68,7 @@ MAX_WRITER_VERSION = 7
 OPTIMIZE_DELTA_SPARK = "optimize with delta-spark"
 
 JOBS: tuple[str, ...] = ("read", "inspect", "checkpoint", "compact-log", "cleanup-log", "vacuum", "optimize",
-                         OPTIMIZE_DELTA_SPARK)
+                         OPTIMIZE_DELTA_SPARK, "compute-stats")
 
 #: Features that appear in both ``readerFeatures`` and ``writerFeatures``.
 KNOWN_READER_WRITER_FEATURES: frozenset[str] = frozenset({
@@ -109,6 +113,7 @@ SUPPORTED_READER_FEATURES: dict[str, frozenset[str]] = {
     "vacuum": _READ_CORE | _TYPE_WIDENING | _VARIANT,
     "optimize": _READ_CORE | _TYPE_WIDENING,
     OPTIMIZE_DELTA_SPARK: _READ_CORE | _TYPE_WIDENING | _VARIANT,
+    "compute-stats": _READ_CORE | _TYPE_WIDENING,
 }
 
 _LOG_ONLY_WRITER = KNOWN_WRITER_FEATURES - _CATALOG
@@ -130,6 +135,14 @@ SUPPORTED_WRITER_FEATURES: dict[str, frozenset[str]] = {
     }),
     # delta-spark 4.4 has no collations feature: it refuses such tables itself, so the gate does first
     OPTIMIZE_DELTA_SPARK: _LOG_ONLY_WRITER - {"collations", "collations-preview"},
+    # re-adds live files with new statistics (dataChange=false): no data file is written
+    "compute-stats": frozenset({
+        "appendOnly", "invariants", "checkConstraints", "generatedColumns", "allowColumnDefaults",
+        "changeDataFeed", "columnMapping", "identityColumns", "deletionVectors", "timestampNtz",
+        "domainMetadata", "v2Checkpoint", "vacuumProtocolCheck", "inCommitTimestamp",
+        "checkpointProtection", "icebergCompatV1", "icebergCompatV2", "icebergCompatV3", "rowTracking",
+        "clustering", "typeWidening", "typeWidening-preview", "materializePartitionColumns",
+    }),
 }
 
 #: Why the native OPTIMIZE refuses a feature it knows, in the words of its refusal.
@@ -138,10 +151,20 @@ _WHY_NOT_NATIVE: dict[str, str] = {
     **{name: "the native statistics and Z-order do not follow collations"
        for name in ("collations", "collations-preview")},
 }
+#: Why compute-stats refuses a feature it knows, in the words of its refusal.
+_WHY_NOT_STATS: dict[str, str] = {
+    **{name: "the statistics of variant columns are not computed" for name in _VARIANT},
+    **{name: "the statistics do not follow collations" for name in ("collations", "collations-preview")},
+}
 
 #: Features a job honours only while the table property that activates them is off.
 CONDITIONAL_WRITER_FEATURES: dict[str, dict[str, str]] = {
     "optimize": {
+        "icebergCompatV1": "delta.enableIcebergCompatV1",
+        "icebergCompatV2": "delta.enableIcebergCompatV2",
+        "icebergCompatV3": "delta.enableIcebergCompatV3",
+    },
+    "compute-stats": {
         "icebergCompatV1": "delta.enableIcebergCompatV1",
         "icebergCompatV2": "delta.enableIcebergCompatV2",
         "icebergCompatV3": "delta.enableIcebergCompatV3",
@@ -152,7 +175,8 @@ CONDITIONAL_WRITER_FEATURES: dict[str, dict[str, str]] = {
 #: into data files, which the feature asks of every new file).
 UNPARTITIONED_WRITER_FEATURES: dict[str, frozenset[str]] = {"optimize": frozenset({"materializePartitionColumns"})}
 
-_WRITES = frozenset({"checkpoint", "compact-log", "cleanup-log", "vacuum", "optimize", OPTIMIZE_DELTA_SPARK})
+_WRITES = frozenset({"checkpoint", "compact-log", "cleanup-log", "vacuum", "optimize", OPTIMIZE_DELTA_SPARK,
+                     "compute-stats"})
 PROTECTION_PROPERTY = "delta.requireCheckpointProtectionBeforeVersion"
 
 
@@ -229,10 +253,11 @@ def unsupported_features(protocol: Protocol, job: str, metadata: Metadata | None
 
 def _reasons(protocol: Protocol, job: str) -> str:
     """Why ``job`` refuses the features it knows but does not honour, once per reason."""
-    if job != "optimize":
+    why = {"optimize": _WHY_NOT_NATIVE, "compute-stats": _WHY_NOT_STATS}.get(job)
+    if why is None:
         return ""
     reader, writer = table_features(protocol)
-    reasons = dict.fromkeys(_WHY_NOT_NATIVE[n] for n in sorted(reader | writer) if n in _WHY_NOT_NATIVE)
+    reasons = dict.fromkeys(why[n] for n in sorted(reader | writer) if n in why)
     return f" ({'; '.join(reasons)})" if reasons else ""
 
 

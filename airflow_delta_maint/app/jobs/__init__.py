@@ -35,6 +35,7 @@ JOB_MODULES = {
     "checkpoint": "airflow_delta_maint.app.jobs.checkpoint",
     "compact-log": "airflow_delta_maint.app.jobs.compact_log",
     "cleanup-log": "airflow_delta_maint.app.jobs.cleanup_log",
+    "compute-stats": "airflow_delta_maint.app.jobs.compute_stats",
 }
 
 log = logging.getLogger("delta_maint")

@@ -12,6 +12,9 @@ Conflict rules against each winning commit:
 - a ``protocol`` or ``metaData`` change conflicts (``ProtocolChanged``, ``MetadataChanged``);
 - a file we remove that the winner removed too conflicts (``ConcurrentDeleteDelete``), which
   also catches a winner that replaced the file's deletion vector;
+- a file we add whose path the winner removed conflicts (``ConcurrentDeleteRead``): a re-added
+  live file (new statistics, ``dataChange=false``) would bring back a file the winner deleted or
+  gave another deletion vector;
 - a ``domainMetadata`` domain or ``txn`` appId we write that the winner wrote too conflicts
   (``ConcurrentDomainMetadata``, ``ConcurrentTransaction``);
 - appends never conflict with a transaction whose file actions all have ``dataChange=false``
@@ -73,7 +76,7 @@ class ConflictError(CommitConflictError):
 
     Attributes:
         kind: the conflict, named as delta-spark names its exceptions without the suffix
-            (``ConcurrentDeleteDelete``, ``ConcurrentAppend``, ``ProtocolChanged``,
+            (``ConcurrentDeleteDelete``, ``ConcurrentDeleteRead``, ``ConcurrentAppend``, ``ProtocolChanged``,
             ``MetadataChanged``, ``ConcurrentDomainMetadata``, ``ConcurrentTransaction``).
         winning_version: the version of the commit that conflicts.
         paths: the file paths (or domains / appIds) both commits touched.
@@ -314,6 +317,10 @@ class Transaction:
         both = ours_removed & winner.removed_paths
         if both:
             raise ConflictError("ConcurrentDeleteDelete", v, both, detail="removed files this commit removes")
+        ours_added = {_canonical(self.storage, body["path"]) for k, body in self._file_actions() if k == "add"}
+        readded = ours_added & winner.removed_paths
+        if readded:
+            raise ConflictError("ConcurrentDeleteRead", v, readded, detail="removed files this commit adds back")
         if self.data_change and not self.is_blind_append and winner.data_change_adds:
             raise ConflictError("ConcurrentAppend", v,
                                 detail=f"added {winner.data_change_adds} data files this commit did not read")

@@ -51,6 +51,11 @@ def _eligible(col: Column) -> bool:
     return isinstance(t, PrimitiveType) and (t.name in _MIN_MAX_TYPES or t.is_decimal)
 
 
+def has_min_max(col: Column) -> bool:
+    """Whether statistics bound this leaf column with a min and a max (else they count its nulls only)."""
+    return _eligible(col)
+
+
 def stats_columns(metadata: Metadata, required: Sequence[Sequence[str]] = ()) -> list[Column]:
     """The leaf columns whose statistics are collected, in schema order.
 
@@ -446,9 +451,10 @@ def _footer_stats(md: pq.FileMetaData, cols: list[Column]) -> list[_LeafStats]:
     return out
 
 
-def columns_needing_data(parquet_metadata: pq.FileMetaData, metadata: Metadata) -> list[str]:
+def columns_needing_data(parquet_metadata: pq.FileMetaData, metadata: Metadata,
+                         required: Sequence[Sequence[str]] = ()) -> list[str]:
     """Top-level physical column names whose statistics the footer cannot give (read these for ``file_stats``)."""
-    cols = stats_columns(metadata)
+    cols = stats_columns(metadata, required)
     names: list[str] = []
     for c, ls in zip(cols, _footer_stats(parquet_metadata, cols)):
         if _needs_data(c, ls) and c.physical_path[0] not in names:
@@ -583,7 +589,7 @@ def parse_stats_columns(metadata: Metadata) -> list[str]:
 
 
 __all__ = [
-    "DEFAULT_NUM_INDEXED_COLS", "STRING_PREFIX_LENGTH", "StatsCollector", "columns_needing_data", "file_stats",
+    "DEFAULT_NUM_INDEXED_COLS", "STRING_PREFIX_LENGTH", "StatsCollector", "columns_needing_data", "file_stats", "has_min_max",
     "parquet_file_stats", "parse_stats_columns", "stats_columns", "stats_json", "table_stats",
     "truncate_max_string", "truncate_min_string",
 ]

@@ -1,0 +1,77 @@
+"""What compute-stats runs inside Spark tasks (threads of the process under local execution): each
+file's statistics from its parquet footer, and from its data only where the footer cannot prove a
+value (:mod:`airflow_delta_maint.delta.protocol.stats`). A remote file is read by byte ranges: the
+footer, then only the columns that need their data. No pyspark import here.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator
+
+import pyarrow.parquet as pq
+
+from airflow_delta_maint.delta.errors import CorruptLogError
+from airflow_delta_maint.delta.protocol.actions import Metadata
+from airflow_delta_maint.delta.protocol.stats import StatsCollector, columns_needing_data, stats_json
+from airflow_delta_maint.delta.storage.range_reader import RangeReader
+from airflow_delta_maint.delta.storage.store import Storage
+
+__all__ = ["StatsSpec", "StatsTarget", "file_statistics", "stats_slice"]
+
+#: files whose footers one task reads at once from an object store (reads wait on the network)
+REMOTE_THREADS = 8
+
+#: (path, size in bytes, has a deletion vector)
+StatsTarget = tuple[str, int, bool]
+
+
+@dataclass(frozen=True)
+class StatsSpec:
+    """What every task of one run shares."""
+
+    storage: Storage
+    metadata_action: dict
+    #: the logical paths of every column the statistics cover
+    columns: tuple[tuple[str, ...], ...]
+    #: the table has the deletion-vectors feature: statistics say whether their bounds are tight
+    deletion_vectors: bool
+
+
+def file_statistics(spec: StatsSpec, metadata: Metadata, target: StatsTarget) -> tuple[str, str, bool]:
+    """(path, statistics as JSON, whether any column's data was read) of one data file.
+
+    ``numRecords`` counts the file's physical rows; a file with a deletion vector gets
+    ``tightBounds: false`` (its bounds may belong to deleted rows), the others ``true`` on a table with
+    deletion vectors.
+
+    Raises:
+        CorruptLogError: the file is outside the table or missing.
+    """
+    path, size, has_dv = target
+    storage = spec.storage
+    key = storage.key_for_path(path)
+    if key is None:
+        raise CorruptLogError(f"data file outside the table root: {path}")
+    source: Any = storage.local_path(key) if storage.is_local else RangeReader(storage, key, size)
+    try:
+        parquet = pq.ParquetFile(source, coerce_int96_timestamp_unit="us")
+    except FileNotFoundError:
+        raise CorruptLogError(f"data file referenced by the log is missing: {path}") from None
+    from_data = bool(columns_needing_data(parquet.metadata, metadata, spec.columns))
+    tight = (not has_dv) if spec.deletion_vectors else None
+    stats = StatsCollector(metadata, spec.columns).file_stats(parquet, tight_bounds=tight)
+    return path, stats_json(stats), from_data
+
+
+def stats_slice(targets: Iterable[StatsTarget], spec: StatsSpec) -> Iterator[tuple[str, str, bool]]:
+    """Spark task: the statistics of its files, in order (a few at a time from an object store)."""
+    metadata = Metadata.from_action(spec.metadata_action)
+    targets = list(targets)
+    if spec.storage.is_local or len(targets) < 2:
+        for target in targets:
+            yield file_statistics(spec, metadata, target)
+        return
+    with ThreadPoolExecutor(max_workers=min(REMOTE_THREADS, len(targets))) as pool:
+        yield from pool.map(lambda t: file_statistics(spec, metadata, t), targets)

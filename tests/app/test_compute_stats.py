@@ -1,0 +1,168 @@
+"""compute-stats run as the application runs it: under local execution (the task functions on threads
+of this process) and once on Spark. Every run compares the table's rows before and after; the
+statistics it writes are compared with those the table's writer wrote before they were taken away."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+from pathlib import Path
+
+import pyarrow.parquet as pq
+from deltalake import DeltaTable
+
+import airflow_delta_maint.app.jobs.compute_stats as job
+from airflow_delta_maint.app import cli
+from airflow_delta_maint.app.execution import run_in_process
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from tests.app.test_optimize import copy_corpus, rows_deltars, rows_ours
+from tests.delta.test_compute_stats import make_table, rewrite_commit, strip_stats
+
+
+def local(path: Path, *args: str) -> tuple[int, dict]:
+    return run_in_process("compute-stats", str(path), list(args))
+
+
+def log_files(path: Path) -> list[str]:
+    return sorted(os.listdir(path / "_delta_log"))
+
+
+def adds_by_path(path: Path) -> dict[str, dict]:
+    return {a["path"]: a for a in Snapshot.load(str(path)).add_actions()}
+
+
+def commit(path: Path, version: int) -> list[dict]:
+    return [json.loads(line) for line in (path / "_delta_log" / f"{version:020d}.json").read_text().splitlines()]
+
+
+def as_delta_spark_writes(stats_text: str) -> dict:
+    """delta-rs's statistics without the bounds of booleans, which delta-spark (and this job) leave out."""
+    stats = json.loads(stats_text)
+    for kind in ("minValues", "maxValues"):
+        stats.get(kind, {}).pop("flag", None)
+    return stats
+
+
+def test_files_without_statistics_get_the_writers_statistics_back(tmp_path):
+    path = make_table(tmp_path / "t")
+    written = adds_by_path(path)
+    strip_stats(path, 0)
+    before, rows = adds_by_path(path), rows_deltars(path)
+    stripped = sorted(p for p, a in before.items() if not a.get("stats"))
+    assert len(stripped) == 2
+
+    code, m = local(path)
+    assert code == 0, m
+    assert (m["status"], m["version_read"], m["version_committed"]) == ("committed", 2, 3)
+    assert (m["numFilesConsidered"], m["numFilesWithoutStats"], m["numFilesMissingColumns"], m["numFilesUpdated"],
+            m["numFilesReadFromData"]) == (6, 2, 0, 2, 0)
+    assert rows_deltars(path) == rows
+    after = adds_by_path(path)
+    for p in stripped:  # the same file, with statistics equal to what delta-rs wrote
+        assert json.loads(after[p].pop("stats")) == as_delta_spark_writes(written[p]["stats"])
+        assert after[p] == {**{k: v for k, v in before[p].items() if k != "stats"}, "dataChange": False}
+    actions = commit(path, 3)
+    assert actions[0]["commitInfo"]["operation"] == "COMPUTE STATS"
+    assert actions[0]["commitInfo"]["operationMetrics"]["numFilesUpdated"] == "2"
+    assert sorted(a["add"]["path"] for a in actions[1:]) == stripped
+    assert all(a["add"]["dataChange"] is False for a in actions[1:])
+
+    # converged: the next run and the check without Spark have nothing to do
+    code, again = local(path)
+    assert (code, again["status"], again["version_committed"]) == (0, "skipped", None)
+    assert again["reason"] == job.nothing_to_do(str(path), None, job.options_from({})) == \
+        "all 6 live files have statistics of the 5 covered columns"
+
+
+def test_new_covered_columns_dry_run_and_max_files(tmp_path):
+    path = make_table(tmp_path / "t", configuration={"delta.dataSkippingNumIndexedCols": "1"})
+    DeltaTable(str(path)).alter.set_table_properties({"delta.dataSkippingStatsColumns": "s,nested.a"})
+    rows, listed = rows_deltars(path), log_files(path)
+
+    code, dry = local(path, "--dry-run", "--where", "part = 'a'")
+    assert (code, dry["status"], dry["numFilesMissingColumns"], dry["numFilesSelected"]) == (0, "dry_run", 3, 3)
+    assert sorted(dry["files"]) == sorted(p for p, a in adds_by_path(path).items() if a["partitionValues"]["part"] == "a")
+    assert log_files(path) == listed
+
+    code, first = local(path, "--max-files", "4")
+    assert (code, first["status"], first["numFilesUpdated"], first["numFilesLeftForLaterRuns"]) == (0, "committed", 4, 2)
+    code, second = local(path)
+    assert (second["status"], second["numFilesMissingColumns"], second["numFilesUpdated"]) == ("committed", 2, 2)
+    assert rows_deltars(path) == rows
+    for add in adds_by_path(path).values():
+        stats = json.loads(add["stats"])
+        assert set(stats["nullCount"]) == {"s", "nested"} and set(stats["nullCount"]["nested"]) == {"a"}
+        assert set(stats["minValues"]) == {"s", "nested"}
+    assert local(path)[1]["status"] == "skipped"
+
+
+def test_a_file_a_writer_removes_meanwhile_is_left_out_of_the_commit(tmp_path, monkeypatch):
+    path = make_table(tmp_path / "t")
+    strip_stats(path, 0)
+    strip_stats(path, 1)
+    real = job.compute
+
+    def compute_then_delete(ctx, state, plan):
+        out = real(ctx, state, plan)
+        DeltaTable(str(path)).delete("id = 0")  # rewrites one selected file (partition a of commit 0)
+        return out
+
+    monkeypatch.setattr(job, "compute", compute_then_delete)
+    code, m = local(path)
+    assert code == 0, m
+    assert (m["status"], m["numFilesSelected"], m["numFilesUpdated"], m["numFilesDroppedByConflicts"]) == \
+        ("committed", 4, 3, 1)
+    assert m["version_committed"] == 4  # after delta-rs's DELETE at version 3
+    expected = rows_deltars(path, version=3)  # delta-rs's DELETE left 29 of the 30 rows
+    assert rows_deltars(path) == expected and sum(expected.values()) == 29
+    removed = {a["remove"]["path"] for a in commit(path, 3) if "remove" in a}
+    assert removed and not removed & set(adds_by_path(path))  # not brought back
+
+
+def test_bad_input_fails_with_one_message_and_writes_nothing(tmp_path):
+    path = make_table(tmp_path / "t", 1)
+    strip_stats(path, 0)
+    listed = log_files(path)
+    for args, message in ((["--columns", "flag"], "column 'flag' is of type boolean"),
+                          (["--columns", "missing"], "column 'missing' not found"),
+                          (["--where", "nope = 1"], "nope"),
+                          (["--max-files", "0"], "at least 1")):
+        code, m = local(path, *args)
+        assert (code, m["status"], m["error_type"]) == (2, "failed", "InvalidArgumentError"), m
+        assert message in m["error"]
+    assert log_files(path) == listed
+
+
+def test_deletion_vector_files_count_physical_rows_with_loose_bounds_under_column_mapping(tmp_path):
+    path = copy_corpus("spark/table-with-dv-small", tmp_path)  # delta-spark: DV, column mapping, tags
+    before = adds_by_path(path)
+    (written,) = before.values()
+    rewrite_commit(path, 1, lambda a: a.get("add", {}).pop("stats", None))
+    rows = rows_ours(path)
+    code, m = local(path)
+    assert code == 0 and m["numFilesUpdated"] == 1, m
+    (after,) = adds_by_path(path).values()
+    physical = pq.ParquetFile(path / after["path"]).metadata.num_rows
+    stats = json.loads(after.pop("stats"))
+    column = "col-4f064e48-f371-433a-b851-9e73c78fa9fc"
+    assert stats == {"numRecords": physical, "minValues": {column: 0}, "maxValues": {column: 9},
+                     "nullCount": {column: 0}, "tightBounds": False}
+    assert physical == 10 and after["deletionVector"]["cardinality"] == 2
+    assert after == {k: v for k, v in written.items() if k not in ("stats", "dataChange")} | {"dataChange": False}
+    assert rows_ours(path) == rows
+
+
+def test_on_spark(tmp_path, spark):
+    path = make_table(tmp_path / "t")
+    written = adds_by_path(path)
+    for version in range(3):
+        strip_stats(path, version)
+    rows = rows_deltars(path)
+    with contextlib.redirect_stdout(io.StringIO()):
+        code, m = cli.run(["compute-stats", str(path), "--json"])
+    assert code == 0 and (m["status"], m["numFilesUpdated"]) == ("committed", 6), m
+    assert rows_deltars(path) == rows
+    assert {p: json.loads(a["stats"]) for p, a in adds_by_path(path).items()} == \
+        {p: as_delta_spark_writes(a["stats"]) for p, a in written.items()}

@@ -282,13 +282,14 @@ def run_check(check: str, impl: str, table: str) -> object:
     if impl == "before":
         return _before(check, table)
     if check in OPTIMIZE_CHECKS:
-        from airflow_delta_maint.app.jobs.optimize import nothing_to_do
+        from airflow_delta_maint.app.jobs.optimize import nothing_to_do, options_from
 
-        return nothing_to_do(table, None, OPTIMIZE_CHECKS[check][0])
+        return nothing_to_do(table, None, options_from(OPTIMIZE_CHECKS[check][0]))
     if check == "vacuum_lite":
         from airflow_delta_maint.delta.plans.vacuum import nothing_to_do as vacuum_check
+        from airflow_delta_maint.delta.plans.vacuum_options import VacuumOptions
 
-        return vacuum_check(table, None, {"mode": "lite", "retention_hours": 0, "ignore_retention_check": True})
+        return vacuum_check(table, None, VacuumOptions(mode="lite", retention_hours=0, ignore_retention_check=True))
     if check == "log_distrust":
         from airflow_delta_maint.delta.log.compaction import _distrusted
         from airflow_delta_maint.delta.storage.store import Storage
@@ -297,7 +298,7 @@ def run_check(check: str, impl: str, table: str) -> object:
     if check == "compact_log":
         from airflow_delta_maint.delta.log.compaction import nothing_to_do as compaction_check
 
-        return compaction_check(table, None, {})
+        return compaction_check(table, None, None)
     if check == "execution":
         from airflow_delta_maint.app.execution import choose_execution
 
@@ -321,14 +322,15 @@ def _before(check: str, table: str) -> object:
     from airflow_delta_maint.delta.protocol.features import check_supported
 
     if check in OPTIMIZE_CHECKS:
-        from airflow_delta_maint.app.jobs.optimize_check import plan_outline, skip_reason
-        from airflow_delta_maint.app.jobs.optimize_options import auto_decision, plan_from_params
+        from airflow_delta_maint.app.jobs.optimize import options_from
+        from airflow_delta_maint.delta.plans.optimize_decision import (auto_decision, plan_from_options,
+                                                                       plan_outline, skip_reason)
 
-        params = OPTIMIZE_CHECKS[check][0]
+        options = options_from(OPTIMIZE_CHECKS[check][0])
         snapshot = Snapshot.load(table)
         check_supported(snapshot.protocol, "optimize", snapshot.metadata)
-        decision = auto_decision(snapshot, params)
-        return skip_reason(plan_outline(plan_from_params(snapshot, params, decision), decision), params)
+        decision = auto_decision(snapshot, options)
+        return skip_reason(plan_outline(plan_from_options(snapshot, options, decision), decision), options)
     if check == "vacuum_lite":
         from airflow_delta_maint.delta.plans.vacuum import lite_candidates, plan_vacuum
 

@@ -13,13 +13,13 @@ import time
 
 marks = {"python": time.time()}
 from airflow_delta_maint.app import cli  # noqa: E402,F401  (the application's own imports)
-from airflow_delta_maint.app.jobs.optimize import nothing_to_do  # noqa: E402
+from airflow_delta_maint.app.jobs.optimize import nothing_to_do, options_from  # noqa: E402
 from airflow_delta_maint.app.spark_session import get_spark, start_in_background  # noqa: E402
 
 marks["imported"] = time.time()
 if os.environ.get("PROBE_OVERLAP") == "1":
     start_in_background()
-reason = nothing_to_do(sys.argv[1], {}, {})
+reason = nothing_to_do(sys.argv[1], {}, options_from({}))
 marks["planned"] = time.time()
 spark = get_spark()
 marks["session"] = time.time()

@@ -255,7 +255,7 @@ def test_application_has_no_import_cycle():
 #: the rooms of the Delta core, bottom first; ``delta/errors.py`` (and the package itself) lies
 #: below them all
 CORE_ROOMS = ("storage", "protocol", "log", "plans", "health")
-CORE_BOTTOM = ("airflow_delta_maint.delta", "airflow_delta_maint.delta.errors")
+CORE_BOTTOM = ("airflow_delta_maint.delta", "airflow_delta_maint.delta.errors", "airflow_delta_maint.delta.option_values")
 
 
 def core_room(module: str) -> int | None:

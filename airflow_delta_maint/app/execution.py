@@ -207,16 +207,20 @@ def rewrite_bytes(table: str, storage_options: Mapping[str, str] | None, params:
     from airflow_delta_maint.delta.log.table_state import TableState, read_table
     from airflow_delta_maint.delta.storage.store import Storage
 
-    from .jobs.optimize_check import streamed_plan_outline
-    from .jobs.optimize_options import auto_decision, plan_from_params
+    from airflow_delta_maint.delta.plans.optimize_decision import (auto_decision, plan_from_options,
+                                                                   streamed_plan_outline)
+
+    from .jobs.optimize import options_from
+
+    options = options_from(params)
 
     def planned(state: TableState) -> int | None:
         if isinstance(state, StreamedState):
-            outline = streamed_plan_outline(state, dict(params), candidates=True)
+            outline = streamed_plan_outline(state, options, candidates=True)
             if outline is not None:
                 return outline.input_bytes if outline.layout == "binpack" else None
             state = state.eager()  # what the stream does not plan: the plan of the whole state
-        plan = plan_from_params(state, dict(params), auto_decision(state, dict(params)))
+        plan = plan_from_options(state, options, auto_decision(state, options))
         return plan.input_bytes if plan.layout in ("binpack", "even") else None
 
     return read_table(Storage(table, dict(storage_options or {})), planned, what="the execution choice")

@@ -109,10 +109,16 @@ def skipped_metrics(job: str, table: str, reason: str, **extra: Any) -> dict[str
 
 
 # -- on the worker: which jobs have work --------------------------------------------------------
-def job_check(job: str) -> Callable[[str, Mapping[str, str], Mapping[str, Any]], Any] | None:
-    """The job's cheap "nothing to do" check (no Spark), or None when it offers none."""
+def job_check(job: str, args: Sequence[str]) -> Callable[[str, Mapping[str, str]], Any] | None:
+    """The job's cheap "nothing to do" check (no Spark) with its options ``args`` (checked here: a bad
+    value raises ``DeltaError``), or None when it offers none."""
     module = importlib.import_module(JOB_MODULES[job])
-    return getattr(module, "nothing_to_do", None)
+    check = getattr(module, "nothing_to_do", None)
+    build = getattr(module, "options_from", None)
+    if check is None or build is None:
+        return None
+    options = build(vars(parse_job_args(job, args, module)))
+    return lambda table, storage_options: check(table, storage_options, options)
 
 
 @dataclass
@@ -147,9 +153,9 @@ def decide(spec: FleetSpec, worker_options: Callable[[FleetTable], Mapping[str, 
             if failed is not None:
                 known.append(skipped_metrics(j.job, t.table, f"not run: {failed} failed on this table"))
                 continue
-            check = job_check(j.job)
             try:
-                reason = check(t.table, options, vars(parse_job_args(j.job, j.args))) if check else None
+                check = job_check(j.job, j.args)
+                reason = check(t.table, options) if check else None
             except DeltaError as exc:
                 m = base_metrics(j.job, t.table)
                 m.update(status="failed", error=str(exc), error_type=type(exc).__name__)

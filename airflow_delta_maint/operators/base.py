@@ -231,21 +231,32 @@ class DeltaMaintenanceOperator(BaseOperator):
             **self.spark_submit_kwargs,
         )
 
-    def nothing_to_do(self, params: dict[str, Any]) -> str | None:
+    def typed_options(self, params: dict[str, Any]) -> Any | None:
+        """
+        The job's typed options (the job module's ``options_from``), or None for a job without them.
+
+        :param params: the job's options, as :meth:`job_params` parses them.
+        :raises DeltaError: a bad value, as the job would refuse it, before anything is read.
+        """
+        module = self._job_module()
+        build = getattr(module, "options_from", None) if module is not None else None
+        return build(params) if build is not None else None
+
+    def nothing_to_do(self, options: Any) -> str | None:
         """
         Why the job would do nothing on the table, found on this worker without Spark, or None.
 
-        The default asks the job module's own ``nothing_to_do`` (when it offers one); subclasses
-        call the Delta core directly. Bad input raises the core's ``DeltaError``, as the job would.
+        Asks the job module's own ``nothing_to_do`` (when it offers one), which asks the Delta core.
+        Bad input raises the core's ``DeltaError``, as the job would.
 
-        :param params: the job's options, as :meth:`job_params` parses them.
+        :param options: the job's typed options, as :meth:`typed_options` builds them.
         :return: a one-line reason, or None when the job may have work (or cannot tell cheaply).
         """
         module = self._job_module()
         check = getattr(module, "nothing_to_do", None) if module is not None else None
-        if check is None:
+        if check is None or options is None:
             return None
-        return check(self.table_uri, self.worker_storage_options, params)
+        return check(self.table_uri, self.worker_storage_options, options)
 
     def check_nothing_to_do(self) -> dict[str, Any] | None:
         """
@@ -256,7 +267,7 @@ class DeltaMaintenanceOperator(BaseOperator):
         params = self.job_params()
         metrics = base_metrics(self.job, self.table_uri)
         try:
-            reason = self.nothing_to_do(params)
+            reason = self.nothing_to_do(self.typed_options(params))
             if not reason:
                 return None
             from airflow_delta_maint.delta.log.history import log_state
@@ -283,7 +294,10 @@ class DeltaMaintenanceOperator(BaseOperator):
                     skipped["history"] = record_on_worker(history, skipped, context)
                 return self.report(skipped, context)
         else:
-            self.job_params()
+            try:
+                self.typed_options(self.job_params())
+            except DeltaError as exc:
+                raise AirflowException(f"delta-maint {self.job} failed: {exc}") from exc
         where, why = self.choose_execution()
         if where == "local":
             self.log.info("Running %s on %s in this process (%s)", self.job, self.table_uri, why)

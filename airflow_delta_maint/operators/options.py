@@ -7,9 +7,12 @@ import importlib.util
 from collections.abc import Mapping
 from typing import Any
 
+__all__ = ["as_bool", "available_jobs", "check_engine", "job_options", "resolve_engine"]
+
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_delta_maint.app.jobs import JOB_MODULES
+from airflow_delta_maint.delta.option_values import as_bool
 from airflow_delta_maint.hooks.provider_config import configured_engine
 
 
@@ -42,13 +45,6 @@ def job_options(options: Mapping[str, Any] | None) -> list[str]:
     for key, value in (options or {}).items():
         _flag(args, "--" + str(key).replace("_", "-"), value)
     return args
-
-
-def as_bool(value: Any) -> bool:
-    """A flag that may arrive as a rendered template string ("True", "false", "1", ...)."""
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true", "yes", "on")
-    return bool(value)
 
 
 def resolve_engine(engine: str | None) -> str:

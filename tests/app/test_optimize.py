@@ -34,7 +34,8 @@ from deltalake import DeltaTable, write_deltalake
 
 from airflow_delta_maint.app import cli
 from airflow_delta_maint.app.jobs.optimize_execution import commit_batch, execute_bins
-from airflow_delta_maint.app.jobs.optimize_options import plan_from_params
+from airflow_delta_maint.delta.plans.optimize_decision import plan_from_options
+from airflow_delta_maint.delta.plans.optimize_options import OptimizeOptions
 from airflow_delta_maint.app.rewrite.rewrite_path import commit_groups
 from airflow_delta_maint.app.rewrite.data_files import RewriteSpec, read_data_file
 from airflow_delta_maint.app.runners.tasks import SparkTasks
@@ -433,7 +434,7 @@ def test_concurrent_delta_rs_writer_loses_nothing(tmp_path: Path, spark) -> None
 def test_concurrent_delete_drops_only_the_bin_it_touched(tmp_path: Path, spark) -> None:
     path = make_table(tmp_path / "t", ["a", "b", "c"], 3, 20)
     snap = Snapshot.load(str(path))
-    plan = plan_from_params(snap, {})
+    plan = plan_from_options(snap, OptimizeOptions())
     assert len(plan.bins) == 3
     spec = RewriteSpec(snap.storage, snap.metadata.to_action(), target_file_bytes=plan.max_file_size)
     outputs = execute_bins(SparkTasks(spark), spec, plan.bins, None, "test")
@@ -522,7 +523,7 @@ def test_rerun_after_first_batch_redoes_no_finished_bin(tmp_path: Path, spark) -
     path = make_table(tmp_path / "t", ["a", "b", "c"], 3, 50)
     before = rows_deltars(path)
     snap = Snapshot.load(str(path))
-    plan = plan_from_params(snap, {})
+    plan = plan_from_options(snap, OptimizeOptions())
     batches = [[plan.bins[i] for i in group] for group in commit_groups(plan.bins, 1, 0)]
     assert len(batches) == 3
     spec = RewriteSpec(snap.storage, snap.metadata.to_action(), target_file_bytes=plan.max_file_size)

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_delta_maint.app import cli
-from airflow_delta_maint.app.jobs.optimize import nothing_to_do
+from airflow_delta_maint.app.jobs.optimize import nothing_to_do, options_from
 from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.delta.storage.leases import reserve_partitions
 from airflow_delta_maint.delta.protocol.deletion_vectors import write_deletion_vector
@@ -79,7 +79,7 @@ def test_auto_chooses_exactly_the_hot_partitions(hot_and_cold: Partitioned, spar
     t = hot_and_cold
     rows = rows_deltars(t.path)
     params = {"auto": True, "min_file_size": 1 << 20}
-    assert nothing_to_do(str(t.path), None, params) is None
+    assert nothing_to_do(str(t.path), None, options_from(params)) is None
     m = optimize(t.path, "--auto", "--min-file-size", str(1 << 20))
     auto = m["autoCompaction"]
     assert m["status"] == "committed", m
@@ -92,11 +92,11 @@ def test_auto_chooses_exactly_the_hot_partitions(hot_and_cold: Partitioned, spar
     assert info["commitInfo"]["operationParameters"]["auto"] is True
 
     # right after: the worker's check says why, so no Spark application starts
-    skip = nothing_to_do(str(t.path), None, params)
+    skip = nothing_to_do(str(t.path), None, options_from(params))
     assert skip is not None and "no partition received data files" in skip
     assert skip.details["autoCompaction"]["partitionsConsidered"] == 0
     # --all-partitions looks at the cold ones too, and finds none worth it
-    skip = nothing_to_do(str(t.path), None, {**params, "all_partitions": True})
+    skip = nothing_to_do(str(t.path), None, options_from({**params, "all_partitions": True}))
     assert skip is not None and skip.details["autoCompaction"]["partitionsConsidered"] == 8
 
 
@@ -116,7 +116,7 @@ def test_deleted_rows_choose_a_partition_with_few_files(hot_and_cold: Partitione
     m = optimize(t.path, "--auto", "--min-file-size", str(1 << 20))
     assert m["autoCompaction"]["chosenPartitions"] == ["p=part6"], m["autoCompaction"]
     assert m["numDeletionVectorsRemoved"] == 1 and m["numRemovedFiles"] == 1
-    assert "no partition received" in nothing_to_do(str(t.path), None, {"auto": True, "min_file_size": 1 << 20})
+    assert "no partition received" in nothing_to_do(str(t.path), None, options_from({"auto": True, "min_file_size": 1 << 20}))
 
 
 def test_reserved_partitions_are_left_to_their_holder(hot_and_cold: Partitioned, spark) -> None:

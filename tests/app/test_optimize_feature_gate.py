@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from airflow_delta_maint.app import cli
-from airflow_delta_maint.app.jobs.optimize import nothing_to_do
+from airflow_delta_maint.app.jobs.optimize import nothing_to_do, options_from
 from airflow_delta_maint.delta.errors import UnsupportedFeatureError
 from tests.conftest import corpus_path
 
@@ -28,11 +28,11 @@ def _log(path) -> dict[str, bytes]:
 def test_the_workers_check_refuses_natively_and_plans_for_delta_spark(variant_table):
     before = _log(variant_table)
     with pytest.raises(UnsupportedFeatureError) as exc:
-        nothing_to_do(str(variant_table), None, {})
+        nothing_to_do(str(variant_table), None, options_from({}))
     assert "(the native rewrite does not write variant columns)" in str(exc.value)
     assert str(exc.value).endswith("run it with engine='delta-spark' (--engine delta-spark)")
     # four small files: work for delta-spark, so the worker submits
-    assert nothing_to_do(str(variant_table), None, {"engine": "delta-spark"}) is None
+    assert nothing_to_do(str(variant_table), None, options_from({"engine": "delta-spark"})) is None
     assert _log(variant_table) == before
 
 

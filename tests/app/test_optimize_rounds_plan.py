@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from tests.hypothesis_profiles import examples
 
-from airflow_delta_maint.app.jobs.optimize_check import streamed_plan_outline
-from airflow_delta_maint.app.jobs.optimize_options import auto_decision, plan_from_params, purge_params
+from airflow_delta_maint.app.jobs.optimize import options_from
+from airflow_delta_maint.delta.plans.optimize_decision import auto_decision, plan_from_options, streamed_plan_outline
 from airflow_delta_maint.app.jobs.optimize_large import merge_rounds
 from airflow_delta_maint.delta.errors import DeltaError
 from airflow_delta_maint.delta.log.snapshot import Snapshot
@@ -46,13 +46,13 @@ def _bins(bins) -> list[tuple]:
 
 def _round_bins(root: str, params: dict, max_files: int) -> tuple[list[tuple], int]:
     state = open_state(root)
-    params = purge_params(params)
-    outline = streamed_plan_outline(state, params, keep_scan=True)
+    options = options_from(params)
+    outline = streamed_plan_outline(state, options, keep_scan=True)
     rounds = partition_rounds(outline.scan, outline.selected, outline.layout == "zorder", max_files)
     out: list[tuple] = []
     with spill_rounds(state, rounds, min_file_size=outline.min_file_size, zorder=outline.layout == "zorder") as spill:
         for _, partial in iter_round_snapshots(state, spill):
-            out += _bins(plan_from_params(partial, params, outline.decision).bins)
+            out += _bins(plan_from_options(partial, options, outline.decision).bins)
     return out, len(rounds)
 
 
@@ -65,7 +65,8 @@ def test_rounds_make_the_bins_of_the_whole_plan(tmp_path_factory, monkeypatch, h
     write_history(root, *history)
     try:
         snapshot = Snapshot.load(str(root))
-        whole = _bins(plan_from_params(snapshot, options, auto_decision(snapshot, purge_params(options))).bins)
+        typed = options_from(options)
+        whole = _bins(plan_from_options(snapshot, typed, auto_decision(snapshot, typed)).bins)
     except DeltaError as exc:  # bad input for this table: the rounds refuse it alike, with the same error
         with pytest.raises(type(exc), match=re.escape(str(exc))):
             _round_bins(str(root), options, max_files)
@@ -95,7 +96,7 @@ def test_a_partition_larger_than_a_round_is_one_round(tmp_path):
     write_history(tmp_path, True, 1_000, commits, {1: "classic"},
                   first=[{"commitInfo": {"timestamp": NOW}}, PROTOCOL, metadata(True, 1_000)])
     state = open_state(str(tmp_path))
-    outline = streamed_plan_outline(state, {}, keep_scan=True)
+    outline = streamed_plan_outline(state, options_from({}), keep_scan=True)
     rounds = partition_rounds(outline.scan, outline.selected, False, 3)
     assert rounds.partitions == [[(("p", "a"),)], [(("p", "b"),)]] and rounds.files == [5, 2]
     with spill_rounds(state, rounds, min_file_size=outline.min_file_size, zorder=False) as spill:
@@ -211,7 +212,7 @@ def _cluster_rounds(root: str, params: dict, max_files: int) -> tuple[list[tuple
     from airflow_delta_maint.delta.protocol.actions import ADD_SCHEMA
 
     state = open_state(root)
-    outline = streamed_plan_outline(state, params, keep_scan=True)
+    outline = streamed_plan_outline(state, options_from(params), keep_scan=True)
     assert outline.layout == "hilbert"
     if outline.is_empty:
         return [], {}, 0
@@ -241,7 +242,8 @@ def test_clustering_rounds_make_the_zcubes_of_the_whole_plan(tmp_path_factory, m
     root = tmp_path_factory.mktemp("c")
     _clustered_log(root, seed, files, checkpoint)
     snapshot = Snapshot.load(str(root))
-    plan = plan_from_params(snapshot, options, auto_decision(snapshot, options))
+    typed = options_from(options)
+    plan = plan_from_options(snapshot, typed, auto_decision(snapshot, typed))
     whole = _bins(plan.bins)
     rounds, stats, count = _cluster_rounds(str(root), options, max_files)
     assert rounds == whole

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from airflow_delta_maint.app import cli
-from airflow_delta_maint.app.jobs.optimize import nothing_to_do
+from airflow_delta_maint.app.jobs.optimize import nothing_to_do, options_from
 from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.delta.protocol.deletion_vectors import read_deletion_vector, write_deletion_vector
 from airflow_delta_maint.delta.storage.store import Storage
@@ -46,7 +46,7 @@ def test_partitions_become_n_even_files(tmp_path: Path, spark) -> None:
     assert code == 0 and m["status"] == "committed", m
     assert _per_partition(t.path) == {"small": [46, 47, 47], "big": [333, 333, 334], "tiny": [1, 1]}
     assert rows_deltars(t.path) == rows
-    assert "already is 3 files" in nothing_to_do(str(t.path), None, {"target_files": 3})
+    assert "already is 3 files" in nothing_to_do(str(t.path), None, options_from({"target_files": 3}))
     code, m = cli.run(["optimize", str(t.path), "--json", "--target-files", "3"])
     assert m["status"] == "skipped"
     # fewer files: only the partition named

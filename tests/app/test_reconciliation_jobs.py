@@ -70,8 +70,9 @@ def test_checkpoint_writes_the_commits_state(bad_table: Path):
 
 def test_compact_log_removes_the_bad_file_and_writes_good_windows(bad_table: Path):
     from airflow_delta_maint.delta.log.compaction import nothing_to_do
+    from airflow_delta_maint.delta.log.compaction_options import LogCompactionOptions
 
-    assert nothing_to_do(str(bad_table), None, {"interval": 2}) is None  # the operator does not skip it
+    assert nothing_to_do(str(bad_table), None, LogCompactionOptions(interval=2)) is None  # the operator does not skip it
     code, m = run("compact-log", str(bad_table), "--interval", "2")
     assert code == 0 and m["status"] == "committed"
     assert [d["file"] for d in m["distrustedFilesRemoved"]] == [BAD_COMPACTION]
@@ -80,7 +81,7 @@ def test_compact_log_removes_the_bad_file_and_writes_good_windows(bad_table: Pat
     snap = Snapshot.load(str(bad_table), compactions="trust")
     assert len(snap.segment.compactions) == 2 and snap.num_files == 2 and snap.distrusted == []
     assert deltars_ids(bad_table) == EXPECTED_IDS  # delta-rs 1.6.0 reads the new compaction files
-    assert nothing_to_do(str(bad_table), None, {"interval": 2}) is not None
+    assert nothing_to_do(str(bad_table), None, LogCompactionOptions(interval=2)) is not None
     code, m = run("compact-log", str(bad_table), "--checkpoint-interval", "1")
     assert code == 0 and m["checkpoint"]["num_add_files"] == 2
     assert deltars_ids(bad_table) == EXPECTED_IDS
@@ -221,7 +222,7 @@ def test_optimize_refuses_a_void_column_before_spark_starts(tmp_path: Path, monk
     assert "'s.nothing'" in m["error"] and "void" in m["error"]
     assert files_under(root) == before
     with pytest.raises(Exception, match="s.nothing"):
-        optimize_job.nothing_to_do(str(root), None, {})  # the operator's worker-side check
+        optimize_job.nothing_to_do(str(root), None, optimize_job.options_from({}))  # the operator's worker-side check
     for job in ("inspect", "checkpoint", "compact-log"):
         code, m = run(job, str(root))
         assert code == 0, m

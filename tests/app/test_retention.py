@@ -189,9 +189,9 @@ def test_compact_log_and_checkpoint_clean_up_expired_log_on_request(tmp_path):
         age(path, v, 40 if v < 7 else 0)
     op = LogCompactionOperator(task_id="c", table_uri=str(path), cleanup_expired_log=True, interval=100)
     assert "--cleanup-expired-log" in op.job_args()
-    assert op.nothing_to_do(op.job_params()) is None  # compaction has nothing to do, cleanup has
+    assert op.nothing_to_do(op.typed_options(op.job_params())) is None  # compaction has nothing to do, cleanup has
     plain = LogCompactionOperator(task_id="p", table_uri=str(path), interval=100)
-    assert "--cleanup-expired-log" not in plain.job_args() and plain.nothing_to_do(plain.job_params())
+    assert "--cleanup-expired-log" not in plain.job_args() and plain.nothing_to_do(plain.typed_options(plain.job_params()))
 
     code, m = cli("compact-log", str(path), "--interval", "100")
     assert code == 0 and "expired_log_cleanup" not in m and 0 in versions_of(log_files(path), "commit")
@@ -200,7 +200,7 @@ def test_compact_log_and_checkpoint_clean_up_expired_log_on_request(tmp_path):
     assert code == 0 and m["status"] == "committed" and m["expired_log_cleanup"]["checkpointVersion"] == 3
     assert versions_of(log_files(path), "commit") == set(range(3, 8))
     assert {v: ours(path, v) for v in range(3, 8)} == before
-    assert op.nothing_to_do(op.job_params())  # nothing left for either
+    assert op.nothing_to_do(op.typed_options(op.job_params()))  # nothing left for either
 
     other = history(tmp_path, 5, name="cp")
     for v in range(5):

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from tests.hypothesis_profiles import examples
 
 from airflow_delta_maint.delta.errors import DeltaError, InvalidArgumentError, UnsupportedFeatureError
+from airflow_delta_maint.delta.log.compaction_options import LogCompactionOptions
 from airflow_delta_maint.delta.log.compaction import (
     Window, compact_log, compaction_interval, nothing_to_do, plan_windows, reconcile_window, render_window,
     write_window)
@@ -431,7 +432,7 @@ def test_rerun_is_a_noop(tmp_path: Path) -> None:
     again = compact_log(str(t))
     assert again["status"] == "skipped" and again["numWindowsWritten"] == 0 and again["windows_skipped"] == []
     assert {f: os.stat(t / "_delta_log" / f).st_mtime_ns for f in compaction_files(t)} == stamp
-    assert nothing_to_do(str(t), None, {}) is not None
+    assert nothing_to_do(str(t), None, LogCompactionOptions.from_mapping({})) is not None
 
 
 def test_losing_the_race_is_success(tmp_path: Path) -> None:
@@ -449,13 +450,13 @@ def test_size_guard_skips_and_reports(tmp_path: Path) -> None:
     sizes = [os.path.getsize(t / "_delta_log" / f"{v:020d}.json") for v in range(11)]
     limit = sum(sizes[1:6]) - 1  # window 1..5 is just over, and so is 6..10 (appends are alike)
     assert sum(sizes[6:11]) > limit
-    assert nothing_to_do(str(t), None, {"max_window_bytes": limit}) is not None
+    assert nothing_to_do(str(t), None, LogCompactionOptions.from_mapping({"max_window_bytes": limit})) is not None
     m = compact_log(str(t), max_window_bytes=limit)
     assert m["status"] == "skipped" and m["numWindowsWritten"] == 0 and m["numWindowsSkipped"] == 2
     assert [(w["start"], w["end"]) for w in m["windows_skipped"]] == [(1, 5), (6, 10)]
     assert all("max_window_bytes" in w["reason"] for w in m["windows_skipped"])
     assert compaction_files(t) == []
-    assert nothing_to_do(str(t), None, {"max_window_bytes": 10 * limit}) is None
+    assert nothing_to_do(str(t), None, LogCompactionOptions.from_mapping({"max_window_bytes": 10 * limit})) is None
     assert compact_log(str(t), max_window_bytes=10 * limit)["numWindowsWritten"] == 2
 
 
@@ -486,11 +487,11 @@ def test_interval_from_table_property(tmp_path: Path) -> None:
     _appends(t, 6)  # versions 2..7
     m = compact_log(str(t))
     assert m["interval"] == 3 and [(w["start"], w["end"]) for w in m["windows_written"]] == [(1, 3), (4, 6)]
-    assert nothing_to_do(str(t), None, {}) is not None
-    assert nothing_to_do(str(t), None, {"interval": 2}) is not None  # 1..2, 3..4, 5..6 overlap
+    assert nothing_to_do(str(t), None, LogCompactionOptions.from_mapping({})) is not None
+    assert nothing_to_do(str(t), None, LogCompactionOptions.from_mapping({"interval": 2})) is not None  # 1..2, 3..4, 5..6 overlap
     assert rs_state(t)[0] == 7 and state(t) == state(t, use_compactions=False)
     _appends(t, 2)  # versions 8, 9: window 7..9 is due
-    assert nothing_to_do(str(t), None, {}) is None
+    assert nothing_to_do(str(t), None, LogCompactionOptions.from_mapping({})) is None
     assert [(w["start"], w["end"]) for w in compact_log(str(t))["windows_written"]] == [(7, 9)]
 
 
@@ -499,13 +500,13 @@ def test_interval_from_table_property(tmp_path: Path) -> None:
 def test_checkpoint_interval_writes_checkpoint_first(tmp_path: Path) -> None:
     t = tmp_path / "t"
     _appends(t, 12)
-    assert nothing_to_do(str(t), None, {"checkpoint_interval": 10}) is None
+    assert nothing_to_do(str(t), None, LogCompactionOptions.from_mapping({"checkpoint_interval": 10})) is None
     m = compact_log(str(t), checkpoint_interval=10)
     assert m["checkpoint"]["version"] == 11 and m["version_committed"] == 11 and m["status"] == "committed"
     assert m["numWindowsWritten"] == 0  # every window would reach back to the checkpoint
     assert Snapshot.load(str(t)).segment.checkpoint_version == 11
     _appends(t, 9)  # versions 12..20
-    assert nothing_to_do(str(t), None, {"checkpoint_interval": 10}) is None  # windows 12..15, 16..20
+    assert nothing_to_do(str(t), None, LogCompactionOptions.from_mapping({"checkpoint_interval": 10})) is None  # windows 12..15, 16..20
     m = compact_log(str(t), checkpoint_interval=10)
     assert m["checkpoint"] is None and m["version_committed"] is None
     assert [(w["start"], w["end"]) for w in m["windows_written"]] == [(12, 15), (16, 20)]

@@ -25,9 +25,9 @@ from hypothesis import strategies as st
 from tests.hypothesis_profiles import examples
 
 from airflow_delta_maint.app.execution import rewrite_bytes
-from airflow_delta_maint.app.jobs.optimize import nothing_to_do
-from airflow_delta_maint.app.jobs.optimize_check import plan_outline, skip_reason, streamed_plan_outline
-from airflow_delta_maint.app.jobs.optimize_options import auto_decision, plan_from_params
+from airflow_delta_maint.app.jobs.optimize import nothing_to_do, options_from
+from airflow_delta_maint.delta.plans.optimize_decision import (auto_decision, plan_from_options, plan_outline, skip_reason,
+                                                               streamed_plan_outline)
 from airflow_delta_maint.delta.errors import DeltaError
 from airflow_delta_maint.delta.log import state_stream
 from airflow_delta_maint.delta.log.checkpoint import write_checkpoint
@@ -216,14 +216,21 @@ def _reference(root: str, params: dict):
     """Today's in-memory check: the whole snapshot, the policy and the plan."""
     snapshot = Snapshot.load(root)
     check_supported(snapshot.protocol, "optimize", snapshot.metadata)
-    decision = auto_decision(snapshot, params)
-    return skip_reason(plan_outline(plan_from_params(snapshot, params, decision), decision), params)
+    options = options_from(params)
+    decision = auto_decision(snapshot, options)
+    return skip_reason(plan_outline(plan_from_options(snapshot, options, decision), decision), options)
 
 
 def _reference_bytes(root: str, params: dict):
     snapshot = Snapshot.load(root)
-    plan = plan_from_params(snapshot, params, auto_decision(snapshot, params))
+    options = options_from(params)
+    plan = plan_from_options(snapshot, options, auto_decision(snapshot, options))
     return plan.input_bytes if plan.layout in ("binpack", "even") else None
+
+
+def worker_check(table: str, params: dict):
+    """The operators' check: the options typed, then the core's answer."""
+    return nothing_to_do(table, None, options_from(params))
 
 
 def _answer(fn, *args):
@@ -261,11 +268,11 @@ def test_streamed_checks_equal_the_in_memory_ones(tmp_path_factory, history):
     for params in OPTION_SETS:
         params = dict(params, dv_ratio=params.get("dv_ratio", 0.05))
         expected = _answer(_reference, table, params)
-        assert _answer(nothing_to_do, table, None, params) == expected, params
+        assert _answer(worker_check, table, params) == expected, params
         # the stream itself answers as the plan does (an outline, or the same error for bad input), unless a
         # distrusted checkpoint sent it to the snapshot
         try:
-            streamed_plan_outline(open_state(table), params)
+            streamed_plan_outline(open_state(table), options_from(params))
         except StreamFallback:
             assert corrupt_in_use, f"the stream fell back on a log the snapshot trusts: {params}"
         except DeltaError as exc:
@@ -368,8 +375,8 @@ def test_a_json_v2_checkpoint_streams_its_sidecars(tmp_path, monkeypatch):
         raise AssertionError("the check loaded the whole snapshot")
 
     monkeypatch.setattr(Snapshot, "load", no_snapshot)
-    assert nothing_to_do(root, None, {"min_file_size": 5}) is not None
-    assert nothing_to_do(root, None, {}) is None
+    assert nothing_to_do(root, None, options_from({"min_file_size": 5})) is not None
+    assert nothing_to_do(root, None, options_from({})) is None
 
 
 def test_a_json_checkpoint_with_file_actions_of_its_own_falls_back(tmp_path):
@@ -383,4 +390,4 @@ def test_a_json_checkpoint_with_file_actions_of_its_own_falls_back(tmp_path):
     assert "inline.parquet" in snapshot.paths
     with pytest.raises(StreamFallback):
         open_state(str(root))
-    assert _answer(nothing_to_do, str(root), None, {}) == _answer(_reference, str(root), {})
+    assert _answer(worker_check, str(root), {}) == _answer(_reference, str(root), {})

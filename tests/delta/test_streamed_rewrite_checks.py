@@ -21,15 +21,15 @@ from hypothesis import strategies as st
 
 from tests.hypothesis_profiles import examples
 
-from airflow_delta_maint.app.jobs.optimize import nothing_to_do
-from airflow_delta_maint.app.jobs.optimize_check import streamed_plan_outline
+from airflow_delta_maint.app.jobs.optimize import nothing_to_do, options_from
+from airflow_delta_maint.delta.plans.optimize_decision import streamed_plan_outline
 from airflow_delta_maint.delta.errors import DeltaError
 from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.delta.log.state_stream import StreamFallback, open_state
 from airflow_delta_maint.delta.plans import type_widening_scan
 from airflow_delta_maint.delta.plans.even_split_scan import MAX_RECORDS, num_records
 from airflow_delta_maint.delta.plans.optimize import stats_num_records
-from tests.delta.test_state_stream import NOW, OLD, _answer, _reference, write_history
+from tests.delta.test_state_stream import NOW, OLD, _answer, _reference, worker_check, write_history
 
 CUBES = ["c1", "c2", "c3", "c4", ""]
 ZORDER_TAGS = [None, '["id"]', '[ "id" ]', '["p"]', "not json"]
@@ -110,10 +110,10 @@ def _compare(table: str, options: list[dict], trusted: bool) -> None:
     for params in options:
         params = dict(params, dv_ratio=0.05)
         expected = _answer(_reference, table, params)
-        assert _answer(nothing_to_do, table, None, params) == expected, params
+        assert _answer(worker_check, table, params) == expected, params
         # the stream answers as the plan does: an outline, or the same error for bad input
         try:
-            streamed_plan_outline(open_state(table), params)
+            streamed_plan_outline(open_state(table), options_from(params))
         except StreamFallback:
             assert not trusted, f"the stream fell back on a log the snapshot trusts: {params}"
         except DeltaError as exc:
@@ -215,7 +215,7 @@ def test_the_type_widening_check_stops_reading_footers_at_the_first_old_file(tmp
         seen.append(self)
 
     monkeypatch.setattr(type_widening_scan.OldTypeFiles, "__init__", spy)
-    assert nothing_to_do(str(tmp_path), None, {"rewrite_type_widened": True}) is None
+    assert nothing_to_do(str(tmp_path), None, options_from({"rewrite_type_widened": True})) is None
     assert seen and seen[-1].found == "p=a/f1.parquet" and seen[-1].read == 4
 
 
@@ -264,11 +264,11 @@ def test_the_clustering_check_counts_cubes_below_the_minimum(tmp_path, monkeypat
     two_cubes = table("two", [_clustered_add("a.parquet", 10, "c1"), _clustered_add("b.parquet", 10, "c2")])
     unclustered = table("new", [_clustered_add("a.parquet", 10, "c1"), _clustered_add("n.parquet", 10)])
     monkeypatch.setattr(Snapshot, "load", None)  # the stream answers alone
-    assert nothing_to_do(one_cube, None, {}) is not None
-    assert nothing_to_do(one_cube, None, {"full": True}) is None
-    assert nothing_to_do(two_cubes, None, {}) is None
-    assert nothing_to_do(two_cubes, None, {"min_cube_size": 10}) is not None  # both cubes are finished
-    assert nothing_to_do(unclustered, None, {}) is None
+    assert nothing_to_do(one_cube, None, options_from({})) is not None
+    assert nothing_to_do(one_cube, None, options_from({"full": True})) is None
+    assert nothing_to_do(two_cubes, None, options_from({})) is None
+    assert nothing_to_do(two_cubes, None, options_from({"min_cube_size": 10})) is not None  # both cubes are finished
+    assert nothing_to_do(unclustered, None, options_from({})) is None
 
 
 class _RemoteFiles:

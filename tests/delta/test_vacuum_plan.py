@@ -21,6 +21,7 @@ from tests.conftest import corpus_path, restore_dv_file_names
 from airflow_delta_maint.delta.errors import DeltaError, InvalidArgumentError
 from airflow_delta_maint.delta.log.listing import list_log
 from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.plans.vacuum_options import VacuumOptions
 from airflow_delta_maint.delta.plans.vacuum import (
     DEFAULT_RETENTION_MS, LAST_VACUUM_INFO, VacuumLiteUnavailableError, check_retention, delete_files, is_hidden,
     latest_commit_at_or_before, lite_candidates, nothing_to_do, plan_vacuum, read_last_vacuum_info,
@@ -324,8 +325,8 @@ def test_lite_mode_reads_removes_between_watermark_and_cutoff(tmp_path):
     write_last_vacuum_info(snapshot.storage, found.watermark)
     later = plan_vacuum(snapshot, mode="lite", now_ms=now)
     assert later.lite.empty
-    assert "no commit left the retention window" in nothing_to_do(str(path), None, {"mode": "lite"})
-    assert nothing_to_do(str(path), None, {"mode": "full"}) is None
+    assert "no commit left the retention window" in nothing_to_do(str(path), None, VacuumOptions.from_mapping({"mode": "lite"}))
+    assert nothing_to_do(str(path), None, VacuumOptions.from_mapping({"mode": "full"})) is None
 
 
 def test_lite_mode_holds_the_watermark_before_unexpired_removes(tmp_path):
@@ -341,7 +342,7 @@ def test_lite_mode_holds_the_watermark_before_unexpired_removes(tmp_path):
     found = lite_candidates(plan, snapshot.storage)
     assert found.skipped_young > 0
     assert found.watermark == 1
-    assert nothing_to_do(str(path), None, {"mode": "lite"}) is None
+    assert nothing_to_do(str(path), None, VacuumOptions.from_mapping({"mode": "lite"})) is None
 
 
 def test_lite_mode_refuses_a_cleaned_log(tmp_path):
@@ -356,7 +357,7 @@ def test_lite_mode_refuses_a_cleaned_log(tmp_path):
     with pytest.raises(VacuumLiteUnavailableError, match=r"log now starts at version 2.*Run a full VACUUM"):
         plan_vacuum(snapshot, mode="lite", now_ms=now)
     with pytest.raises(VacuumLiteUnavailableError):
-        nothing_to_do(str(path), None, {"mode": "lite"})
+        nothing_to_do(str(path), None, VacuumOptions.from_mapping({"mode": "lite"}))
     # a watermark at version 1 means commits 0 and 1 were handled: lite mode can go on from 2
     write_last_vacuum_info(snapshot.storage, 1)
     plan = plan_vacuum(snapshot, mode="lite", now_ms=now)
@@ -371,7 +372,7 @@ def test_bad_arguments_fail_before_anything(tmp_path):
     with pytest.raises(InvalidArgumentError, match="mode"):
         plan_vacuum(snapshot, mode="quick")
     with pytest.raises(InvalidArgumentError, match="shorter than"):
-        nothing_to_do(str(path), None, {"mode": "lite", "retention_hours": 1})
+        nothing_to_do(str(path), None, VacuumOptions.from_mapping({"mode": "lite", "retention_hours": 1}))
     assert list_log(snapshot.storage).latest_commit == 0
 
 
@@ -522,6 +523,6 @@ def test_lite_mode_has_work_when_only_the_watermark_moves(tmp_path):
     plan = plan_vacuum(snapshot, mode="lite", now_ms=now, with_valid=False)
     found = lite_candidates(plan, snapshot.storage, snapshot)
     assert found.files == [] and found.watermark == 2 and plan.lite.watermark == 0
-    assert nothing_to_do(str(path), None, {"mode": "lite"}) is None
+    assert nothing_to_do(str(path), None, VacuumOptions.from_mapping({"mode": "lite"})) is None
     write_last_vacuum_info(snapshot.storage, found.watermark)
-    assert "no commit left the retention window" in nothing_to_do(str(path), None, {"mode": "lite"})
+    assert "no commit left the retention window" in nothing_to_do(str(path), None, VacuumOptions.from_mapping({"mode": "lite"}))

@@ -15,9 +15,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_delta_maint.delta.errors import DeltaError, InvalidArgumentError
+from airflow_delta_maint.delta.protocol.features import ENGINE_DELTA_SPARK
 
 NATIVE = "native"
-DELTA_SPARK = "delta-spark"
+DELTA_SPARK = ENGINE_DELTA_SPARK
 ENGINES = (NATIVE, DELTA_SPARK)
 #: the jobs delta-spark can run (compact-log: delta-spark reads log compaction files but has no writer)
 DELTA_SPARK_JOBS = ("optimize", "vacuum", "checkpoint", "cleanup-log")

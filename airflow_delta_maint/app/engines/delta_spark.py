@@ -28,6 +28,8 @@ from typing import Any
 from airflow_delta_maint.delta.errors import CommitFailedError, InvalidArgumentError
 from airflow_delta_maint.delta.log.listing import LOG_DIR, list_log, read_commit, read_commit_info
 from airflow_delta_maint.delta.plans.optimize import SIZE_PERCENTILE_KEYS, size_percentiles
+from airflow_delta_maint.delta.plans.optimize_options import OptimizeOptions
+from airflow_delta_maint.delta.plans.vacuum_options import VacuumOptions
 from airflow_delta_maint.delta.protocol.schema import parse_schema
 from airflow_delta_maint.delta.storage.store import FileInfo, Storage
 
@@ -194,9 +196,10 @@ def refuse_native_only(params: Mapping[str, Any], options: Mapping[str, str], jo
                                    "engine only)")
 
 
-def optimize(ctx: Any, params: Mapping[str, Any], snapshot: Any, plan: Any,
+def optimize(ctx: Any, options: OptimizeOptions, snapshot: Any, plan: Any,
              partitions: Sequence[Mapping[str, str | None]] | None) -> dict[str, Any]:
-    """Run delta-spark's OPTIMIZE (or REORG ... APPLY (PURGE)) for ``plan``; our metrics.
+    """Run delta-spark's OPTIMIZE (or REORG ... APPLY (PURGE)) for ``plan`` with the run's ``options``
+    (purged: see ``OptimizeOptions.purged``); our metrics.
 
     ``partitions``: the partitions the run is limited to (the auto-compaction policy's choice, less
     those reserved by other runs), which become the WHERE clause; None: the user's predicate only.
@@ -210,21 +213,21 @@ def optimize(ctx: Any, params: Mapping[str, Any], snapshot: Any, plan: Any,
         predicates.append(f"({partitions_predicate(snapshot.metadata, partitions)})")
     where = f" WHERE {' AND '.join(predicates)}" if predicates else ""
     ref = table_ref(ctx.table)
-    if params.get("purge"):
+    if options.purge:
         statement = f"REORG TABLE {ref}{where} APPLY (PURGE)"
         operations: tuple[str, ...] = ("REORG", "OPTIMIZE")
     else:
         statement = f"OPTIMIZE {ref}{where}"
-        if clustered and params.get("full"):
+        if clustered and options.full:
             statement += " FULL"
         if plan.zorder_by and not clustered:
             statement += " ZORDER BY (" + ", ".join(_quote_ident(c) for c in plan.zorder_by) + ")"
         operations = ("OPTIMIZE",)
-    compression = params.get("compression") or "snappy"
+    compression = options.compression
     settings = {
         "spark.databricks.delta.optimize.minFileSize": plan.min_file_size,
         "spark.databricks.delta.optimize.maxFileSize": plan.max_file_size,
-        "spark.databricks.delta.optimize.maxDeletedRowsRatio": float(params.get("dv_ratio") or 0.0),
+        "spark.databricks.delta.optimize.maxDeletedRowsRatio": options.dv_ratio,
         "spark.sql.parquet.compression.codec": "uncompressed" if compression == "none" else compression,
     }
     with session_conf(spark, settings):
@@ -288,26 +291,26 @@ def _is_delta_dir(source: str) -> bool:
         return False
 
 
-def vacuum(ctx: Any, args: Any, snapshot: Any, plan: Any, metrics: dict[str, Any]) -> dict[str, Any]:
+def vacuum(ctx: Any, options: VacuumOptions, snapshot: Any, plan: Any, metrics: dict[str, Any]) -> dict[str, Any]:
     """Run delta-spark's VACUUM with our plan's retention (checked by our core already); our metrics."""
     spark = session(ctx)
     retention_hours = plan.retention_ms / 3_600_000
     statement = f"VACUUM {table_ref(ctx.table)} {'LITE' if plan.mode == 'lite' else 'FULL'}"
-    if getattr(args, "inventory", None):
-        statement += _inventory_clause(args.inventory)
+    if options.inventory:
+        statement += _inventory_clause(options.inventory)
     statement += f" RETAIN {retention_hours!r} HOURS"
-    if args.dry_run:
+    if options.dry_run:
         statement += " DRY RUN"
     settings: dict[str, Any] = {"spark.databricks.delta.vacuum.logging.enabled": "true"}
     if spark.conf.get(LISTING_PARALLELISM, None) is None:  # unset: as many listing tasks as the table needs
         files = int(getattr(snapshot, "num_files", 0) or 0)
         settings[LISTING_PARALLELISM] = min(10_000, max(2 * spark.sparkContext.defaultParallelism, files // 1000))
-    if args.ignore_retention_check:
+    if options.ignore_retention_check:
         settings["spark.databricks.delta.retentionDurationCheck.enabled"] = "false"
     with session_conf(spark, settings):
         rows = _run_sql(spark, statement)
     metrics = {**metrics, "statement": statement, "engine": DELTA_SPARK}
-    if args.dry_run:
+    if options.dry_run:
         keys = sorted(k for k in (ctx.storage.key_for_path(str(r[0])) for r in rows) if k)
         size = 0
         for key in keys:

@@ -15,6 +15,7 @@ from airflow_delta_maint.delta.errors import InvalidArgumentError
 from airflow_delta_maint.delta.log.cleanup import cleanup_expired_log, log_retention_ms
 from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.delta.log.table_header import TableHeader
+from airflow_delta_maint.delta.plans.vacuum_options import parse_versions
 
 from ..context import JobContext
 from ..engines import DELTA_SPARK, add_engine_argument, check_engine
@@ -23,25 +24,6 @@ from .checkpoint import checkpoint_version
 
 NAME = "cleanup-log"
 DRY_RUN_LIST_CAP = 1000
-
-
-def parse_versions(text: str | None) -> list[int]:
-    """``"12,40"`` -> ``[12, 40]``; empty or None -> ``[]``.
-
-    Raises:
-        InvalidArgumentError: a part is not a whole number >= 0.
-    """
-    if not text:
-        return []
-    out = []
-    for part in str(text).split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if not part.isdigit():
-            raise InvalidArgumentError(f"versions must be whole numbers >= 0 separated by commas, got {text!r}")
-        out.append(int(part))
-    return sorted(set(out))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     """Clean up the expired log files of ``ctx.table``; returns the job's metrics."""
     engine = check_engine(NAME, getattr(args, "engine", None))
-    keep = parse_versions(args.keep_versions)
+    keep = list(parse_versions(args.keep_versions))
     if engine == DELTA_SPARK and keep:
         raise InvalidArgumentError("cleanup-log with the delta-spark engine does not take --keep-versions (native "
                                    "engine only)")

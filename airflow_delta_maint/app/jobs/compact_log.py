@@ -9,10 +9,12 @@ reads its protocol, metadata and commits, never its files.
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import Any, Mapping
 
+from airflow_delta_maint.delta.log import compaction
 from airflow_delta_maint.delta.log.cleanup import cleanup_expired_log
-from airflow_delta_maint.delta.log.compaction import DEFAULT_MAX_WINDOW_BYTES, compact_log
+from airflow_delta_maint.delta.log.compaction import compact_log
+from airflow_delta_maint.delta.log.compaction_options import DEFAULT_MAX_WINDOW_BYTES, LogCompactionOptions
 
 from ..context import JobContext
 from ..engines import DELTA_SPARK, add_engine_argument, check_engine
@@ -38,19 +40,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "delta-spark; the compaction files are always written by the native engine")
 
 
+def options_from(params: Mapping[str, Any]) -> LogCompactionOptions:
+    """The run's typed options from its parsed command line (``vars`` of the namespace), the engines
+    checked (native only: delta-spark writes no compaction files); a bad value raises
+    ``InvalidArgumentError`` before anything is read."""
+    return LogCompactionOptions.from_mapping({**params, "engine": check_engine(NAME, params.get("engine")),
+                                              "checkpoint_engine": check_engine("checkpoint",
+                                                                                params.get("checkpoint_engine"))})
+
+
 def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     """Compact the log of ``ctx.table``; returns the job's metrics."""
-    check_engine(NAME, getattr(args, "engine", None))  # native only: delta-spark writes no compaction files
-    helper = check_engine("checkpoint", getattr(args, "checkpoint_engine", None))
-    if helper == DELTA_SPARK:
-        return _run_with_delta_spark_checkpoints(args, ctx)
+    return run_compact_log(ctx, options_from(vars(args)))
+
+
+def run_compact_log(ctx: JobContext, options: LogCompactionOptions) -> dict[str, Any]:
+    """Compact the log of ``ctx.table`` with ``options``; returns the job's metrics."""
+    if options.checkpoint_engine == DELTA_SPARK:
+        return _run_with_delta_spark_checkpoints(options, ctx)
     # a large log: the job reads only the state's head, streamed; a due checkpoint is written in parts
     state = streamed_state(ctx.storage, what="compact-log")
     shell = state
     writer = (lambda version: checkpoint_version(ctx, ctx.storage, version)) if state is not None else None
-    metrics = compact_log(ctx.storage, interval=args.interval, max_window_bytes=args.max_window_bytes,
-                          checkpoint_interval=args.checkpoint_interval, snapshot=shell, checkpoint_writer=writer)
-    if args.cleanup_expired_log:
+    metrics = compact_log(ctx.storage, interval=options.interval, max_window_bytes=options.max_window_bytes,
+                          checkpoint_interval=options.checkpoint_interval, snapshot=shell, checkpoint_writer=writer)
+    if options.cleanup_expired_log:
         metrics["expired_log_cleanup"] = cleanup = cleanup_expired_log(ctx.storage, snapshot=shell,
                                                                        checkpoint_writer=writer)
         if cleanup["status"] == "committed" and metrics.get("status") == "skipped":
@@ -58,32 +72,28 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     return metrics
 
 
-def _run_with_delta_spark_checkpoints(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
+def _run_with_delta_spark_checkpoints(options: LogCompactionOptions, ctx: JobContext) -> dict[str, Any]:
     """The checkpoint (when due) and the expired-log cleanup by delta-spark, the compaction files by ours."""
     from airflow_delta_maint.delta.log.listing import list_log
 
     from ..engines import delta_spark
 
-    if args.checkpoint_interval is not None and args.checkpoint_interval < 1:
-        from airflow_delta_maint.delta.errors import InvalidArgumentError
-
-        raise InvalidArgumentError(f"invalid checkpoint_interval {args.checkpoint_interval!r}: expected >= 1")
     listing = list_log(ctx.storage)
     latest = listing.latest_commit
     base = max((c.version for c in listing.checkpoints), default=None)
     checkpoint = None
-    if args.checkpoint_interval is not None and latest is not None and base != latest \
-            and latest - (base if base is not None else -1) >= args.checkpoint_interval:
+    if options.checkpoint_interval is not None and latest is not None and base != latest \
+            and latest - (base if base is not None else -1) >= options.checkpoint_interval:
         checkpoint = delta_spark.checkpoint(ctx, None, latest)
-    elif args.cleanup_expired_log:
+    elif options.cleanup_expired_log:
         delta_spark.session(ctx)  # a session that cannot run delta-spark fails before the log is touched
-    metrics = compact_log(ctx.storage, interval=args.interval, max_window_bytes=args.max_window_bytes)
+    metrics = compact_log(ctx.storage, interval=options.interval, max_window_bytes=options.max_window_bytes)
     metrics["checkpoint_engine"] = DELTA_SPARK
     if checkpoint is not None:
         metrics["checkpoint"] = checkpoint
         if metrics.get("status") == "skipped":
             metrics["status"] = "committed"
-    if args.cleanup_expired_log:
+    if options.cleanup_expired_log:
         planned = cleanup_expired_log(ctx.storage, dry_run=True)
         metrics["expired_log_cleanup"] = cleanup = delta_spark.cleanup_expired_log(ctx, planned, None)
         if cleanup["status"] == "committed" and metrics.get("status") == "skipped":
@@ -119,11 +129,8 @@ def format_human(m: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def nothing_to_do(table: str, storage_options: dict[str, str] | None, params: dict[str, Any]) -> str | None:
-    """Without Spark: the core's reason to skip (:func:`~airflow_delta_maint.delta.log.compaction.nothing_to_do`),
-    once the engines asked for are known. Bad input raises."""
-    from airflow_delta_maint.delta.log.compaction import nothing_to_do as log_compaction_nothing_to_do
-
-    check_engine(NAME, params.get("engine"))
-    check_engine("checkpoint", params.get("checkpoint_engine"))
-    return log_compaction_nothing_to_do(table, storage_options, params)
+def nothing_to_do(table: str, storage_options: Mapping[str, str] | None,
+                  options: LogCompactionOptions) -> str | None:
+    """Without Spark: the core's reason to skip (:func:`~airflow_delta_maint.delta.log.compaction.nothing_to_do`).
+    Bad input raises."""
+    return compaction.nothing_to_do(table, storage_options, options)

@@ -1,10 +1,11 @@
 """Compact small files (bin-packing) or Z-order them; commits with dataChange=false.
 
-The job's entry points: its command line (:func:`add_arguments`, :func:`run`), :func:`run_optimize`,
-the worker's check without Spark (:func:`nothing_to_do`) and the human summary. The options and the
-plan they ask for are :mod:`.optimize_options`; the streamed outline behind the check
-:mod:`.optimize_check`; running a plan :mod:`.optimize_execution`, its metrics
-:mod:`.optimize_metrics`; a large table runs in rounds (:mod:`.optimize_large`).
+The job's entry points: its command line (:func:`add_arguments`, :func:`options_from`, :func:`run`),
+:func:`run_optimize`, the worker's check without Spark (:func:`nothing_to_do`) and the human summary.
+The typed options are the core's :mod:`~airflow_delta_maint.delta.plans.optimize_options`; the plan
+they ask for and the reason to skip :mod:`~airflow_delta_maint.delta.plans.optimize_decision`;
+running a plan :mod:`.optimize_execution`, its metrics :mod:`.optimize_metrics`; a large table runs in
+rounds (:mod:`.optimize_large`).
 """
 
 from __future__ import annotations
@@ -12,26 +13,29 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-from typing import Any
+from typing import Any, Mapping
 
 from airflow_delta_maint.delta.log.state_stream import StreamedState
-from airflow_delta_maint.delta.log.table_state import TableState, read_table
+from airflow_delta_maint.delta.log.table_state import TableState
+from airflow_delta_maint.delta.plans import optimize_decision
 from airflow_delta_maint.delta.plans.auto_compaction import (DEFAULT_MAX_DELETED_ROWS_RATIO, DEFAULT_MAX_PARTITIONS,
                                                              DEFAULT_MIN_NUM_FILES)
 from airflow_delta_maint.delta.plans.optimize import DEFAULT_DV_RATIO
-from airflow_delta_maint.delta.storage.leases import DEFAULT_LEASE_SECONDS
+from airflow_delta_maint.delta.plans.optimize_decision import auto_decision, plan_from_options
+from airflow_delta_maint.delta.plans.optimize_options import (COMPRESSIONS, DEFAULT_BATCH_BYTES, DEFAULT_COMPRESSION,
+                                                              OptimizeOptions)
 from airflow_delta_maint.delta.protocol.features import check_supported
+from airflow_delta_maint.delta.storage.leases import DEFAULT_LEASE_SECONDS
 
 from ..context import JobContext
-from ..engines import DELTA_SPARK, add_engine_argument
+from ..engines import DELTA_SPARK, add_engine_argument, check_engine
 from ..state_reading import read_state
-from .optimize_check import outline_of, skip_reason, streamed_plan_outline
-from .optimize_execution import check_spark_for, run_plan
-from .optimize_large import RoundSteps, run_in_rounds
-from .optimize_options import NAME as NAME  # the job's sub-command (see ``app.jobs``)
-from .optimize_options import (COMPRESSIONS, DEFAULT_BATCH_BYTES, DEFAULT_COMPRESSION, auto_decision,
-                               check_engine_options, check_run_options, feature_gate, plan_from_params, purge_params)
+from .optimize_execution import run_plan
+from .optimize_large import run_in_rounds
 from airflow_delta_maint.app.rewrite.rewrite_path import RewritePath
+
+#: the job's sub-command (and the metrics' ``operation``)
+NAME = "optimize"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -97,64 +101,51 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_engine_argument(parser)
 
 
-def nothing_to_do(table: str, storage_options: dict[str, str] | None, params: dict[str, Any]) -> str | None:
-    """Without Spark: a reason when the plan is empty, else None. Bad input raises.
+def options_from(params: Mapping[str, Any]) -> OptimizeOptions:
+    """The run's typed options from its parsed command line (``vars`` of the namespace); a bad value,
+    or an option the chosen engine cannot honour, raises ``InvalidArgumentError`` before anything is read."""
+    engine = check_engine(NAME, params.get("engine"))
+    if engine == DELTA_SPARK:
+        from ..engines.delta_spark import NATIVE_ONLY_OPTIMIZE, refuse_native_only
 
-    Reads the log in bounded memory (:func:`streamed_plan_outline`): the checkpoint's columns
-    ``add.path``, ``add.deletionVector``, ``add.partitionValues``, ``add.size``, ``add.stats``
-    (``numRecords`` of files with a deletion vector) and, with ``min_file_age``,
-    ``add.modificationTime``, one row group at a time; the commits after it; with ``auto`` or
-    ``skip_recent_partitions`` the newest commits' actions. Liquid clustering also reads
-    ``add.tags``, ``add.clusteringProvider``; ``target_files`` ``add.stats`` of every file
-    (``numRecords``); ``rewrite_type_widened`` the footers of selected data files until one holds
-    an old type. The whole snapshot is loaded instead when the streamed read cannot vouch for the
-    state (see ``state_stream``).
-    """
-    check_engine_options(params)
-    params = purge_params(params)
-    outline = read_table(table, lambda state: outline_of(state, params), storage_options=storage_options,
-                         what="OPTIMIZE's check")
-    assert outline is not None
-    return skip_reason(outline, params)
+        refuse_native_only(params, NATIVE_ONLY_OPTIMIZE, "OPTIMIZE")
+    return OptimizeOptions.from_mapping({**params, "engine": engine})
 
 
-def run_optimize(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
+def nothing_to_do(table: str, storage_options: Mapping[str, str] | None, options: OptimizeOptions) -> str | None:
+    """Without Spark: the core's reason when the plan is empty
+    (:func:`~airflow_delta_maint.delta.plans.optimize_decision.nothing_to_do`), else None. Bad input raises."""
+    return optimize_decision.nothing_to_do(table, storage_options, options)
+
+
+def run_optimize(ctx: JobContext, options: OptimizeOptions) -> dict[str, Any]:
     """Plan, rewrite (Spark tasks, or threads of this process under local execution) and commit in
     batches, or (engine delta-spark) run delta-spark's OPTIMIZE on what the plan selects. Returns the
     job's metrics."""
-    engine = check_engine_options(params)
-    check_run_options(params)
-    if params.get("bins_per_commit") is None and "_rewrite_path" not in params:
-        params = {**params, "_rewrite_path": RewritePath()}  # one path for the whole run, its rounds included
-    return read_state(ctx.storage, functools.partial(_optimize, ctx, params, engine), what="OPTIMIZE",
-                      streamed=engine != DELTA_SPARK)
+    # one rewrite path for the whole run, its rounds included, unless --bins-per-commit fixes the units
+    path = RewritePath() if options.bins_per_commit is None else None
+    return read_state(ctx.storage, functools.partial(_optimize, ctx, options, path), what="OPTIMIZE",
+                      streamed=options.engine != DELTA_SPARK)
 
 
-def _optimize(ctx: JobContext, params: dict[str, Any], engine: str, state: TableState) -> dict[str, Any]:
+def _optimize(ctx: JobContext, options: OptimizeOptions, path: RewritePath | None, state: TableState) -> dict[str, Any]:
     """OPTIMIZE on the table's state: in rounds on a large table's streamed state, else (or where the
     plan needs every file) planned and run on the whole state."""
     if isinstance(state, StreamedState):
-        result = run_in_rounds(ctx, params, engine, state, _ROUND_STEPS)
+        result = run_in_rounds(ctx, options, state, path)
         if result is not None:
             return result
     snapshot = state.eager()
     ctx.version_read = snapshot.version
-    check_supported(snapshot.protocol, feature_gate(params), snapshot.metadata)
-    decision = auto_decision(snapshot, params)
-    plan = plan_from_params(snapshot, params, decision)
-    return run_plan(ctx, params, engine, snapshot, plan, decision)
+    check_supported(snapshot.protocol, options.feature_gate, snapshot.metadata)
+    decision = auto_decision(snapshot, options)
+    plan = plan_from_options(snapshot, options, decision)
+    return run_plan(ctx, options, snapshot, plan, decision, path=path)
 
 
 def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     """Run the job with the parsed command line (see :func:`run_optimize`)."""
-    params = {k: getattr(args, k) for k in ("predicate", "zorder_by", "min_file_size", "max_file_size",
-                                             "max_concurrent_bins", "batch_bytes", "dv_ratio", "compression",
-                                             "full", "min_cube_size", "target_cube_size", "rewrite_type_widened",
-                                             "target_files", "auto", "all_partitions", "min_num_files",
-                                             "max_deleted_rows_ratio", "bins_per_commit", "min_file_age",
-                                             "skip_recent_partitions", "wait_for_writer",
-                                             "max_partitions", "lease_seconds", "dry_run", "purge", "engine")}
-    return run_optimize(ctx, params)
+    return run_optimize(ctx, options_from(vars(args)))
 
 
 def format_human(m: dict[str, Any]) -> str:
@@ -164,9 +155,3 @@ def format_human(m: dict[str, Any]) -> str:
     return (f"OPTIMIZE {m['table']}: {m['status']}, version {m.get('version_read')} -> {m.get('version_committed')}; "
             f"removed {m.get('numRemovedFiles', 0)} files ({m.get('numRemovedBytes', 0)} bytes), "
             f"added {m.get('numAddedFiles', 0)} files ({m.get('numAddedBytes', 0)} bytes) in {m['duration_s']}s")
-
-
-#: the steps OPTIMIZE in rounds borrows from this job (see ``optimize_large``)
-_ROUND_STEPS = RoundSteps(outline=streamed_plan_outline, purge=purge_params, plan=plan_from_params, run=run_plan,
-                          check_spark=check_spark_for)
-

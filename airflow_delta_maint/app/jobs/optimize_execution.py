@@ -5,6 +5,7 @@ commit them group by group as they are rewritten."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import math
@@ -16,14 +17,14 @@ from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.delta.plans.auto_compaction import AutoDecision, partition_key, partition_label
 from airflow_delta_maint.delta.plans.clustering import clustering_quality, tag_clustered_files
 from airflow_delta_maint.delta.plans.optimize import Bin, OptimizePlan
-from airflow_delta_maint.delta.storage.leases import DEFAULT_LEASE_SECONDS, reserve_partitions
+from airflow_delta_maint.delta.plans.optimize_options import OptimizeOptions
+from airflow_delta_maint.delta.storage.leases import reserve_partitions
 from airflow_delta_maint.delta.protocol.features import table_features
 from airflow_delta_maint.delta.protocol.row_tracking import row_tracking
 
 from ..context import JobContext
 from ..engines import DELTA_SPARK
 from .optimize_metrics import run_metrics
-from .optimize_options import DEFAULT_BATCH_BYTES, DEFAULT_COMPRESSION, purge_params
 from airflow_delta_maint.app.rewrite.commit import AFTER_REWRITE, BinCommitter, GroupResult
 from airflow_delta_maint.app.rewrite.data_files import RewriteSpec, delete_run_outputs, output_dir, rewrite_bin
 from airflow_delta_maint.app.rewrite.rebase import BinOutputs
@@ -78,7 +79,7 @@ def commit_batch(snapshot: Snapshot, plan: OptimizePlan, bins: list[Bin], output
     return result.version, sorted(result.dropped)
 
 
-def rewrite_units(params: dict[str, Any], num_bins: int, path: RewritePath | None = None) -> tuple[int, bool]:
+def rewrite_units(options: OptimizeOptions, num_bins: int, path: RewritePath | None = None) -> tuple[int, bool]:
     """How many bins are rewritten together (one Spark job, or one slice of local work; 0: a whole
     batch) and whether each unit is committed as soon as it is rewritten (else rewritten units are
     held and committed together when the log moves, see :func:`_execute_plan`).
@@ -88,14 +89,12 @@ def rewrite_units(params: dict[str, Any], num_bins: int, path: RewritePath | Non
     (:mod:`~airflow_delta_maint.app.rewrite.rewrite_path`): whole batches on a quiet table; on a busy
     one, one bin (or as many as keep the run within ``MAX_COMMITS_PER_RUN`` units) held until the log moves.
     """
-    value = params.get("bins_per_commit")
+    value = options.bins_per_commit
     if value is None:
         if path is not None and not path.busy:
             return 0, True
         return busy_unit_bins(num_bins), False
-    if int(value) < 0:
-        raise InvalidArgumentError(f"bins per commit must be 0 (one commit per batch) or positive, got {value}")
-    return int(value), True
+    return value, True
 
 
 def check_spark_for(ctx: JobContext, layout: str) -> None:
@@ -106,27 +105,30 @@ def check_spark_for(ctx: JobContext, layout: str) -> None:
                                    "does not start; run it with execution 'spark'")
 
 
-def run_plan(ctx: JobContext, params: dict[str, Any], engine: str, snapshot: Snapshot, plan: OptimizePlan,
+def run_plan(ctx: JobContext, options: OptimizeOptions, snapshot: Snapshot, plan: OptimizePlan,
              decision: AutoDecision | None, added_sizes: list[int] | None = None,
-             load_base: Callable[[int], Snapshot] | None = None, whole_table: bool = True) -> dict[str, Any]:
+             load_base: Callable[[int], Snapshot] | None = None, whole_table: bool = True,
+             path: RewritePath | None = None) -> dict[str, Any]:
     """Run one plan of ``snapshot`` (the whole table, or a round of a large one: ``whole_table``
-    false, and no clustering quality, which needs every file), its options checked before
-    (:func:`~.optimize_options.check_run_options`): reserve its partitions, rewrite and commit. ``added_sizes`` collects the committed files' sizes;
-    ``load_base`` loads the snapshot a commit is rebased onto (see ``BinCommitter``)."""
+    false, and no clustering quality, which needs every file) with the run's ``options``: reserve its
+    partitions, rewrite and commit. ``added_sizes`` collects the committed files' sizes; ``load_base``
+    loads the snapshot a commit is rebased onto (see ``BinCommitter``); ``path``: the run's rewrite
+    path (None: ``--bins-per-commit`` fixes the units)."""
     out: dict[str, Any] = {"version_read": snapshot.version, "predicate": plan.predicate,
-                           "compression": params.get("compression") or DEFAULT_COMPRESSION,
+                           "compression": options.compression,
                            "zOrderBy": plan.zorder_by, "minFileSizeSetting": plan.min_file_size,
                            "maxFileSizeSetting": plan.max_file_size}
     if decision is not None:
         out["autoCompaction"] = decision.metrics()
-        params = {**params, "_beyond_max": sum(1 for r in decision.skipped.values() if r.startswith("beyond"))}
+    # partitions left for a later run (past --max-partitions, reserved by another run)
+    deferred = sum(1 for r in decision.skipped.values() if r.startswith("beyond")) if decision is not None else 0
     clustered = plan.layout == "hilbert"
     if clustered:
         out["clusteringBy"] = plan.clustering_by
         out["clusteringStats"] = plan.clustering_stats
         if whole_table:
             out["clusteringQualityBefore"] = clustering_quality(snapshot.add_actions(), plan.zorder_columns)
-    if params.get("dry_run"):
+    if options.dry_run:
         return {**out, "status": "dry_run", "plan": plan.summary()}
     empty = {"numAddedFiles": 0, "numRemovedFiles": 0, "numAddedBytes": 0, "numRemovedBytes": 0}
     if plan.is_empty:
@@ -135,14 +137,15 @@ def run_plan(ctx: JobContext, params: dict[str, Any], engine: str, snapshot: Sna
         return {**out, "status": "skipped", "reason": reason, **empty}
     check_spark_for(ctx, plan.layout)
     ctx.storage.require_put_if_absent()  # refuse a store without put-if-absent before any file is written
-    lease = int(params["lease_seconds"]) if params.get("lease_seconds") is not None else DEFAULT_LEASE_SECONDS
-    if engine == DELTA_SPARK:
+    lease = options.lease_seconds
+    run = functools.partial(_execute, ctx, options, snapshot, plan, out, added_sizes=added_sizes, load_base=load_base,
+                            whole_table=whole_table, path=path)
+    if options.engine == DELTA_SPARK:
         from ..engines.delta_spark import session
 
         session(ctx)  # a session that cannot run delta-spark fails before any partition is reserved
     if not lease:
-        return _execute(engine, ctx, params, snapshot, plan, out, restricted=decision is not None,
-                        added_sizes=added_sizes, load_base=load_base, whole_table=whole_table)
+        return run(restricted=decision is not None, deferred=deferred)
     labels = {id(b): partition_label(partition_key(b.partition_values)) for b in plan.bins}
     with reserve_partitions(ctx.storage, sorted(set(labels.values())), lease_seconds=lease) as reservation:
         if reservation.taken_by_others:
@@ -150,22 +153,22 @@ def run_plan(ctx: JobContext, params: dict[str, Any], engine: str, snapshot: Sna
             log.info("OPTIMIZE %s: %d partitions are being optimized by another run; leaving them out",
                      ctx.storage.root, len(reservation.taken_by_others))
             plan.bins = [b for b in plan.bins if labels[id(b)] in reservation.held]
-            params = {**params, "_deferred": len(reservation.taken_by_others)}
+            deferred += len(reservation.taken_by_others)
             if plan.is_empty:
                 return {**out, "status": "skipped", **empty,
                         "reason": "every partition of the plan is reserved by another OPTIMIZE run"}
-        return _execute(engine, ctx, params, snapshot, plan, out,
-                        restricted=decision is not None or bool(reservation.taken_by_others),
-                        added_sizes=added_sizes, load_base=load_base, whole_table=whole_table)
+        return run(restricted=decision is not None or bool(reservation.taken_by_others), deferred=deferred)
 
 
-def _execute(engine: str, ctx: JobContext, params: dict[str, Any], snapshot: Snapshot, plan: OptimizePlan,
-             out: dict[str, Any], restricted: bool, added_sizes: list[int] | None = None,
-             load_base: Callable[[int], Snapshot] | None = None, whole_table: bool = True) -> dict[str, Any]:
+def _execute(ctx: JobContext, options: OptimizeOptions, snapshot: Snapshot, plan: OptimizePlan,
+             out: dict[str, Any], *, restricted: bool, deferred: int, added_sizes: list[int] | None = None,
+             load_base: Callable[[int], Snapshot] | None = None, whole_table: bool = True,
+             path: RewritePath | None = None) -> dict[str, Any]:
     """Run the plan with the engine. delta-spark gets the plan's partitions as its WHERE clause when the
-    run is limited to some (the auto-compaction policy's choice, partitions reserved by other runs)."""
-    if engine != DELTA_SPARK:
-        return _execute_plan(ctx, params, snapshot, plan, out, added_sizes, load_base, whole_table)
+    run is limited to some (the auto-compaction policy's choice, partitions reserved by other runs);
+    ``deferred``: the partitions left for a later run."""
+    if options.engine != DELTA_SPARK:
+        return _execute_plan(ctx, options, snapshot, plan, out, deferred, added_sizes, load_base, whole_table, path)
     from ..engines import delta_spark
 
     partitions: list[dict[str, str | None]] | None = None
@@ -174,18 +177,19 @@ def _execute(engine: str, ctx: JobContext, params: dict[str, Any], snapshot: Sna
         for b in plan.bins:
             seen.setdefault(partition_key(b.partition_values), dict(b.partition_values))
         partitions = list(seen.values())
-    return {**out, **delta_spark.optimize(ctx, purge_params(params), snapshot, plan, partitions)}
+    return {**out, **delta_spark.optimize(ctx, options.purged(), snapshot, plan, partitions)}
 
 
-def _execute_plan(ctx: JobContext, params: dict[str, Any], snapshot: Snapshot, plan: OptimizePlan,
-                  out: dict[str, Any], added_sizes: list[int] | None = None,
-                  load_base: Callable[[int], Snapshot] | None = None, whole_table: bool = True) -> dict[str, Any]:
+def _execute_plan(ctx: JobContext, options: OptimizeOptions, snapshot: Snapshot, plan: OptimizePlan,
+                  out: dict[str, Any], deferred: int, added_sizes: list[int] | None = None,
+                  load_base: Callable[[int], Snapshot] | None = None, whole_table: bool = True,
+                  path: RewritePath | None = None) -> dict[str, Any]:
     """Rewrite the plan's bins and commit them group by group as they are rewritten."""
     clustered = plan.layout == "hilbert"
-    batch_bytes = int(params["batch_bytes"]) if params.get("batch_bytes") is not None else DEFAULT_BATCH_BYTES
+    batch_bytes = options.batch_bytes
     # On a table with deletion vectors every file's stats say whether they are exact; ours are.
     tight_bounds = True if "deletionVectors" in table_features(snapshot.protocol)[1] else None
-    compression = params.get("compression") or DEFAULT_COMPRESSION
+    compression = options.compression
     rows = row_tracking(snapshot.protocol, snapshot.metadata, snapshot.domains)
     spec = RewriteSpec(ctx.storage, snapshot.metadata.to_action(), compression=compression,
                        target_file_bytes=plan.max_file_size, tight_bounds=tight_bounds,
@@ -195,20 +199,18 @@ def _execute_plan(ctx: JobContext, params: dict[str, Any], snapshot: Snapshot, p
     # isFull on a clustered table
     parameters: dict[str, Any] = {"predicate": [plan.predicate] if plan.predicate else [], "zOrderBy": plan.zorder_by,
                                   "clusterBy": plan.clustering_by if clustered else [],
-                                  "auto": bool(params.get("auto"))}
+                                  "auto": options.auto}
     if clustered:
-        parameters["isFull"] = bool(params.get("full"))
+        parameters["isFull"] = options.full
     if plan.layout == "even":
         parameters["targetFiles"] = plan.target_files
     # partitions left for a later run (reserved by another run, past --max-partitions): the
     # auto-compaction policy looks past this commit for them
-    deferred = int(params.get("_deferred") or 0) + int(params.get("_beyond_max") or 0)
-    if deferred or params.get("auto"):
+    if deferred or options.auto:
         parameters["partitionsDeferred"] = deferred
-    path: RewritePath | None = params.get("_rewrite_path")
     if path is not None:
         path.decide(ctx.storage, snapshot.version)
-    per_unit, eager = rewrite_units(params, len(plan.bins), path)
+    per_unit, eager = rewrite_units(options, len(plan.bins), path)
     units = commit_groups(plan.bins, batch_bytes, per_unit)
     if plan.layout in ("zorder", "hilbert") and per_unit == 0:
         units = [list(range(len(plan.bins)))]  # one shuffle for the whole plan
@@ -217,14 +219,14 @@ def _execute_plan(ctx: JobContext, params: dict[str, Any], snapshot: Snapshot, p
              f" ({path.path} path: {path.cadence.reason()})" if path is not None and path.cadence else "")
     # a quiet run records no row maps (about a tenth of a Z-order's time): a bin whose inputs a writer
     # deletes from meanwhile is dropped instead of rebased, and the run turns busy for the rest
-    rewriters = [_group_rewriter(ctx, params, spec, plan, per_unit, row_maps=path is None or path.busy)]
+    rewriters = [_group_rewriter(ctx, options, spec, plan, per_unit, row_maps=path is None or path.busy)]
     committer = BinCommitter(snapshot, plan, parameters, load_base)
     results: list[tuple[list[int], GroupResult]] = []
     committed_keys: set[str] = set()
     held: list[tuple[list[int], list[BinOutputs]]] = []
     done = [0]
     busy = [False]
-    wait = float(params.get("wait_for_writer") or 0)
+    wait = options.wait_for_writer or 0.0
 
     def flush() -> None:
         if not held:
@@ -252,7 +254,7 @@ def _execute_plan(ctx: JobContext, params: dict[str, Any], snapshot: Snapshot, p
         eager = False
         busy[0] = not wait
         # units of few bins, more of them at once
-        rewriters.append(_group_rewriter(ctx, params, spec, plan, busy_unit_bins(len(left)), row_maps=True))
+        rewriters.append(_group_rewriter(ctx, options, spec, plan, busy_unit_bins(len(left)), row_maps=True))
         log.info("OPTIMIZE %s: another writer committed during the run; the %d bins left are rewritten in %d "
                  "units, each committed as soon as it is rewritten", ctx.storage.root, len(left), len(units) - n - 1)
 
@@ -287,11 +289,11 @@ def _execute_plan(ctx: JobContext, params: dict[str, Any], snapshot: Snapshot, p
             **(path.metrics() if path is not None else {})}
 
 
-def _group_rewriter(ctx: JobContext, params: dict[str, Any], spec: RewriteSpec, plan: OptimizePlan,
+def _group_rewriter(ctx: JobContext, options: OptimizeOptions, spec: RewriteSpec, plan: OptimizePlan,
                     per_commit: int, row_maps: bool = True) -> tuple[Callable[[int, list[Bin]], list[BinOutputs]], int]:
     """The function that rewrites one group of bins, and how many groups may be rewritten at once;
     ``row_maps``: Z-order and clustering record the row maps a rebase needs (see ``MAX_ROW_MAP_ROWS``)."""
-    max_bins = params.get("max_concurrent_bins")
+    max_bins = options.max_concurrent_bins
     if plan.layout in ("zorder", "hilbert"):
         from airflow_delta_maint.app.rewrite.zorder import execute_zorder
 

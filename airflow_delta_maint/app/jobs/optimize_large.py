@@ -5,7 +5,7 @@ bin-packing (with ``--where``, ``--auto``, ``--purge``, young files and recent p
 and Z-order plan from the streamed state: one pass counts the candidates per partition and makes
 the auto policy's choice, a second spills the partitions with work, a round at a time, to local
 parquet files (:mod:`airflow_delta_maint.delta.plans.optimize_rounds`). Each round is then planned,
-rewritten and committed exactly as a whole plan is (the job's ``run_plan``), and the rounds'
+rewritten and committed exactly as a whole plan is (:func:`~.optimize_execution.run_plan`), and the rounds'
 metrics are summed into one run's. Liquid clustering's rounds are runs of its new ZCubes, ordered
 out of core (:mod:`airflow_delta_maint.delta.plans.clustering_rounds`); its clustering quality
 (which sorts every file's bounds) is not measured in rounds. ``--target-files``,
@@ -16,8 +16,7 @@ log the stream cannot vouch for.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.delta.log.state_stream import StreamedState
@@ -27,6 +26,8 @@ from airflow_delta_maint.delta.plans.clustering import (DEFAULT_TARGET_CUBE_SIZE
 from airflow_delta_maint.delta.plans.clustering_rounds import clustering_order, spill_clustering_rounds
 from airflow_delta_maint.delta.plans.optimize import (SIZE_PERCENTILE_KEYS, Bin, OptimizePlan, add_dicts,
                                                       file_size_settings, size_percentiles)
+from airflow_delta_maint.delta.plans.optimize_decision import PlanOutline, plan_from_options, streamed_plan_outline
+from airflow_delta_maint.delta.plans.optimize_options import OptimizeOptions
 from airflow_delta_maint.delta.plans.optimize_rounds import (iter_round_snapshots, live_files_among,
                                                              partition_rounds, spill_rounds)
 from airflow_delta_maint.delta.protocol.actions import ADD_SCHEMA
@@ -34,20 +35,10 @@ from airflow_delta_maint.delta.protocol.features import check_supported
 from airflow_delta_maint.delta.storage.store import Storage
 
 from ..context import JobContext
+from .optimize_execution import check_spark_for, run_plan
+from airflow_delta_maint.app.rewrite.rewrite_path import RewritePath
 
 log = logging.getLogger("delta_maint.optimize")
-
-@dataclass(frozen=True)
-class RoundSteps:
-    """What the OPTIMIZE job lends the rounds: its streamed outline, its option handling, its
-    planner and its runner of one plan (so that this module does not import the job back)."""
-
-    outline: Callable[..., Any]
-    purge: Callable[[dict[str, Any]], dict[str, Any]]
-    plan: Callable[..., OptimizePlan]
-    run: Callable[..., dict[str, Any]]
-    check_spark: Callable[[JobContext, str], None]
-
 
 #: per-run counters that the rounds add up
 _SUMS = ("numAddedFiles", "numRemovedFiles", "numAddedBytes", "numRemovedBytes", "numDeletionVectorsRemoved",
@@ -56,39 +47,38 @@ _PLAN_SUMS = ("num_partitions", "num_bins", "num_files_to_rewrite", "num_bytes_t
               "num_deletion_vectors_to_purge")
 
 
-def run_in_rounds(ctx: JobContext, params: dict[str, Any], engine: str, state: StreamedState,
-                  steps: RoundSteps) -> dict[str, Any] | None:
+def run_in_rounds(ctx: JobContext, options: OptimizeOptions, state: StreamedState,
+                  path: RewritePath | None = None) -> dict[str, Any] | None:
     """The run's metrics, OPTIMIZE done in rounds on the streamed state; None when the plan needs the
     whole state (the caller then plans on it). Where the stream cannot vouch for the log, its
     fallback is raised by the passes, before anything is written."""
     clustered_by_none = is_clustered(state.protocol) and not clustering_columns(state.metadata.schema_string,
                                                                                   state.domains)
-    if clustered_by_none or params.get("target_files") is not None or params.get("rewrite_type_widened"):
+    if clustered_by_none or options.target_files is not None or options.rewrite_type_widened:
         log.info("OPTIMIZE %s plans on the whole state: --target-files, --rewrite-type-widened and tables "
                  "clustered by no column are not planned in rounds", ctx.storage.root)
         return None
-    return _rounds(ctx, params, engine, state, steps)
+    return _rounds(ctx, options.purged(), state, path)
 
 
-def _rounds(ctx: JobContext, params: dict[str, Any], engine: str, state: StreamedState,
-            steps: RoundSteps) -> dict[str, Any]:
+def _rounds(ctx: JobContext, options: OptimizeOptions, state: StreamedState,
+            path: RewritePath | None) -> dict[str, Any]:
     ctx.version_read = state.version  # reported with a refusal too
     check_supported(state.protocol, "optimize", state.metadata)
-    params = steps.purge(params)
-    outline = steps.outline(state, params, keep_scan=True)
+    outline = streamed_plan_outline(state, options, keep_scan=True)
     assert outline is not None and outline.scan is not None and outline.selected is not None
-    if not outline.is_empty and not params.get("dry_run"):
-        steps.check_spark(ctx, outline.layout)  # before the second pass; planning alone needs no Spark
+    if not outline.is_empty and not options.dry_run:
+        check_spark_for(ctx, outline.layout)  # before the second pass; planning alone needs no Spark
     if outline.layout == "hilbert":
-        return _clustering_rounds(ctx, params, engine, state, outline, steps)
+        return _clustering_rounds(ctx, options, state, outline, path)
     scan, decision = outline.scan, outline.decision
     round_files = ctx.settings.optimize_round_files
     rounds = partition_rounds(scan, outline.selected, outline.layout == "zorder", round_files)
     if not rounds:
         nothing = state.part(ADD_SCHEMA.empty_table())  # the header, its candidate files none
-        plan = steps.plan(nothing, params, decision)
+        plan = plan_from_options(nothing, options, decision)
         plan.num_table_files, plan.left_out = scan.total_files, outline.left_out
-        return steps.run(ctx, params, engine, nothing, plan, decision)
+        return run_plan(ctx, options, nothing, plan, decision, path=path)
     log.info("OPTIMIZE %s at version %d: %d partitions with work, %d candidate files, in %d rounds of at most "
              "%d files", ctx.storage.root, state.version, sum(len(p) for p in rounds.partitions), sum(rounds.files),
              len(rounds), round_files)
@@ -96,29 +86,28 @@ def _rounds(ctx: JobContext, params: dict[str, Any], engine: str, state: Streame
     sizes: list[int] = []
     with spill_rounds(state, rounds, min_file_size=outline.min_file_size, zorder=outline.layout == "zorder") as spill:
         for n, partial in iter_round_snapshots(state, spill):
-            plan = steps.plan(partial, params, decision)
+            plan = plan_from_options(partial, options, decision)
             plan.num_table_files, plan.left_out = scan.total_files, outline.left_out
             log.info("OPTIMIZE %s: round %d of %d: %d bins, %d files, %.1f MiB", ctx.storage.root, n + 1, len(rounds),
                      len(plan.bins), plan.input_files, plan.input_bytes / 2**20)
-            results.append(_run_round(ctx, params, engine, steps, partial, plan, decision, sizes))
+            results.append(_run_round(ctx, options, path, partial, plan, decision, sizes))
             del partial, plan
     return merge_rounds(results, sizes, scan.total_files)
 
 
-def _clustering_rounds(ctx: JobContext, params: dict[str, Any], engine: str, state: StreamedState,
-                       outline: Any, steps: RoundSteps) -> dict[str, Any]:
+def _clustering_rounds(ctx: JobContext, options: OptimizeOptions, state: StreamedState,
+                       outline: PlanOutline, path: RewritePath | None) -> dict[str, Any]:
     """Liquid clustering in rounds (:mod:`~airflow_delta_maint.delta.plans.clustering_rounds`): each
     round's new ZCubes are the plan's, the plan's clusteringStats are the whole run's."""
     shell, work, decision = state.part(ADD_SCHEMA.empty_table()), outline.work, outline.decision
     total = outline.scan.total_files
     if outline.is_empty:
-        plan = steps.plan(shell, params, decision)
+        plan = plan_from_options(shell, options, decision)
         plan.num_table_files, plan.left_out = total, outline.left_out
-        return steps.run(ctx, params, engine, shell, plan, decision, whole_table=False)
+        return run_plan(ctx, options, shell, plan, decision, whole_table=False, path=path)
     columns = clustering_columns(shell.metadata.schema_string, shell.domains)
-    min_size, max_size = file_size_settings(shell, None, params.get("max_file_size"))
-    target = params.get("target_cube_size")
-    target = DEFAULT_TARGET_CUBE_SIZE if target is None else int(target)
+    min_size, max_size = file_size_settings(shell, None, options.max_file_size)
+    target = DEFAULT_TARGET_CUBE_SIZE if options.target_cube_size is None else options.target_cube_size
     round_files = ctx.settings.optimize_round_files
     order = clustering_order(work, round_files)
     chosen = order.chosen
@@ -150,12 +139,12 @@ def _clustering_rounds(ctx: JobContext, params: dict[str, Any], engine: str, sta
                 plan.bins.append(Bin({}, adds[lo:hi], sum(int(a["size"]) for a in adds[lo:hi])))
             log.info("OPTIMIZE %s: round %d of %d: %d ZCubes, %d files, %.1f MiB", ctx.storage.root, n + 1,
                      spill.count, len(plan.bins), plan.input_files, plan.input_bytes / 2**20)
-            results.append(_run_round(ctx, params, engine, steps, state.part(files), plan, decision, sizes))
+            results.append(_run_round(ctx, options, path, state.part(files), plan, decision, sizes))
             del files, adds, plan
     return merge_rounds(results, sizes, total)
 
 
-def _run_round(ctx: JobContext, params: dict[str, Any], engine: str, steps: RoundSteps, partial: Snapshot,
+def _run_round(ctx: JobContext, options: OptimizeOptions, path: RewritePath | None, partial: Snapshot,
                plan: OptimizePlan, decision: Any, sizes: list[int]) -> dict[str, Any]:
     """One round run as a plan of its own; its commits rebase onto the live files among its inputs."""
     inputs = [f["path"] for b in plan.bins for f in b.files]
@@ -163,7 +152,7 @@ def _run_round(ctx: JobContext, params: dict[str, Any], engine: str, steps: Roun
     def load_base(version: int) -> Snapshot:
         return _partial_base(ctx.storage, version, inputs)
 
-    return steps.run(ctx, params, engine, partial, plan, decision, sizes, load_base, whole_table=False)
+    return run_plan(ctx, options, partial, plan, decision, sizes, load_base, whole_table=False, path=path)
 
 
 def _partial_base(storage: Storage, version: int, paths: list[str]) -> Snapshot:

@@ -22,15 +22,15 @@ import argparse
 import functools
 import logging
 import time
-from typing import Any
+from typing import Any, Mapping
 
-from airflow_delta_maint.delta.errors import InvalidArgumentError
 from airflow_delta_maint.delta.log.listing import list_log
 from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.delta.log.state_stream import StreamedState
 from airflow_delta_maint.delta.log.table_state import TableState
 from airflow_delta_maint.delta.plans.vacuum import lite_candidates, plan_vacuum, remove_empty_dirs
 from airflow_delta_maint.delta.plans.vacuum_inventory import check_fresh, open_inventory, read_inventory
+from airflow_delta_maint.delta.plans.vacuum_options import VacuumOptions
 from airflow_delta_maint.delta.plans.vacuum_keep import kept_version_keys, readable_kept_versions
 from airflow_delta_maint.delta.storage.prefetch import PrefetchedListing
 from airflow_delta_maint.delta.plans.vacuum_valid import valid_keys
@@ -39,7 +39,6 @@ from airflow_delta_maint.delta.protocol.features import check_supported
 from ..context import JobContext
 from ..engines import DELTA_SPARK, add_engine_argument, check_engine
 from ..state_reading import fell_back, read_state
-from .cleanup_log import parse_versions
 from .vacuum_at_scale import full_at_scale
 from .vacuum_background import Background
 from .vacuum_deletion import DRY_RUN_LIST_CAP, delete_between_markers, delete_parallel
@@ -68,28 +67,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_engine_argument(parser)
 
 
-def _check_engine_options(params: dict[str, Any]) -> str:
-    """The run's engine; options delta-spark's VACUUM has no counterpart for fail before anything is read."""
-    engine = check_engine(NAME, params.get("engine"))
-    if engine == DELTA_SPARK and params.get("keep_versions"):
-        raise InvalidArgumentError("VACUUM with the delta-spark engine does not take --keep-versions (native engine "
-                                   "only)")
-    return engine
+def options_from(params: Mapping[str, Any]) -> VacuumOptions:
+    """The run's typed options from its parsed command line (``vars`` of the namespace); a bad value, or
+    an option the chosen engine has no counterpart for, raises ``InvalidArgumentError`` before anything is read."""
+    return VacuumOptions.from_mapping({**params, "engine": check_engine(NAME, params.get("engine"))})
 
 
 def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     """Run VACUUM with the parsed command line; the job's metrics."""
-    engine = _check_engine_options(vars(args))
-    if engine == DELTA_SPARK:
-        return _run_delta_spark(args, ctx)
+    return run_vacuum(ctx, options_from(vars(args)))
+
+
+def run_vacuum(ctx: JobContext, options: VacuumOptions) -> dict[str, Any]:
+    """Run VACUUM with ``options``; the job's metrics."""
+    if options.engine == DELTA_SPARK:
+        return _run_delta_spark(options, ctx)
     storage = ctx.storage
     # a full VACUUM of an object-store table starts listing it now: reading the log waits on the store too
-    prefetch = PrefetchedListing(storage) if args.mode == "full" and not args.inventory and not storage.is_local \
-        else None
-    return read_state(storage, functools.partial(_vacuum, args, ctx, prefetch), what="VACUUM", paths_only=True)
+    prefetch = PrefetchedListing(storage) if options.mode == "full" and not options.inventory and \
+        not storage.is_local else None
+    return read_state(storage, functools.partial(_vacuum, options, ctx, prefetch), what="VACUUM", paths_only=True)
 
 
-def _vacuum(args: argparse.Namespace, ctx: JobContext, prefetch: PrefetchedListing | None,
+def _vacuum(options: VacuumOptions, ctx: JobContext, prefetch: PrefetchedListing | None,
             state: TableState) -> dict[str, Any]:
     """VACUUM on the table's state, eager or streamed (a large table's, whose full mode goes to
     :func:`~.vacuum_at_scale.full_at_scale` where the executors see the driver's scratch folder)."""
@@ -97,9 +97,9 @@ def _vacuum(args: argparse.Namespace, ctx: JobContext, prefetch: PrefetchedListi
     ctx.version_read = state.version
     check_supported(state.protocol, "vacuum", state.metadata)
     listing_log = list_log(storage)
-    plan = plan_vacuum(state, args.retention_hours, args.mode, args.ignore_retention_check,
+    plan = plan_vacuum(state, options.retention_hours, options.mode, options.ignore_retention_check,
                        listing=listing_log, with_valid=False)
-    keep_versions = parse_versions(args.keep_versions)
+    keep_versions = list(options.keep_versions)
     if isinstance(state, StreamedState) and plan.mode == "full" and ctx.spark_allowed and not ctx.connect \
             and _executors_see_scratch(ctx):
         if prefetch is not None:
@@ -107,19 +107,16 @@ def _vacuum(args: argparse.Namespace, ctx: JobContext, prefetch: PrefetchedListi
         # bad input fails here, before any work: a version that cannot be kept, a stale inventory
         kept_versions = readable_kept_versions(storage, keep_versions, state.version) if keep_versions else []
         source = None
-        if args.inventory:
-            source = open_inventory(args.inventory, ctx.storage_options)
+        if options.inventory:
+            source = open_inventory(options.inventory, ctx.storage_options)
             check_fresh(source, plan.cutoff_ms)
-        return full_at_scale(ctx, args, state, plan, keep_versions, kept_versions, source)
+        return full_at_scale(ctx, options, state, plan, keep_versions, kept_versions, source)
     kept = kept_version_keys(storage, keep_versions, state.version) if keep_versions else set()
     # full mode builds the valid set beside the listing, in memory: the whole state, at the version planned from
     snapshot = state.eager(paths_only=True) if plan.mode == "full" else state
     inventory = None
-    if args.inventory:
-        if plan.mode != "full":
-            raise InvalidArgumentError("--inventory replaces the listing of a full VACUUM; it cannot be used with "
-                                       "--mode lite")
-        inventory = read_inventory(args.inventory, ctx.storage_options)
+    if options.inventory:
+        inventory = read_inventory(options.inventory, ctx.storage_options)
         check_fresh(inventory, plan.cutoff_ms)
     listing_job = None
     if plan.mode == "full" and inventory is not None:
@@ -174,7 +171,7 @@ def _vacuum(args: argparse.Namespace, ctx: JobContext, prefetch: PrefetchedListi
     size = sum(f.size for f in files)
     metrics.update(numFilesToDelete=len(files), sizeOfDataToDelete=size)
 
-    if args.dry_run:
+    if options.dry_run:
         metrics.update(status="dry_run", numFilesDeleted=0, numDeletedFiles=0, numVacuumedDirectories=0,
                        files_to_delete=[f.key for f in files[:DRY_RUN_LIST_CAP]],
                        files_to_delete_truncated=len(files) > DRY_RUN_LIST_CAP)
@@ -202,23 +199,20 @@ def _executors_see_scratch(ctx: JobContext) -> bool:
     return False
 
 
-def _run_delta_spark(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
+def _run_delta_spark(options: VacuumOptions, ctx: JobContext) -> dict[str, Any]:
     """Plan and check with our core (retention, features, inventory freshness), then delta-spark's VACUUM."""
     from ..engines import delta_spark
 
     snapshot = Snapshot.load(ctx.storage, paths_only=True)
     ctx.version_read = snapshot.version
     check_supported(snapshot.protocol, "vacuum", snapshot.metadata)
-    plan = plan_vacuum(snapshot, args.retention_hours, args.mode, args.ignore_retention_check,
+    plan = plan_vacuum(snapshot, options.retention_hours, options.mode, options.ignore_retention_check,
                        listing=list_log(ctx.storage), with_valid=False)
-    if args.inventory:
-        if plan.mode != "full":
-            raise InvalidArgumentError("--inventory replaces the listing of a full VACUUM; it cannot be used with "
-                                       "--mode lite")
-        check_fresh(read_inventory(args.inventory, ctx.storage_options), plan.cutoff_ms)
+    if options.inventory:
+        check_fresh(read_inventory(options.inventory, ctx.storage_options), plan.cutoff_ms)
     metrics: dict[str, Any] = {"version_read": snapshot.version, "mode": plan.mode,
                                "retention_hours": plan.retention_ms / 3_600_000, "cutoff_timestamp": plan.cutoff_ms}
-    return delta_spark.vacuum(ctx, args, snapshot, plan, metrics)
+    return delta_spark.vacuum(ctx, options, snapshot, plan, metrics)
 
 
 def format_human(m: dict[str, Any]) -> str:
@@ -243,10 +237,9 @@ def format_human(m: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def nothing_to_do(table: str, storage_options: dict[str, str] | None, params: dict[str, Any]) -> str | None:
+def nothing_to_do(table: str, storage_options: Mapping[str, str] | None, options: VacuumOptions) -> str | None:
     """Without Spark: lite mode's reason when nothing expired would be deleted and the watermark
     stays; full mode: None (only a listing proves there are no orphans). Bad input raises."""
     from airflow_delta_maint.delta.plans.vacuum import nothing_to_do as vacuum_nothing_to_do
 
-    _check_engine_options(dict(params))
-    return vacuum_nothing_to_do(table, storage_options, params)
+    return vacuum_nothing_to_do(table, storage_options, options)

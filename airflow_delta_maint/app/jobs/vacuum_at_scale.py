@@ -4,7 +4,6 @@ found by an anti-join and deleted by Spark tasks (:mod:`airflow_delta_maint.app.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import logging
 import os
@@ -14,6 +13,7 @@ from airflow_delta_maint.delta.log.state_stream import StreamedState, StreamFall
 from airflow_delta_maint.delta.plans.vacuum import VacuumPlan, remove_empty_dirs
 from airflow_delta_maint.delta.plans.vacuum_inventory import InventorySource, write_inventory_listing
 from airflow_delta_maint.delta.plans.vacuum_keep import write_kept_keys
+from airflow_delta_maint.delta.plans.vacuum_options import VacuumOptions
 from airflow_delta_maint.delta.plans.vacuum_valid_stream import write_valid_keys
 from airflow_delta_maint.delta.storage.store import Storage
 
@@ -28,7 +28,7 @@ log = logging.getLogger("delta_maint.vacuum")
 LATE_FALLBACK = "found after the listing: "
 
 
-def full_at_scale(ctx: JobContext, args: argparse.Namespace, state: StreamedState, plan: VacuumPlan,
+def full_at_scale(ctx: JobContext, options: VacuumOptions, state: StreamedState, plan: VacuumPlan,
                    keep_versions: list[int], kept_states: list[int],
                    inventory: InventorySource | None = None) -> dict[str, Any]:
     """Full mode on a large table: the valid set (and the kept versions' keys) streamed to parquet
@@ -85,7 +85,7 @@ def full_at_scale(ctx: JobContext, args: argparse.Namespace, state: StreamedStat
         metrics.update(numFilesToDelete=untracked.files, sizeOfDataToDelete=untracked.bytes)
         dirs_vacuumed = len(found.dirs) + 1
         watermark = plan.latest_outside
-        if args.dry_run:
+        if options.dry_run:
             listed = aj.first_keys(untracked, DRY_RUN_LIST_CAP)
             metrics.update(status="dry_run", numFilesDeleted=0, numDeletedFiles=0, numVacuumedDirectories=0,
                            files_to_delete=listed, files_to_delete_truncated=untracked.files > DRY_RUN_LIST_CAP)

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from airflow_delta_maint.delta.errors import InconsistentStateError, InvalidArgumentError
+from airflow_delta_maint.delta.log.compaction_options import (DEFAULT_MAX_WINDOW_BYTES, LogCompactionOptions, check_sizes,
+                                                              window_length)
 from airflow_delta_maint.delta.log.listing import (Compaction, LogListing, build_segment, commit_key, compaction_key, list_log,
                                                    parse_json_lines, read_last_checkpoint_hint)
 from airflow_delta_maint.delta.log.reconciliation import Replay, actions_problem
@@ -47,7 +49,6 @@ __all__ = [
 INTERVAL_PROPERTY = LOG_COMPACTION_INTERVAL
 RETENTION_PROPERTY = LOG_RETENTION
 DEFAULT_INTERVAL = DEFAULT_LOG_COMPACTION_INTERVAL
-DEFAULT_MAX_WINDOW_BYTES = 1 << 30
 
 log = logging.getLogger(__name__)
 
@@ -74,14 +75,7 @@ def compaction_interval(configuration: Mapping[str, str], override: int | None =
     """
     if override is None:
         return TableProperties(configuration).log_compaction_interval
-    try:
-        interval = int(str(override).strip())
-    except ValueError:
-        raise InvalidArgumentError(f"invalid --interval {override!r}: expected an integer >= 2") from None
-    if interval < 2:
-        raise InvalidArgumentError(f"invalid --interval {override!r}: a compaction window must span at least "
-                                   "2 commits")
-    return interval
+    return window_length(override)
 
 
 def plan_windows(latest: int, checkpoint_version: int | None, interval: int,
@@ -229,10 +223,7 @@ def compact_log(table: str | Storage, storage_options: Mapping[str, str] | None 
         UnsupportedFeatureError: the table uses a feature this job does not support.
         InvalidArgumentError: a bad interval, size limit or retention property.
     """
-    if max_window_bytes is None or max_window_bytes < 0:
-        raise InvalidArgumentError(f"invalid max_window_bytes {max_window_bytes!r}: expected a size >= 0")
-    if checkpoint_interval is not None and checkpoint_interval < 1:
-        raise InvalidArgumentError(f"invalid checkpoint_interval {checkpoint_interval!r}: expected >= 1")
+    check_sizes(max_window_bytes, checkpoint_interval)
     storage = table if isinstance(table, Storage) else Storage(table, storage_options)
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     snapshot = snapshot if snapshot is not None else Snapshot.load(storage)
@@ -369,14 +360,15 @@ def _distrusted(storage: Storage) -> bool:
 
 
 def nothing_to_do(table: str | Storage, storage_options: Mapping[str, str] | None,
-                  params: Mapping[str, Any] | None = None) -> str | None:
+                  options: LogCompactionOptions | None = None) -> str | None:
     """Why a compact-log run would do nothing, or None when it has work (cheap, no Spark): no
     compaction window is complete and missing (within the size guard), no checkpoint is due (see
-    :func:`windows_nothing_to_do`) and, with ``cleanup_expired_log`` among ``params``, no expired
-    log file waits. The one check the command line, the operators and the fleet all run."""
+    :func:`windows_nothing_to_do`) and, with ``cleanup_expired_log``, no expired log file waits. The
+    one check the command line, the operators and the fleet all run."""
+    options = options if options is not None else LogCompactionOptions()
     storage = table if isinstance(table, Storage) else Storage(table, storage_options)
-    reason = windows_nothing_to_do(storage, None, params)
-    if reason and (params or {}).get("cleanup_expired_log"):
+    reason = windows_nothing_to_do(storage, None, options)
+    if reason and options.cleanup_expired_log:
         from airflow_delta_maint.delta.log.cleanup import plan_log_cleanup
 
         plan = plan_log_cleanup(storage)
@@ -387,7 +379,7 @@ def nothing_to_do(table: str | Storage, storage_options: Mapping[str, str] | Non
 
 
 def windows_nothing_to_do(table: str | Storage, storage_options: Mapping[str, str] | None,
-                          params: Mapping[str, Any] | None = None) -> str | None:
+                          options: LogCompactionOptions | None = None) -> str | None:
     """Why no compaction window and no checkpoint is due, or None (cheap, no Spark).
 
     Lists the log from the last checkpoint and reads at most the newest metaData; when compaction
@@ -399,9 +391,9 @@ def windows_nothing_to_do(table: str | Storage, storage_options: Mapping[str, st
     Args:
         table: the table path or URI, or its Storage.
         storage_options: object-store options.
-        params: the job's options: ``interval``, ``max_window_bytes``, ``checkpoint_interval``.
+        options: the job's options (``interval``, ``max_window_bytes``, ``checkpoint_interval`` count here).
     """
-    params = dict(params or {})
+    options = options if options is not None else LogCompactionOptions()
     storage = table if isinstance(table, Storage) else Storage(table, storage_options)
     hint = read_last_checkpoint_hint(storage)
     listing = list_log(storage, hint) if hint is not None else None
@@ -412,19 +404,17 @@ def windows_nothing_to_do(table: str | Storage, storage_options: Mapping[str, st
     latest = listing.latest_commit
     checkpoint_version = max((c.version for c in listing.checkpoints), default=None)
     since = latest - (checkpoint_version if checkpoint_version is not None else -1)
-    checkpoint_interval = params.get("checkpoint_interval")
-    if checkpoint_interval is not None and since >= int(checkpoint_interval) and checkpoint_version != latest:
+    checkpoint_interval = options.checkpoint_interval
+    if checkpoint_interval is not None and since >= checkpoint_interval and checkpoint_version != latest:
         return None
-    override = params.get("interval")
-    if override is not None:
-        window_len = compaction_interval({}, int(override))
+    if options.interval is not None:
+        window_len = options.interval
     else:
         configuration = _latest_configuration(storage, listing, latest, checkpoint_version)
         if configuration is None:
             return None
         window_len = compaction_interval(configuration)
-    max_bytes = params.get("max_window_bytes")
-    max_bytes = DEFAULT_MAX_WINDOW_BYTES if max_bytes is None else int(max_bytes)
+    max_bytes = options.max_window_bytes
     missing, _ = plan_windows(latest, checkpoint_version, window_len,
                               ((c.start, c.end) for c in listing.compactions))
     for window in missing:

@@ -32,6 +32,7 @@ from airflow_delta_maint.delta.log.listing import LOG_DIR, LogListing, commit_ke
 from airflow_delta_maint.delta.log.table_header import TableHeader
 from airflow_delta_maint.delta.log.table_state import read_table
 from airflow_delta_maint.delta.storage.table_files import delete_files, hidden_name, is_hidden, partition_prefixes
+from airflow_delta_maint.delta.plans.vacuum_options import VacuumOptions
 from airflow_delta_maint.delta.plans.vacuum_valid import key_for_log_path, valid_among, valid_keys
 from airflow_delta_maint.delta.protocol.actions import Metadata
 from airflow_delta_maint.delta.protocol.deletion_vectors import dv_file_key
@@ -391,13 +392,13 @@ def remove_empty_dirs(storage: Storage, emptied: Iterable[str], cutoff_ms: int,
 
 # -- the cheap check --------------------------------------------------------------------------
 def nothing_to_do(table: str, storage_options: Mapping[str, str] | None = None,
-                  params: Mapping[str, Any] | None = None) -> str | None:
+                  options: VacuumOptions | None = None) -> str | None:
     """Why a VACUUM would delete nothing, found without Spark, or None when it may have work.
 
     Args:
         table: the table path or URI.
         storage_options: object-store options.
-        params: ``mode`` (``full``/``lite``), ``retention_hours``, ``ignore_retention_check``.
+        options: the run's options (``mode``, ``retention_hours``, ``ignore_retention_check`` count here).
 
     Returns:
         A one-line reason (lite mode: no commits newly outside the retention window, or none of
@@ -407,10 +408,9 @@ def nothing_to_do(table: str, storage_options: Mapping[str, str] | None = None,
     Raises:
         DeltaError: a missing or unsupported table, or a bad mode or retention, as the job would.
     """
-    params = dict(params or {})
-    mode = params.get("mode", "full")
-    plan, found = lite_check(table, storage_options, params, mode)
-    if mode != "lite":
+    options = options if options is not None else VacuumOptions()
+    plan, found = lite_check(table, storage_options, options)
+    if options.mode != "lite":
         return None
     assert plan.lite is not None
     if plan.lite.empty:
@@ -425,8 +425,8 @@ def nothing_to_do(table: str, storage_options: Mapping[str, str] | None = None,
     return None
 
 
-def lite_check(table: str, storage_options: Mapping[str, str] | None, params: Mapping[str, Any],
-               mode: str = "full") -> tuple[VacuumPlan, LiteCandidates | None]:
+def lite_check(table: str, storage_options: Mapping[str, str] | None,
+               options: VacuumOptions) -> tuple[VacuumPlan, LiteCandidates | None]:
     """The plan (no valid set) and, in lite mode with commits to read, lite mode's candidates,
     on the worker in bounded memory.
 
@@ -440,12 +440,10 @@ def lite_check(table: str, storage_options: Mapping[str, str] | None, params: Ma
     """
     from airflow_delta_maint.delta.protocol.features import check_supported
 
-    retention = params.get("retention_hours")
-    ignore = bool(params.get("ignore_retention_check", False))
-
     def check(state: TableHeader) -> tuple[VacuumPlan, LiteCandidates | None]:
         check_supported(state.protocol, "vacuum", state.metadata)
-        plan = plan_vacuum(state, retention, mode, ignore, with_valid=False)
+        plan = plan_vacuum(state, options.retention_hours, options.mode, options.ignore_retention_check,
+                           with_valid=False)
         if plan.lite is None or plan.lite.empty:
             return plan, None
         return plan, lite_candidates(plan, state.storage, state)

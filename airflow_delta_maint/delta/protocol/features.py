@@ -56,7 +56,7 @@ from airflow_delta_maint.delta.errors import UnsupportedFeatureError
 from airflow_delta_maint.delta.protocol.actions import Metadata, Protocol
 
 __all__ = [
-    "JOBS", "OPTIMIZE_DELTA_SPARK", "KNOWN_READER_WRITER_FEATURES", "KNOWN_WRITER_FEATURES", "MAX_READER_VERSION",
+    "ENGINE_DELTA_SPARK", "JOBS", "OPTIMIZE_DELTA_SPARK", "KNOWN_READER_WRITER_FEATURES", "KNOWN_WRITER_FEATURES", "MAX_READER_VERSION",
     "MAX_WRITER_VERSION", "SUPPORTED_READER_FEATURES", "SUPPORTED_WRITER_FEATURES", "UNPARTITIONED_WRITER_FEATURES",
     "check_checkpoint_allowed", "check_supported", "checkpoint_protection_version", "table_features", "unsupported_features",
 ]
@@ -66,6 +66,8 @@ MAX_WRITER_VERSION = 7
 
 #: OPTIMIZE run by delta-spark: planned by this core, written (and its writer features honoured) by delta-spark
 OPTIMIZE_DELTA_SPARK = "optimize with delta-spark"
+#: the name of the engine that runs delta-spark's own commands (the application's ``--engine``)
+ENGINE_DELTA_SPARK = "delta-spark"
 
 JOBS: tuple[str, ...] = ("read", "inspect", "checkpoint", "compact-log", "cleanup-log", "vacuum", "optimize",
                          OPTIMIZE_DELTA_SPARK, "compute-stats")

@@ -246,11 +246,16 @@ def test_v2_checkpoint_tables_are_fine_for_every_job():
         check_supported(p, job, meta())
 
 
-@pytest.mark.parametrize("job", JOBS)
-def test_catalog_managed_tables_are_refused_by_every_job(job):
+@pytest.mark.parametrize("job", [j for j in JOBS if j != "inspect"])
+def test_catalog_managed_tables_are_refused_by_every_job_but_inspect(job):
     p = proto(3, 7, ["catalogManaged"], ["catalogManaged", "inCommitTimestamp"])
     with pytest.raises(UnsupportedFeatureError, match="catalogManaged"):
         check_supported(p, job, meta())
+
+
+@pytest.mark.parametrize("feature", ["catalogManaged", "catalogOwned-preview"])
+def test_inspect_reads_the_published_commits_of_a_catalog_managed_table(feature):
+    check_supported(proto(3, 7, [feature], [feature, "inCommitTimestamp"]), "inspect", meta())
 
 
 def test_supported_writer_features_are_known_names():

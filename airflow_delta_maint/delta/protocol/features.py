@@ -40,7 +40,9 @@ Every job calls :func:`check_supported` before it writes anything. The decision 
 - ``checkpoint`` and ``compact-log`` copy reconciled state into new log files; every known
   feature allows that (the checkpoint writer writes V2-spec checkpoints on ``v2Checkpoint``
   tables). A job that writes both checks each.
-- Catalog-managed tables are refused by every job: their latest commits live in a catalog.
+- Catalog-managed tables (``catalogManaged``) are refused by every job but ``inspect``: their commits go
+  through a catalog, which this core does not commit through, and their newest commits may not be
+  published to the log yet. ``inspect`` reads the commits published so far.
 - ``cleanup-log`` deletes expired log files; it honours every known writer feature, and
   ``checkpointProtection`` through :func:`checkpoint_protection_version`: history before
   ``delta.requireCheckpointProtectionBeforeVersion`` goes only as the protocol allows (see
@@ -108,7 +110,7 @@ _READ_CORE = frozenset({"columnMapping", "deletionVectors", "timestampNtz", "v2C
 #: Reader features each job understands (``read`` also converts widened types on read).
 SUPPORTED_READER_FEATURES: dict[str, frozenset[str]] = {
     "read": _READ_CORE | _TYPE_WIDENING,
-    "inspect": _READ_CORE | _TYPE_WIDENING | _VARIANT,
+    "inspect": _READ_CORE | _TYPE_WIDENING | _VARIANT | _CATALOG,  # the published commits
     "checkpoint": _READ_CORE | _TYPE_WIDENING | _VARIANT,
     "compact-log": _READ_CORE | _TYPE_WIDENING | _VARIANT,
     "cleanup-log": _READ_CORE | _TYPE_WIDENING | _VARIANT,

@@ -19,6 +19,13 @@ from airflow_delta_maint.app.execution import EXECUTIONS, choose_execution, run_
 from airflow_delta_maint.app.jobs import JOB_MODULES
 from airflow_delta_maint.app.metrics import base_metrics, finish
 from airflow_delta_maint.delta.errors import DeltaError
+from airflow_delta_maint.hooks.catalogs import ResolvedTable
+from airflow_delta_maint.hooks.catalogs.table_target import (
+    check_catalog_allows,
+    check_table_arguments,
+    resolve_table_name,
+    storage_credentials_for,
+)
 from airflow_delta_maint.hooks.delta_maint import DeltaMaintHook
 from airflow_delta_maint.hooks.maintenance_history import configured_history_uri, history_args, record_on_worker
 from airflow_delta_maint.hooks.provider_config import configured_execution
@@ -54,6 +61,13 @@ class DeltaMaintenanceOperator(BaseOperator):
     ``reason``.
 
     :param table_uri: the table's path or URI (``/data/t``, ``s3://bucket/t``, ...). (templated)
+    :param table_name: the table's name in a catalog instead (``db.table`` in Glue or a Hive metastore,
+        ``catalog.schema.table`` in Unity Catalog), resolved on the worker, without Spark, to its location
+        and the storage credentials the catalog vends; exactly one of ``table_uri`` and ``table_name``.
+        A view or a table that is not Delta is refused; so is a writing job on a catalog-managed table
+        unless its catalog allows the operation. Mapped tasks expand over it. (templated)
+    :param catalog_conn_id: the catalog's Airflow connection (type ``aws`` for Glue, ``hive_metastore``,
+        ``unity_catalog``); needed with ``table_name``. See ``docs/catalogs.md``.
     :param storage_options: non-secret object-store options for the table (endpoint, region, ...);
         a key that names a secret (``secret``, ``password``, ``token``, ``account_key``, ``sas``,
         ``private_key``, ``credential``, ...) is refused: use ``storage_conn_id``. (templated)
@@ -97,14 +111,16 @@ class DeltaMaintenanceOperator(BaseOperator):
     """
 
     job: ClassVar[str] = ""
-    template_fields: Sequence[str] = ("table_uri", "storage_options", "conf", "metrics_uri", "history_uri",
-                                      "execution", "engine")
+    template_fields: Sequence[str] = ("table_uri", "table_name", "storage_options", "conf", "metrics_uri",
+                                      "history_uri", "execution", "engine")
     ui_color = "#00add4"
 
     def __init__(
         self,
         *,
-        table_uri: str,
+        table_uri: str | None = None,
+        table_name: str | None = None,
+        catalog_conn_id: str | None = None,
         storage_options: Mapping[str, Any] | None = None,
         storage_conn_id: str | None = None,
         conn_id: str = DeltaMaintHook.default_conn_name,
@@ -121,7 +137,11 @@ class DeltaMaintenanceOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        check_table_arguments(table_uri, table_name, catalog_conn_id, f"{type(self).__name__} {self.task_id!r}")
         self.table_uri = table_uri
+        self.table_name = table_name
+        self.catalog_conn_id = catalog_conn_id
+        self._resolved: ResolvedTable | None = None
         check_engine(engine)
         self.engine = engine
         self.history_uri = history_uri
@@ -177,10 +197,28 @@ class DeltaMaintenanceOperator(BaseOperator):
         """Storage options for the checks on this worker: the connection's credentials under the explicit options."""
         return worker_options(self._storage_credentials, self.table_storage_options)
 
+    def resolve_table(self) -> ResolvedTable | None:
+        """Resolve ``table_name`` in its catalog (once per run) and take its location as ``table_uri``; None
+        for a table given by URI."""
+        if not self.table_name:
+            return None
+        if self._resolved is None:
+            check_table_arguments(self.table_uri, self.table_name, self.catalog_conn_id, self.task_id)
+            self._resolved = resolve_table_name(self.table_name, self.catalog_conn_id)
+            self.table_uri = self._resolved.location
+            self.log.info("%s resolved to %s", self._resolved.name, self._resolved.location)
+        return self._resolved
+
     def resolve_storage_credentials(self) -> StorageCredentials | None:
-        """Fetch ``storage_conn_id`` (when set) and keep its credentials for this run; masks its secrets."""
+        """Fetch ``storage_conn_id`` (when set), or take the credentials the catalog vended for a table by
+        name, and keep them for this run; masks their secrets."""
         refuse_secret_options(self.storage_options, self.task_id)
-        self._storage_credentials = resolve_storage_credentials(self.storage_conn_id, self.table_uri)
+        resolved = self.resolve_table()
+        if resolved is not None:
+            self._storage_credentials = storage_credentials_for(resolved, self.storage_conn_id)
+            check_catalog_allows(resolved, self.job, self.worker_storage_options)
+        else:
+            self._storage_credentials = resolve_storage_credentials(self.storage_conn_id, self.table_uri)
         return self._storage_credentials
 
     def _job_module(self) -> Any | None:
@@ -341,6 +379,8 @@ class DeltaMaintenanceOperator(BaseOperator):
 
     def report(self, metrics: dict[str, Any], context: Context) -> dict[str, Any]:
         """Keep the run's metrics for lineage; put them on the table's asset event, or drop the event when skipped."""
+        if self._resolved is not None:
+            metrics.setdefault("table_name", self._resolved.name)
         self._metrics = metrics
         tables = self.table_outlets()
         if tables and metrics.get("status") == "skipped":
@@ -352,17 +392,22 @@ class DeltaMaintenanceOperator(BaseOperator):
                 context["outlet_events"][asset].extra.update(extra)
         return metrics
 
+    def lineage_dataset(self) -> tuple[str, str] | None:
+        """The table's OpenLineage dataset by its catalog name (None for a table given by URI)."""
+        resolved = self.resolve_table()
+        return resolved.lineage if resolved is not None and resolved.lineage[0] else None
+
     def get_openlineage_facets_on_start(self) -> OperatorLineage:
         """OpenLineage: the table as input and output dataset."""
-        return operator_lineage(self.table_uri)
+        return operator_lineage(self.table_uri or "", dataset=self.lineage_dataset())
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage:
         """OpenLineage: the datasets, the output's statistics and the run's metrics."""
-        return operator_lineage(self.table_uri, self._metrics)
+        return operator_lineage(self.table_uri or "", self._metrics, dataset=self.lineage_dataset())
 
     def get_openlineage_facets_on_failure(self, task_instance: Any) -> OperatorLineage:
         """OpenLineage: the datasets of the failed run."""
-        return operator_lineage(self.table_uri)
+        return operator_lineage(self.table_uri or "", dataset=self.lineage_dataset())
 
     def on_kill(self) -> None:
         if self._hook is not None:

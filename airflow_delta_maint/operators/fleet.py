@@ -12,6 +12,12 @@ from airflow_delta_maint.app.execution import (LOCAL_MAX_LOG_BYTES, LOCAL_MAX_RE
                                                reads_older_commits, rewrite_bytes, spark_only)
 from airflow_delta_maint.app.fleet import Decision, FleetJob, FleetSpec, FleetTable, decide, merge, run_fleet
 from airflow_delta_maint.delta.errors import DeltaError
+from airflow_delta_maint.hooks.catalogs import CatalogError, ResolvedTable
+from airflow_delta_maint.hooks.catalogs.table_target import (
+    check_catalog_allows,
+    resolve_table_name,
+    storage_credentials_for,
+)
 from airflow_delta_maint.hooks.delta_maint import DeltaMaintHook
 from airflow_delta_maint.hooks.maintenance_history import configured_history_uri, record_on_worker
 from airflow_delta_maint.hooks.provider_config import configured_engine, configured_execution
@@ -71,7 +77,16 @@ class MaintainTablesOperator(BaseOperator):
     ``return_value`` and the task then fails naming the failed tables.
 
     :param tables: the tables: URIs, or mappings ``{"table_uri": ..., "jobs": {...}, "storage_options":
-        {...}}`` to give one table its own jobs or non-secret options. (templated)
+        {...}}`` to give one table its own jobs or non-secret options; a mapping may name the table with
+        ``"table_name"`` in the catalog of ``catalog_conn_id`` instead. (templated)
+    :param table_names: tables by name in the catalog of ``catalog_conn_id`` (``db.table``,
+        ``catalog.schema.table``), e.g. the output of
+        :class:`~airflow_delta_maint.operators.catalog_tables.ListCatalogTablesOperator`; resolved on the
+        worker, without Spark, before the checks. Added to ``tables``. (templated)
+    :param catalog_conn_id: the catalog connection of the tables given by name (see ``docs/catalogs.md``).
+        Their storage credentials: those the catalog vends (one set for the whole application: tables with
+        credentials vended per table are refused, maintain them as mapped tasks), else ``storage_conn_id``,
+        else (Glue) the catalog's ``aws`` connection.
     :param jobs: the jobs run on each table, in order: a mapping of job name (``optimize``,
         ``compact-log``, ``vacuum``, ``checkpoint``, ``cleanup-log``, ``inspect``) to its options,
         named as the job's command-line options with underscores (``{"vacuum": {"mode": "lite",
@@ -102,14 +117,16 @@ class MaintainTablesOperator(BaseOperator):
         delta-spark's jars when any table uses it. (templated)
     """
 
-    template_fields: Sequence[str] = ("tables", "jobs", "storage_options", "conf", "metrics_uri", "history_uri",
-                                      "engine")
+    template_fields: Sequence[str] = ("tables", "table_names", "jobs", "storage_options", "conf", "metrics_uri",
+                                      "history_uri", "engine")
     ui_color = "#00add4"
 
     def __init__(
         self,
         *,
-        tables: Sequence[str | Mapping[str, Any]] | str,
+        tables: Sequence[str | Mapping[str, Any]] | str | None = None,
+        table_names: Sequence[str] | str | None = None,
+        catalog_conn_id: str | None = None,
         jobs: Mapping[str, Mapping[str, Any] | None] | None = None,
         storage_options: Mapping[str, Any] | None = None,
         storage_conn_id: str | None = None,
@@ -135,6 +152,9 @@ class MaintainTablesOperator(BaseOperator):
         self.execution = str(execution).strip().lower() if execution is not None else None
         refuse_secret_options(storage_options, self.task_id)
         self.tables = tables
+        self.table_names = table_names
+        self.catalog_conn_id = catalog_conn_id
+        self._resolved: dict[str, ResolvedTable] = {}
         self.jobs = jobs
         self.storage_options = storage_options
         self.storage_conn_id = storage_conn_id
@@ -152,11 +172,31 @@ class MaintainTablesOperator(BaseOperator):
         self._credentials: StorageCredentials | None = None
 
     # -- the spec -----------------------------------------------------------------------------
+    def all_tables(self) -> list[str | Mapping[str, Any]]:
+        """``tables`` and ``table_names`` as one list (comma-separated strings split)."""
+        def listed(value: Any) -> list[Any]:
+            if value is None:
+                return []
+            if isinstance(value, str):
+                return [t.strip() for t in value.split(",") if t.strip()]
+            return list(value)
+
+        return [*listed(self.tables), *({"table_name": str(n)} for n in listed(self.table_names))]
+
+    def _resolve(self, raw: Mapping[str, Any]) -> str:
+        """A table mapping's location: its ``table_uri``, or its ``table_name`` resolved in the catalog."""
+        name, uri = raw.get("table_name"), raw.get("table_uri")
+        if name and uri:
+            raise AirflowException(f"{self.task_id}: give a table's table_uri or its table_name, not both: {raw!r}")
+        if not name:
+            return str(uri or "")
+        resolved = resolve_table_name(str(name), self.catalog_conn_id)
+        self._resolved[resolved.location] = resolved
+        return resolved.location
+
     def fleet_spec(self, history_uri: str | None = None) -> FleetSpec:
         """The tables and their jobs as a fleet spec, validated (bad input raises before anything runs)."""
-        tables = self.tables
-        if isinstance(tables, str):
-            tables = [t.strip() for t in tables.split(",") if t.strip()]
+        tables = self.all_tables()
         if not tables:
             raise AirflowException(f"{self.task_id}: no table to maintain")
         refuse_secret_options(self.storage_options, self.task_id)
@@ -164,9 +204,9 @@ class MaintainTablesOperator(BaseOperator):
         out = []
         for t in tables:
             raw: Mapping[str, Any] = {"table_uri": t} if isinstance(t, str) else t
-            uri = raw.get("table_uri")
+            uri = self._resolve(raw)
             if not uri:
-                raise AirflowException(f"{self.task_id}: each table needs a table_uri, got {t!r}")
+                raise AirflowException(f"{self.task_id}: each table needs a table_uri or a table_name, got {t!r}")
             own = raw.get("storage_options") or {}
             refuse_secret_options(own, f"{self.task_id} ({uri})")
             jobs: Mapping[str, Any] = raw.get("jobs") or self.jobs or DEFAULT_JOBS
@@ -183,6 +223,28 @@ class MaintainTablesOperator(BaseOperator):
             return FleetSpec.from_json(FleetSpec(out, history_uri).to_json())
         except DeltaError as exc:
             raise AirflowException(f"{self.task_id}: {exc}") from None
+
+    def resolve_credentials(self, spec: FleetSpec) -> StorageCredentials | None:
+        """The one set of credentials the application carries: ``storage_conn_id``'s, or for tables by name
+        what their catalog gives (:func:`storage_credentials_for`); then the catalog-managed gate per job."""
+        if not self._resolved:
+            return resolve_storage_credentials(self.storage_conn_id, spec.tables[0].table)
+        vended = sorted(r.name for r in self._resolved.values() if r.credentials is not None)
+        if vended and len(spec.tables) > 1:
+            raise CatalogError(
+                f"{self.task_id}: {', '.join(vended)} come with storage credentials their catalog vends per "
+                "table, and one application carries one set: maintain them as mapped tasks instead")
+        if len(self._resolved) == len(spec.tables):
+            credentials = storage_credentials_for(next(iter(self._resolved.values())), self.storage_conn_id)
+        else:  # tables by URI among them: the task's connection
+            credentials = resolve_storage_credentials(self.storage_conn_id, spec.tables[0].table)
+        for t in spec.tables:
+            resolved = self._resolved.get(t.table)
+            if resolved is not None:
+                options = worker_options(credentials, t.storage_options)
+                for job in t.jobs:
+                    check_catalog_allows(resolved, job.job, options)
+        return credentials
 
     def _runs_locally(self, spec: FleetSpec) -> bool:
         """True when ``execution="auto"`` keeps the whole fleet on this worker: no job needs Spark
@@ -220,11 +282,11 @@ class MaintainTablesOperator(BaseOperator):
     # -- Airflow ------------------------------------------------------------------------------
     def execute(self, context: Context) -> list[dict[str, Any]]:
         history = configured_history_uri(self.history_uri)
-        if not self.tables:
+        if not self.all_tables():
             self.log.info("No table to maintain")
             return []
         spec = self.fleet_spec(history)
-        self._credentials = resolve_storage_credentials(self.storage_conn_id, spec.tables[0].table)
+        self._credentials = self.resolve_credentials(spec)
         if as_bool(self.skip_if_nothing_to_do):
             decision = decide(spec, lambda t: worker_options(self._credentials, t.storage_options),
                               threads=self.check_threads)
@@ -253,6 +315,9 @@ class MaintainTablesOperator(BaseOperator):
                                                     "error": message} for j in t.jobs]}
                        for t in decision.to_run.tables]
         results = merge(spec, decision, ran)
+        for entry in results:
+            if entry["table"] in self._resolved:
+                entry["table_name"] = self._resolved[entry["table"]].name
         if history:
             for entry, known in zip(results, decision.known):
                 for metrics, decided in zip(entry["jobs"], known):

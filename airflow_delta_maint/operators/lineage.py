@@ -54,13 +54,16 @@ def _output_statistics(metrics: Mapping[str, Any]) -> dict[str, int]:
     return stats
 
 
-def operator_lineage(table_uri: str, metrics: Mapping[str, Any] | None = None) -> OperatorLineage:
+def operator_lineage(table_uri: str, metrics: Mapping[str, Any] | None = None,
+                     dataset: tuple[str, str] | None = None) -> OperatorLineage:
     """
     The OpenLineage view of one maintenance run: the table as input and output dataset; with the
     run's metrics, the output's statistics (files and bytes written) and a run facet holding them.
 
     :param table_uri: the table's path or URI.
     :param metrics: the run's metrics, when it finished (None at start and on failure).
+    :param dataset: the table's ``(namespace, name)`` in its catalog (a table given by name: ``hive://host:port``
+        and ``db.table``, ``arn:aws:glue:region:account`` and ``table/db/table``, ...), instead of its location's.
     """
     import attrs
     from airflow.providers.openlineage.extractors import OperatorLineage
@@ -73,7 +76,7 @@ def operator_lineage(table_uri: str, metrics: Mapping[str, Any] | None = None) -
 
         metrics: dict[str, Any] = attrs.field(factory=dict)
 
-    namespace, name = dataset_name(table_uri)
+    namespace, name = dataset if dataset is not None else dataset_name(table_uri)
     inputs: list[Dataset] = [InputDataset(namespace=namespace, name=name)]
     outputs: list[Dataset] = [OutputDataset(namespace=namespace, name=name)]
     run_facets: dict[str, Any] = {}

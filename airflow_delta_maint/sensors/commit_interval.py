@@ -10,6 +10,11 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_delta_maint.delta.errors import DeltaError
+from airflow_delta_maint.hooks.catalogs.table_target import (
+    check_table_arguments,
+    resolve_table_name,
+    storage_credentials_for,
+)
 from airflow_delta_maint.hooks.storage_credentials import (
     refuse_secret_options,
     resolve_storage_credentials,
@@ -37,6 +42,9 @@ class CommitIntervalSensor(BaseSensorOperator):
     ``since_version`` to count from there).
 
     :param table_uri: the table's path or URI. (templated)
+    :param table_name: the table's name in a catalog instead (exactly one of the two), resolved at each poke
+        (and in the triggerer before each check) to its location and vended credentials. (templated)
+    :param catalog_conn_id: the catalog's connection, needed with ``table_name`` (see ``docs/catalogs.md``).
     :param min_commits: how many commits are enough. (templated)
     :param since: what to count from: ``last_optimize`` (the newest OPTIMIZE commit),
         ``last_checkpoint``, ``last_compaction`` (the newer of the last checkpoint and log
@@ -54,22 +62,28 @@ class CommitIntervalSensor(BaseSensorOperator):
     :class:`~airflow.sdk.BaseSensorOperator`.
     """
 
-    template_fields: Sequence[str] = ("table_uri", "min_commits", "since", "since_version", "storage_options")
+    template_fields: Sequence[str] = ("table_uri", "table_name", "min_commits", "since", "since_version",
+                                      "storage_options")
     ui_color = "#00add4"
 
     def __init__(
         self,
         *,
-        table_uri: str,
+        table_uri: str | None = None,
         min_commits: int | str,
         since: str = "last_optimize",
         since_version: int | str | None = None,
         storage_options: Mapping[str, Any] | None = None,
         storage_conn_id: str | None = None,
         deferrable: bool = False,
+        table_name: str | None = None,
+        catalog_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        check_table_arguments(table_uri, table_name, catalog_conn_id, f"{type(self).__name__} {self.task_id!r}")
+        self.table_name = table_name
+        self.catalog_conn_id = catalog_conn_id
         if "{{" not in str(since) and since not in SINCE_CHOICES:
             raise ValueError(f"since must be one of {', '.join(SINCE_CHOICES)}; got {since!r}")
         self.table_uri = table_uri
@@ -91,17 +105,27 @@ class CommitIntervalSensor(BaseSensorOperator):
     def _options(self) -> dict[str, str]:
         return {str(k): str(v) for k, v in (self.storage_options or {}).items()}
 
+    def _table_and_options(self) -> tuple[str, dict[str, str]]:
+        """The table's location and storage options now: ``table_name`` resolved in its catalog at each poke."""
+        if self.table_name:
+            resolved = resolve_table_name(self.table_name, self.catalog_conn_id)
+            return resolved.location, worker_options(storage_credentials_for(resolved, self.storage_conn_id),
+                                                     self._options)
+        return str(self.table_uri), worker_options(resolve_storage_credentials(self.storage_conn_id, self.table_uri),
+                                                   self._options)
+
     def poke(self, context: Context) -> PokeReturnValue:
         since_version, min_commits = self._arguments()
         refuse_secret_options(self.storage_options, self.task_id)
-        options = worker_options(resolve_storage_credentials(self.storage_conn_id, self.table_uri), self._options)
+        table_uri, options = self._table_and_options()
+        label = f"{self.table_name} ({table_uri})" if self.table_name else table_uri
         try:
-            seen = count_commits(self.table_uri, min_commits, self.since, since_version, options)
+            seen = count_commits(table_uri, min_commits, self.since, since_version, options)
         except DeltaError as exc:
-            raise AirflowException(f"cannot count the commits of {self.table_uri}: {exc}") from exc
+            raise AirflowException(f"cannot count the commits of {label}: {exc}") from exc
         self.log.info(
             "%s: %d commits since %s (versions %d..%d); waiting for %d",
-            self.table_uri, seen["commits"], self.since, seen["from_version"], seen["to_version"], min_commits,
+            label, seen["commits"], self.since, seen["from_version"], seen["to_version"], min_commits,
         )
         return PokeReturnValue(is_done=seen["commits"] >= min_commits, xcom_value=seen)
 
@@ -121,6 +145,8 @@ class CommitIntervalSensor(BaseSensorOperator):
                 storage_options=self._options,
                 storage_conn_id=self.storage_conn_id,
                 poke_interval=self.poke_interval,
+                table_name=self.table_name,
+                catalog_conn_id=self.catalog_conn_id,
             ),
             method_name="execute_complete",
             timeout=datetime.timedelta(seconds=self.timeout),
@@ -132,7 +158,7 @@ class CommitIntervalSensor(BaseSensorOperator):
             message = (event or {}).get("message", "the trigger ended without an event")
             raise AirflowException(f"{self.task_id}: {message}")
         seen = {k: event[k] for k in ("from_version", "to_version", "commits")}
-        self.log.info("%s: %d commits (versions %d..%d)", self.table_uri, seen["commits"],
+        self.log.info("%s: %d commits (versions %d..%d)", self.table_uri or self.table_name, seen["commits"],
                       seen["from_version"], seen["to_version"])
         return seen
 

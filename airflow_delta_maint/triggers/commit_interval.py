@@ -108,11 +108,31 @@ async def storage_options_now(table_uri: str, storage_options: Mapping[str, str]
     return worker_options(credentials, storage_options)
 
 
+async def table_now(trigger: Any) -> tuple[str, dict[str, str]]:
+    """The table a trigger watches and its storage options for one check: ``table_uri``, or ``table_name``
+    resolved in the catalog of ``catalog_conn_id`` now (its vended credentials never kept in the
+    trigger's arguments)."""
+    name = getattr(trigger, "table_name", None)
+    if not name:
+        return trigger.table_uri, await storage_options_now(trigger.table_uri, trigger.storage_options,
+                                                            trigger.storage_conn_id)
+    from airflow_delta_maint.hooks.catalogs.table_target import resolve_table_name, storage_credentials_for
+
+    resolved = await asyncio.to_thread(resolve_table_name, name, trigger.catalog_conn_id)
+    credentials = await asyncio.to_thread(storage_credentials_for, resolved, trigger.storage_conn_id)
+    return resolved.location, worker_options(credentials, trigger.storage_options)
+
+
+def table_label(table_uri: str | None, table_name: str | None, catalog_conn_id: str | None) -> str:
+    """How a trigger names its table in logs and events: the URI, or ``name (catalog conn)``."""
+    return str(table_uri) if table_uri else f"{table_name} (catalog {catalog_conn_id})"
+
+
 async def check_commits(trigger: Any) -> dict[str, int]:
-    """One commit count for a trigger holding ``table_uri``, ``min_commits``, ``since``,
-    ``since_version``, ``storage_options`` and ``storage_conn_id``, off the event loop."""
-    options = await storage_options_now(trigger.table_uri, trigger.storage_options, trigger.storage_conn_id)
-    return await asyncio.to_thread(count_commits, trigger.table_uri, trigger.min_commits, trigger.since,
+    """One commit count for a trigger holding ``table_uri`` (or ``table_name`` and ``catalog_conn_id``),
+    ``min_commits``, ``since``, ``since_version``, ``storage_options`` and ``storage_conn_id``, off the event loop."""
+    table_uri, options = await table_now(trigger)
+    return await asyncio.to_thread(count_commits, table_uri, trigger.min_commits, trigger.since,
                                    trigger.since_version, options)
 
 
@@ -134,21 +154,28 @@ class CommitIntervalTrigger(BaseTrigger):
     :param storage_conn_id: an Airflow connection holding the table's credentials. Only its id is
         serialized; the trigger fetches the connection inside the triggerer before each check.
     :param poke_interval: seconds between checks.
+    :param table_name: the table's name in a catalog instead of ``table_uri``, resolved before each check.
+    :param catalog_conn_id: the catalog's connection (with ``table_name``); only its id is serialized.
     """
 
     def __init__(
         self,
-        table_uri: str,
+        table_uri: str | None,
         min_commits: int,
         since: str = "last_optimize",
         since_version: int | None = None,
         storage_options: Mapping[str, str] | None = None,
         poke_interval: float = 60.0,
         storage_conn_id: str | None = None,
+        table_name: str | None = None,
+        catalog_conn_id: str | None = None,
     ) -> None:
         super().__init__()
         refuse_secret_options(storage_options, type(self).__name__)
         self.table_uri = table_uri
+        self.table_name = table_name or None
+        self.catalog_conn_id = catalog_conn_id or None
+        self.label = table_label(table_uri, table_name, catalog_conn_id)
         self.min_commits = int(min_commits)
         self.since = since
         self.since_version = _optional_int(since_version)
@@ -168,6 +195,8 @@ class CommitIntervalTrigger(BaseTrigger):
                 "storage_options": self.storage_options,
                 "poke_interval": self.poke_interval,
                 "storage_conn_id": self.storage_conn_id,
+                "table_name": self.table_name,
+                "catalog_conn_id": self.catalog_conn_id,
             },
         )
 
@@ -181,15 +210,15 @@ class CommitIntervalTrigger(BaseTrigger):
             try:
                 seen = await self.check()
             except (DeltaError, ValueError, AirflowException) as exc:
-                yield TriggerEvent({"status": "error", "message": f"{self.table_uri}: {exc}"})
+                yield TriggerEvent({"status": "error", "message": f"{self.label}: {exc}"})
                 return
             if seen["commits"] >= self.min_commits:
-                self.log.info("%s: %d commits (versions %d..%d)", self.table_uri, seen["commits"],
+                self.log.info("%s: %d commits (versions %d..%d)", self.label, seen["commits"],
                               seen["from_version"], seen["to_version"])
                 yield TriggerEvent({"status": "success", **seen})
                 return
-            self.log.debug("%s: %d of %d commits", self.table_uri, seen["commits"], self.min_commits)
+            self.log.debug("%s: %d of %d commits", self.label, seen["commits"], self.min_commits)
             await asyncio.sleep(self.poke_interval)
 
 
-__all__ = ["CommitIntervalTrigger", "count_commits", "validate_since", "SINCE_CHOICES"]
+__all__ = ["CommitIntervalTrigger", "count_commits", "validate_since", "table_label", "table_now", "SINCE_CHOICES"]

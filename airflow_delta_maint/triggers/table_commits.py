@@ -15,7 +15,7 @@ from airflow_delta_maint.delta.errors import DeltaError
 from airflow_delta_maint.hooks.storage_credentials import (
     refuse_secret_options,
 )
-from airflow_delta_maint.triggers.commit_interval import check_commits, validate_since
+from airflow_delta_maint.triggers.commit_interval import check_commits, table_label, validate_since
 
 #: prefix of the key under which the trigger keeps the last version it fired for in the asset's state store
 STATE_KEY_PREFIX = "delta_maint.table_commits"
@@ -102,12 +102,17 @@ class TableCommitsTrigger(BaseEventTrigger):
     :param storage_conn_id: an Airflow connection holding the table's credentials; only its id is
         stored, the triggerer fetches the connection before each check.
     :param poke_interval: seconds between checks.
+    :param table_name: the table's name in a catalog instead of ``table_uri`` (fixed), resolved before each
+        check; the payload then holds ``table_name`` too.
+    :param catalog_conn_id: the catalog's connection (with ``table_name``); only its id is stored.
     """
 
     def __init__(
         self,
         *,
-        table_uri: str,
+        table_uri: str | None = None,
+        table_name: str | None = None,
+        catalog_conn_id: str | None = None,
         min_commits: int,
         since: str = "last_optimize",
         since_version: int | None = None,
@@ -116,7 +121,10 @@ class TableCommitsTrigger(BaseEventTrigger):
         poke_interval: float = 60.0,
     ) -> None:
         super().__init__()
-        fixed = {"table_uri": table_uri, "since": since, "storage_conn_id": storage_conn_id or "",
+        if bool(table_uri) == bool(table_name) or (table_name and not catalog_conn_id):
+            raise ValueError(f"{type(self).__name__}: give table_uri, or table_name with catalog_conn_id")
+        fixed = {"table_uri": table_uri or "", "table_name": table_name or "", "catalog_conn_id": catalog_conn_id or "",
+                 "since": since, "storage_conn_id": storage_conn_id or "",
                  **{f"storage_options.{k}": v for k, v in (storage_options or {}).items()}}
         for name, value in fixed.items():
             if "{{" in str(value):
@@ -125,7 +133,10 @@ class TableCommitsTrigger(BaseEventTrigger):
         version, needed = validate_since(since, since_version, min_commits)
         if float(poke_interval) <= 0:
             raise ValueError(f"{type(self).__name__}: poke_interval must be positive; got {poke_interval!r}")
-        self.table_uri = str(table_uri)
+        self.table_uri = str(table_uri) if table_uri else None
+        self.table_name = table_name or None
+        self.catalog_conn_id = catalog_conn_id or None
+        self.label = table_label(table_uri, table_name, catalog_conn_id)
         self.min_commits = needed
         self.since = since
         self.since_version = version
@@ -146,6 +157,8 @@ class TableCommitsTrigger(BaseEventTrigger):
                 "storage_options": dict(sorted(self.storage_options.items())),
                 "storage_conn_id": self.storage_conn_id,
                 "poke_interval": self.poke_interval,
+                **({"table_name": self.table_name, "catalog_conn_id": self.catalog_conn_id} if self.table_name
+                   else {}),
             },
         )
 
@@ -164,7 +177,7 @@ class TableCommitsTrigger(BaseEventTrigger):
             value = await store.aget(self.state_key, None)
         except Exception as exc:  # a store that cannot answer only costs a duplicate event
             self.log.warning("%s: the asset state store is unavailable (%s); memory kept in this process only",
-                             self.table_uri, exc)
+                             self.label, exc)
             return None
         return int(value) if isinstance(value, (int, str)) and str(value).lstrip("-").isdigit() else None
 
@@ -176,7 +189,7 @@ class TableCommitsTrigger(BaseEventTrigger):
             await store.aset(self.state_key, version)
         except Exception as exc:
             self.log.warning("%s: cannot record version %d in the asset state store (%s)",
-                             self.table_uri, version, exc)
+                             self.label, version, exc)
 
     async def check(self) -> dict[str, int]:
         """One count of the table's commits, off the event loop."""
@@ -187,14 +200,14 @@ class TableCommitsTrigger(BaseEventTrigger):
         stored = await self._load_fired_to()
         if stored is not None:
             self._fired_to = stored
-            self.log.info("%s: last event fired for version %d", self.table_uri, stored)
+            self.log.info("%s: last event fired for version %d", self.label, stored)
         last_error = None
         last_waiting = None  # logged once per state (latest version, last version fired for), not per check
         while True:
             try:
                 seen = await self.check()
             except (DeltaError, ValueError, OSError, AirflowException) as exc:
-                message = f"{self.table_uri}: cannot count commits: {exc}"
+                message = f"{self.label}: cannot count commits: {exc}"
                 if message != last_error:
                     self.log.warning("%s (checking again in %ss)", message, self.poke_interval)
                 last_error = message
@@ -203,19 +216,20 @@ class TableCommitsTrigger(BaseEventTrigger):
                 last_error = None
                 if self._fired_to is not None and seen["to_version"] < self._fired_to:
                     self.log.warning("%s: latest version %d is older than the last event's %d (table "
-                                     "recreated?); counting afresh", self.table_uri, seen["to_version"],
+                                     "recreated?); counting afresh", self.label, seen["to_version"],
                                      self._fired_to)
                     self._fired_to = None
                 event = next_crossing(seen, self._fired_to, self.min_commits)
                 if event is not None:
-                    self.log.info("%s: %d commits (versions %d..%d)", self.table_uri, event["commits"],
+                    self.log.info("%s: %d commits (versions %d..%d)", self.label, event["commits"],
                                   event["from_version"], event["to_version"])
-                    yield TriggerEvent({"table_uri": self.table_uri, **event})
+                    named = {"table_name": self.table_name} if self.table_name else {}
+                    yield TriggerEvent({"table_uri": self.table_uri, **named, **event})
                     # remembered after the event is handed over: a crash in between repeats it, never loses it
                     self._fired_to = event["to_version"]
                     await self._save_fired_to(event["to_version"])
                 else:
-                    waiting = waiting_message(self.table_uri, seen, self._fired_to, self.min_commits)
+                    waiting = waiting_message(self.label, seen, self._fired_to, self.min_commits)
                     if waiting != last_waiting:
                         self.log.info("%s", waiting)
                     last_waiting = waiting

@@ -1,0 +1,109 @@
+"""A task's table, given by URI or by name in a catalog: the checks on the arguments, the resolution, the
+credentials it brings, and the gate of catalog-managed tables."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from airflow_delta_maint.hooks.catalogs import CATALOG_NAMES, CatalogError, ResolvedTable, catalog_for
+from airflow_delta_maint.hooks.storage_credentials import (
+    StorageCredentials,
+    get_connection,
+    resolve_storage_credentials,
+)
+
+#: the Delta features that hand a table's commits to a catalog
+CATALOG_FEATURES = frozenset({"catalogManaged", "catalogOwned-preview"})
+#: each writing job's operation as catalogs name it in their list of allowed maintenance operations
+OPERATIONS = {"optimize": "OPTIMIZE", "vacuum": "VACUUM", "compact-log": "LOG_COMPACTION",
+              "checkpoint": "CHECKPOINT", "cleanup-log": "METADATA_CLEANUP", "compute-stats": "COMPUTE_STATISTICS"}
+#: jobs that write nothing: they read the published log of a catalog-managed table
+READ_ONLY_JOBS = frozenset({"inspect"})
+
+
+def _templated(value: object) -> bool:
+    return isinstance(value, str) and "{{" in value
+
+
+def check_table_arguments(table_uri: object, table_name: object, catalog_conn_id: object, where: str) -> None:
+    """Exactly one of ``table_uri`` and ``table_name``; a name needs ``catalog_conn_id``.
+
+    :raises CatalogError: one line naming what is missing or given twice.
+    """
+    if table_uri and table_name:
+        raise CatalogError(f"{where}: give table_uri or table_name, not both")
+    if not table_uri and not table_name:
+        raise CatalogError(f"{where}: give the table as table_uri (a path or URI) or table_name (with catalog_conn_id)")
+    if table_name and not catalog_conn_id and not _templated(table_name):
+        raise CatalogError(f"{where}: table_name {table_name!r} needs its catalog connection: pass catalog_conn_id")
+
+
+def resolve_table_name(table_name: str, catalog_conn_id: str | None) -> ResolvedTable:
+    """The table ``table_name`` in the catalog of connection ``catalog_conn_id`` (no Spark)."""
+    if not catalog_conn_id:
+        raise CatalogError(f"table_name {table_name!r} needs its catalog connection: pass catalog_conn_id")
+    return catalog_for(catalog_conn_id).resolve(str(table_name).strip())
+
+
+def list_catalog_tables(catalog_conn_id: str, schema: str, include: str | Sequence[str] | None = None,
+                        exclude: str | Sequence[str] | None = None) -> list[str]:
+    """The Delta tables of ``schema`` in the catalog of ``catalog_conn_id``, as names ``table_name`` takes:
+    matching any ``include`` pattern (all without one) and no ``exclude`` pattern (shell-style, ``orders_*``).
+    Usable in a ``@task`` whose output mapped operators expand over."""
+    from airflow_delta_maint.hooks.catalogs.table_names import as_patterns
+
+    if not str(schema or "").strip():
+        raise CatalogError("list_catalog_tables needs a schema (database) to list")
+    return catalog_for(catalog_conn_id).list_tables(str(schema).strip(), as_patterns(include), as_patterns(exclude))
+
+
+def storage_credentials_for(resolved: ResolvedTable, storage_conn_id: str | None) -> StorageCredentials | None:
+    """The credentials a resolved table is read and written with: what the catalog vended, else
+    ``storage_conn_id``'s, else (Glue) the catalog's own ``aws`` connection when it fits the table's store."""
+    if resolved.credentials is not None:
+        return resolved.credentials
+    if storage_conn_id:
+        return resolve_storage_credentials(storage_conn_id, resolved.location)
+    if resolved.catalog == "glue" and resolved.location.startswith(("s3://", "s3a://")):
+        from airflow_delta_maint.hooks.storage_credentials import credentials_from_connection
+
+        return credentials_from_connection(get_connection(resolved.catalog_conn_id), resolved.location)
+    return None
+
+
+def catalog_features(table_uri: str, storage_options: Mapping[str, str]) -> frozenset[str]:
+    """The catalog features (``catalogManaged``) among the table's protocol features, read from its log."""
+    from airflow_delta_maint.delta.log.table_state import read_table
+    from airflow_delta_maint.delta.protocol.features import table_features
+
+    reader, writer = read_table(table_uri, lambda state: table_features(state.protocol),
+                                storage_options=storage_options, paths_only=True, what="the catalog check")
+    return (reader | writer) & CATALOG_FEATURES
+
+
+def check_catalog_allows(resolved: ResolvedTable, job: str, storage_options: Mapping[str, str]) -> None:
+    """Refuse a writing job on a catalog-managed table unless its catalog reports the operation allowed.
+
+    Read-only jobs (``inspect``) pass: they read the commits the catalog published to the log.
+
+    :raises CatalogError: one line naming the table, its catalog and the operation.
+    """
+    if job in READ_ONLY_JOBS:
+        return
+    features = catalog_features(resolved.location, storage_options)
+    if not resolved.managed and not features:
+        return
+    operation = OPERATIONS.get(job, job.upper())
+    if resolved.allowed_operations is not None and operation in resolved.allowed_operations:
+        return
+    why = f"the {'/'.join(sorted(features))} table feature" if features else "the catalog"
+    allowed = (f"it allows only {', '.join(sorted(resolved.allowed_operations)) or 'none'}"
+               if resolved.allowed_operations is not None else "it reports no maintenance operation allowed")
+    raise CatalogError(
+        f"{resolved.name} is managed by {CATALOG_NAMES.get(resolved.catalog, resolved.catalog)} (connection "
+        f"{resolved.catalog_conn_id!r}, {why}): its commits go through the catalog and {allowed}; {job} "
+        "refused, nothing written")
+
+
+__all__ = ["CATALOG_FEATURES", "OPERATIONS", "check_catalog_allows", "check_table_arguments", "list_catalog_tables",
+           "resolve_table_name", "storage_credentials_for"]

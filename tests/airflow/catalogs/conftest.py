@@ -1,15 +1,20 @@
-"""Catalog servers for the catalog tests, started by the tests and stopped by process id: moto's Glue and S3."""
+"""Catalog servers for the catalog tests, started by the tests and stopped by process id: moto's Glue and S3;
+a Hive metastore (the metastore server of the Hive jars pyspark ships, on an embedded Derby database)."""
 
 from __future__ import annotations
 
 import json
+import os
 import secrets
+import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 
 import boto3
+import pyspark
 import pytest
 
-from tests.storage.servers import Server, start_moto
+from tests.storage.servers import Server, free_port, start_moto, wait_for_port
 
 
 @dataclass
@@ -40,5 +45,40 @@ def glue_catalog(tmp_path_factory):
                 "conn_type": "aws", "login": "AKIDGLUELAKE", "password": secret,
                 "extra": {"region_name": "us-east-1", "endpoint_url": server.endpoint}}))
             yield GlueLake(server, "glue_lake", secret, glue, options)
+    finally:
+        server.stop()
+
+
+def start_hive_metastore(workdir: Path) -> Server:
+    """``org.apache.hadoop.hive.metastore.HiveMetaStore`` from pyspark's jars (Hive 2.3) on ``127.0.0.1``, its
+    schema created in an embedded Derby database under ``workdir``; its log in ``workdir/metastore.log``."""
+    port = free_port()
+    jars = Path(pyspark.__file__).parent / "jars"
+    argv = ["java", "-Xmx512m", "-cp", f"{jars}/*", "-Dhive.async.log.enabled=false",
+            f"-Djavax.jdo.option.ConnectionURL=jdbc:derby:;databaseName={workdir / 'metastore_db'};create=true",
+            "-Ddatanucleus.schema.autoCreateAll=true", "-Dhive.metastore.schema.verification=false",
+            f"-Dhive.metastore.warehouse.dir={workdir / 'warehouse'}", f"-Dderby.system.home={workdir}",
+            "org.apache.hadoop.hive.metastore.HiveMetaStore", "-p", str(port)]
+    with open(workdir / "metastore.log", "wb") as log:
+        proc = subprocess.Popen(argv, cwd=workdir, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, "HADOOP_USER_NAME": "maint"})
+    server = Server("hive-metastore", port, proc)
+    try:
+        wait_for_port(port, proc, timeout=180)
+    except Exception:
+        server.stop()
+        raise
+    return server
+
+
+@pytest.fixture(scope="module")
+def hive_metastore(tmp_path_factory):
+    """A Hive metastore per module; the connection ``hive_lake`` (type hive_metastore) reaches it."""
+    server = start_hive_metastore(tmp_path_factory.mktemp("hive-metastore"))
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("AIRFLOW_CONN_HIVE_LAKE", json.dumps({"conn_type": "hive_metastore", "host": "127.0.0.1",
+                                                              "port": server.port}))
+            yield server
     finally:
         server.stop()

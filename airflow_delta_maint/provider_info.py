@@ -14,6 +14,7 @@ HOW_TO_GUIDES = [
     "/docs/howto-vacuum-operator.md",
     "/docs/howto-log-compaction-operator.md",
     "/docs/howto-inspect-table-operator.md",
+    "/docs/howto-compute-stats-operator.md",
     "/docs/howto-commit-interval-sensor.md",
     "/docs/howto-table-commits-trigger.md",
 ]

@@ -1,4 +1,4 @@
-"""Operators that run the Delta maintenance jobs (OPTIMIZE, VACUUM, log compaction) with spark-submit.
+"""Operators that run the Delta maintenance jobs (OPTIMIZE, VACUUM, log compaction, statistics) with spark-submit.
 
 The public import path of the maintenance operators. Each lives in a module of its own: the
 common base in :mod:`~airflow_delta_maint.operators.base`, the command-line options in
@@ -8,6 +8,7 @@ common base in :mod:`~airflow_delta_maint.operators.base`, the command-line opti
 from __future__ import annotations
 
 from airflow_delta_maint.operators.base import DeltaMaintenanceOperator
+from airflow_delta_maint.operators.compute_stats import ComputeStatsOperator
 from airflow_delta_maint.operators.inspect_table import InspectTableOperator
 from airflow_delta_maint.operators.log_compaction import LogCompactionOperator
 from airflow_delta_maint.operators.optimize import OptimizeOperator
@@ -16,5 +17,5 @@ from airflow_delta_maint.operators.vacuum import VacuumOperator
 
 __all__ = [
     "DeltaMaintenanceOperator", "OptimizeOperator", "VacuumOperator", "LogCompactionOperator",
-    "InspectTableOperator", "available_jobs",
+    "InspectTableOperator", "ComputeStatsOperator", "available_jobs",
 ]

@@ -88,6 +88,6 @@ def test_every_trigger_class_is_listed():
 
 def test_how_to_guides_exist():
     guides = get_provider_info()["integrations"][0]["how-to-guide"]
-    assert len(guides) == 6
+    assert len(guides) == 7
     for guide in guides:
         assert (REPO / guide.lstrip("/")).is_file(), guide

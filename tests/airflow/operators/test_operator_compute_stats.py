@@ -1,0 +1,100 @@
+"""ComputeStatsOperator: its command line, templated fields, the check on the worker that skips Spark
+when every live file has statistics, bad input failing before Spark, and a run in the worker's process."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from airflow.sdk.exceptions import AirflowException
+from delta_maint_testing import log_files
+from deltalake import DeltaTable
+
+from airflow_delta_maint.hooks.delta_maint import APPLICATION, DeltaMaintHook
+from airflow_delta_maint.operators.maintenance import ComputeStatsOperator, available_jobs
+from tests.app.test_optimize import rows_deltars
+
+
+def _app_args(op: ComputeStatsOperator) -> list[str]:
+    cmd = op.get_hook().build_command(op.job, op.table_uri, op.job_args(), "/tmp/m.json", op.table_storage_options)
+    return cmd[cmd.index(str(APPLICATION)) + 1:]
+
+
+def strip_stats(path, version: int) -> None:
+    name = path / "_delta_log" / f"{version:020d}.json"
+    actions = [json.loads(line) for line in name.read_text().splitlines()]
+    for a in actions:
+        a.get("add", {}).pop("stats", None)
+    name.write_text("".join(json.dumps(a) + "\n" for a in actions))
+
+
+@pytest.fixture
+def no_spark_submit(monkeypatch):
+    def refuse(self, *args, **kwargs):
+        pytest.fail(f"spark-submit was called: {args}")
+
+    monkeypatch.setattr(DeltaMaintHook, "run_job", refuse)
+    monkeypatch.setattr(DeltaMaintHook, "submit", refuse)
+
+
+@pytest.fixture
+def submits(monkeypatch) -> list[tuple]:
+    calls: list[tuple] = []
+
+    def record(self, job, table_uri, job_args, storage_options=None):
+        calls.append((job, table_uri, list(job_args)))
+        return {"operation": job, "table": table_uri, "status": "committed"}
+
+    monkeypatch.setattr(DeltaMaintHook, "run_job", record)
+    return calls
+
+
+def test_command_and_templated_fields():
+    op = ComputeStatsOperator(task_id="s", table_uri="s3://b/t", where="part = 'p0'", columns=["value", "id"],
+                              max_files=500, dry_run="true", storage_options={"AWS_REGION": "eu-west-1"})
+    assert _app_args(op) == ["compute-stats", "s3://b/t", "--where", "part = 'p0'", "--columns", "value,id",
+                             "--max-files", "500", "--dry-run", "--json", "--metrics-out", "/tmp/m.json",
+                             "--storage-option", "AWS_REGION=eu-west-1"]
+    assert ComputeStatsOperator(task_id="s", table_uri="/t", columns="a, b").job_args() == ["--columns", "a, b"]
+    assert ComputeStatsOperator(task_id="s", table_uri="/t").job_args() == []
+    assert {"where", "columns", "max_files", "dry_run_only", "table_uri"} <= set(ComputeStatsOperator.template_fields)
+    assert "compute-stats" in available_jobs()
+    params = ComputeStatsOperator(task_id="s", table_uri="/t", max_files="7", dry_run=True).job_params()
+    assert params["max_files"] == 7 and params["dry_run"] is True
+
+
+def test_every_file_with_statistics_skips_spark(small_table, no_spark_submit):
+    before = log_files(small_table)
+    metrics = ComputeStatsOperator(task_id="s", table_uri=str(small_table), conn_id="no_such_spark").execute(context={})
+    assert (metrics["status"], metrics["operation"], metrics["version_read"]) == ("skipped", "compute-stats", 5)
+    assert metrics["reason"] == "all 12 live files have statistics of the 2 covered columns"
+    assert log_files(small_table) == before
+
+
+def test_files_without_statistics_submit(small_table, submits):
+    strip_stats(small_table, 2)
+    op = ComputeStatsOperator(task_id="s", table_uri=str(small_table), where="part = 'p1'")
+    assert op.execute(context={})["status"] == "committed"
+    assert submits == [("compute-stats", str(small_table), ["--where", "part = 'p1'"])]
+
+
+def test_bad_input_fails_before_spark(small_table, no_spark_submit):
+    strip_stats(small_table, 0)
+    for kwargs, message in (({"columns": ["part"]}, "is a partition column"),
+                            ({"columns": "nope"}, "column 'nope' not found"),
+                            ({"max_files": 0}, "at least 1")):
+        op = ComputeStatsOperator(task_id="s", table_uri=str(small_table), conn_id="no_such_spark", **kwargs)
+        with pytest.raises(AirflowException, match=message):
+            op.execute(context={})
+
+
+def test_a_run_in_the_workers_process(small_table, no_spark_submit):
+    for version in range(3):
+        strip_stats(small_table, version)
+    rows = rows_deltars(small_table)
+    op = ComputeStatsOperator(task_id="s", table_uri=str(small_table), execution="local", max_files=4)
+    metrics = op.execute(context={})
+    assert (metrics["status"], metrics["numFilesWithoutStats"], metrics["numFilesUpdated"],
+            metrics["numFilesLeftForLaterRuns"], metrics["version_committed"]) == ("committed", 6, 4, 2, 6)
+    assert rows_deltars(small_table) == rows
+    assert DeltaTable(str(small_table)).history(1)[0]["operation"] == "COMPUTE STATS"

@@ -2,8 +2,8 @@
 Maintain every Delta table of a catalog database, found by name.
 
 The connection ``glue_catalog`` (type ``aws``) reaches the AWS Glue Data Catalog and, unless a task
-names a ``storage_conn_id``, the tables' S3 buckets. A Hive metastore (type ``hive_metastore``) or
-Unity Catalog (type ``unity_catalog``) connection works the same way; see docs/catalogs.md.
+names a ``storage_conn_id``, the tables' S3 buckets. A Hive metastore connection (type
+``hive_metastore``) works the same way; see docs/catalogs.md.
 
 ``tables`` lists the database's Delta tables (views and other formats left out, ``tmp_*`` excluded).
 Each table then gets its own OPTIMIZE task instance (a mapped task, retried and reported on its own),

@@ -40,7 +40,6 @@ FIXTURE_TIERS: dict[str, tuple[str, ...]] = {
     "airflow_home": ("services",),
     "glue_catalog": ("services",),  # tests/airflow/catalogs: moto's Glue and S3
     "hive_metastore": ("services",),  # tests/airflow/catalogs: a Hive metastore's Thrift server (a JVM)
-    "unity_server": ("services",),  # tests/airflow/catalogs: an HTTP server of the Unity Catalog API
     "api_server": ("services", "e2e"),
     "connect_server": ("e2e",),
     "standalone_master": ("e2e",),

@@ -61,13 +61,11 @@ class DeltaMaintenanceOperator(BaseOperator):
     ``reason``.
 
     :param table_uri: the table's path or URI (``/data/t``, ``s3://bucket/t``, ...). (templated)
-    :param table_name: the table's name in a catalog instead (``db.table`` in Glue or a Hive metastore,
-        ``catalog.schema.table`` in Unity Catalog), resolved on the worker, without Spark, to its location
+    :param table_name: the table's name in a catalog instead (``db.table`` in Glue or a Hive metastore), resolved on the worker, without Spark, to its location
         and the storage credentials the catalog vends; exactly one of ``table_uri`` and ``table_name``.
         A view or a table that is not Delta is refused; so is a writing job on a catalog-managed table
         unless its catalog allows the operation. Mapped tasks expand over it. (templated)
-    :param catalog_conn_id: the catalog's Airflow connection (type ``aws`` for Glue, ``hive_metastore``,
-        ``unity_catalog``); needed with ``table_name``. See ``docs/catalogs.md``.
+    :param catalog_conn_id: the catalog's Airflow connection (type ``aws`` for Glue, ``hive_metastore``); needed with ``table_name``. See ``docs/catalogs.md``.
     :param storage_options: non-secret object-store options for the table (endpoint, region, ...);
         a key that names a secret (``secret``, ``password``, ``token``, ``account_key``, ``sas``,
         ``private_key``, ``credential``, ...) is refused: use ``storage_conn_id``. (templated)

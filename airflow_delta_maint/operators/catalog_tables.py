@@ -28,9 +28,9 @@ class ListCatalogTablesOperator(BaseOperator):
     The same listing is :func:`~airflow_delta_maint.hooks.catalogs.table_target.list_catalog_tables` for a
     ``@task``.
 
-    :param catalog_conn_id: the catalog's connection (type ``aws`` for Glue, ``hive_metastore``,
-        ``unity_catalog``; see ``docs/catalogs.md``).
-    :param schema: the database (Glue, Hive) or ``catalog.schema`` (Unity Catalog) to list. (templated)
+    :param catalog_conn_id: the catalog's connection (type ``aws`` for Glue, ``hive_metastore``;
+        see ``docs/catalogs.md``).
+    :param schema: the database to list. (templated)
     :param include: shell-style patterns of table names to keep (all without one), a list or a
         comma-separated string. (templated)
     :param exclude: patterns of table names to leave out. (templated)

@@ -79,8 +79,7 @@ class MaintainTablesOperator(BaseOperator):
     :param tables: the tables: URIs, or mappings ``{"table_uri": ..., "jobs": {...}, "storage_options":
         {...}}`` to give one table its own jobs or non-secret options; a mapping may name the table with
         ``"table_name"`` in the catalog of ``catalog_conn_id`` instead. (templated)
-    :param table_names: tables by name in the catalog of ``catalog_conn_id`` (``db.table``,
-        ``catalog.schema.table``), e.g. the output of
+    :param table_names: tables by name in the catalog of ``catalog_conn_id`` (``db.table``), e.g. the output of
         :class:`~airflow_delta_maint.operators.catalog_tables.ListCatalogTablesOperator`; resolved on the
         worker, without Spark, before the checks. Added to ``tables``. (templated)
     :param catalog_conn_id: the catalog connection of the tables given by name (see ``docs/catalogs.md``).

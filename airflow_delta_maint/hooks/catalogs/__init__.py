@@ -1,4 +1,4 @@
-"""Tables by name from catalogs: AWS Glue, a Hive metastore, Unity Catalog.
+"""Tables by name from catalogs: AWS Glue and a Hive metastore.
 
 A name resolves on the Airflow worker, without Spark, to the table's location, format and the storage
 credentials the catalog vends (:class:`~.resolved.ResolvedTable`); after that the path-based machinery
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from airflow_delta_maint.hooks.catalogs.resolved import CatalogError, ResolvedTable, TableCatalog
 
-#: connection type -> catalog kind (a connection's extra ``{"catalog": "glue" | "hive" | "unity"}`` wins)
-CONN_TYPE_CATALOGS = {"aws": "glue", "hive_metastore": "hive", "unity_catalog": "unity"}
-CATALOG_NAMES = {"glue": "Glue", "hive": "the Hive metastore", "unity": "Unity Catalog"}
+#: connection type -> catalog kind (a connection's extra ``{"catalog": "glue" | "hive"}`` wins)
+CONN_TYPE_CATALOGS = {"aws": "glue", "hive_metastore": "hive"}
+CATALOG_NAMES = {"glue": "Glue", "hive": "the Hive metastore"}
 
 
 def catalog_kind(conn_type: str | None, extra: dict | None) -> str | None:
@@ -46,14 +46,9 @@ def catalog_for(conn_id: str) -> TableCatalog:
         from airflow_delta_maint.hooks.catalogs.hive import HiveCatalog
 
         return HiveCatalog(conn)
-    if kind == "unity":
-        from airflow_delta_maint.hooks.catalogs.unity import UnityCatalog
-
-        return UnityCatalog(conn)
     raise CatalogError(
-        f"catalog connection {conn_id!r} has type {conn.conn_type!r}: use type aws (Glue), hive_metastore "
-        "(a Hive metastore) or unity_catalog (Unity Catalog), or name the catalog in its extra "
-        '({"catalog": "glue" | "hive" | "unity"})')
+        f"catalog connection {conn_id!r} has type {conn.conn_type!r}: use type aws (Glue) or hive_metastore "
+        '(a Hive metastore), or name the catalog in its extra ({"catalog": "glue" | "hive"})')
 
 
 __all__ = ["CATALOG_NAMES", "CatalogError", "ResolvedTable", "TableCatalog", "catalog_for", "catalog_kind"]

@@ -20,7 +20,7 @@ class ResolvedTable:
 
     :param name: the table's name as the catalog spells it (``db.table``, ``catalog.schema.table``).
     :param location: the table's path or URI, where its ``_delta_log`` lives.
-    :param catalog: the kind of catalog: ``glue``, ``hive`` or ``unity``.
+    :param catalog: the kind of catalog: ``glue`` or ``hive``.
     :param catalog_conn_id: the Airflow connection the catalog was reached with.
     :param format: the table's format as the catalog records it (always ``delta`` once resolved).
     :param credentials: storage credentials the catalog vended for this table (secrets, masked), or None.

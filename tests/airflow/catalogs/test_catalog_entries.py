@@ -102,7 +102,7 @@ def test_lineage_names_by_the_openlineage_naming_spec():
 
 def test_connection_types_choose_the_catalog():
     assert catalog_kind("aws", {}) == "glue" and catalog_kind("hive_metastore", None) == "hive"
-    assert catalog_kind("unity_catalog", {}) == "unity" and catalog_kind("http", {"catalog": "Unity"}) == "unity"
+    assert catalog_kind("http", {"catalog": "Hive"}) == "hive" and catalog_kind("unity_catalog", {}) is None
     assert catalog_kind("http", {}) is None and catalog_kind("aws", {"catalog": "nope"}) is None
 
 
@@ -142,6 +142,6 @@ def test_a_name_trigger_serializes_ids_only_and_keeps_uri_triggers_as_they_were(
 def test_resolved_tables_never_show_their_credentials():
     from airflow_delta_maint.hooks.storage_credentials import StorageCredentials
 
-    creds = StorageCredentials("unity", "s3", {"AWS_SECRET_ACCESS_KEY": "vended-secret-value"}, ("vended-secret-value",))
-    table = ResolvedTable("main.s.t", "s3://b/t", "unity", "unity", credentials=creds)
+    creds = StorageCredentials("lake", "s3", {"AWS_SECRET_ACCESS_KEY": "vended-secret-value"}, ("vended-secret-value",))
+    table = ResolvedTable("sales.orders", "s3://b/t", "glue", "lake", credentials=creds)
     assert "vended-secret-value" not in repr(table) and "vended-secret-value" not in str(table)

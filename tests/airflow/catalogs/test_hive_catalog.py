@@ -3,6 +3,8 @@ table, resolved with hmsclient, maintained by name, their rows read back."""
 
 from __future__ import annotations
 
+import json
+
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
@@ -118,3 +120,35 @@ def test_an_unreachable_metastore_fails_in_one_line(monkeypatch):
     with pytest.raises(CatalogError, match=r"^cannot reach the Hive metastore at 127.0.0.1:\d+ \(connection "
                                            r"'hive_down'\)"):
         catalog_for("hive_down").resolve("sales.orders")
+
+
+def test_catalog_managed_tables_are_refused_by_writing_jobs_and_read_by_the_others(sales, hive_metastore):
+    """A table whose protocol hands its commits to a catalog (``catalogManaged``): OPTIMIZE and the fleet refuse
+    it in one line naming the catalog, before anything is written; inspect and the sensor read it."""
+    root, _ = sales
+    path = root / "managed"
+    write_appends(path, 4)
+    first = path / "_delta_log" / f"{0:020d}.json"
+    lines = first.read_text().splitlines()
+    lines = [json.dumps({"protocol": {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": [
+        "catalogManaged"], "writerFeatures": ["catalogManaged"]}}) if '"protocol"' in line else line for line in lines]
+    first.write_text("\n".join(lines) + "\n")
+    with HMSClient(host="127.0.0.1", port=hive_metastore.port) as client:
+        client.create_table(spark_delta_table("sales", "managed", str(path), f"{root}/sales.db"))
+    log_before = sorted(p.name for p in (path / "_delta_log").iterdir())
+    refused = (r"^sales.managed is managed by the Hive metastore \(connection 'hive_lake', the catalogManaged table "
+               r"feature\): its commits go through the catalog and it reports no maintenance operation allowed; "
+               r"optimize refused, nothing written$")
+    with pytest.raises(CatalogError, match=refused):
+        OptimizeOperator(task_id="o", table_name="sales.managed", catalog_conn_id="hive_lake",
+                         execution="local").execute({})
+    with pytest.raises(CatalogError, match="sales.managed is managed by the Hive metastore"):
+        MaintainTablesOperator(task_id="m", table_names=["sales.returns", "sales.managed"],
+                               catalog_conn_id="hive_lake", execution="auto").execute({})
+    assert sorted(p.name for p in (path / "_delta_log").iterdir()) == log_before
+    inspect = InspectTableOperator(task_id="i", table_name="sales.managed", catalog_conn_id="hive_lake",
+                                   execution="local").execute({})
+    assert inspect["version_read"] == 3 and inspect["status"] != "failed"
+    seen = CommitIntervalSensor(task_id="s", table_name="sales.managed", catalog_conn_id="hive_lake",
+                                min_commits=3, since="last_checkpoint").poke({})
+    assert seen.is_done and seen.xcom_value == {"from_version": 0, "to_version": 3, "commits": 4}

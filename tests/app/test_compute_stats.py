@@ -18,7 +18,7 @@ from airflow_delta_maint.app import cli
 from airflow_delta_maint.app.execution import run_in_process
 from airflow_delta_maint.delta.log.snapshot import Snapshot
 from tests.app.test_optimize import copy_corpus, rows_deltars, rows_ours
-from tests.delta.test_compute_stats import make_table, rewrite_commit, strip_stats
+from tests.delta.test_compute_stats_plan import make_table, rewrite_commit, strip_stats
 
 
 def local(path: Path, *args: str) -> tuple[int, dict]:

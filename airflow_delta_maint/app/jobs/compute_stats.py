@@ -55,13 +55,9 @@ def options_from(params: Mapping[str, Any]) -> ComputeStatsOptions:
     return ComputeStatsOptions.from_mapping(params)
 
 
-def nothing_to_do(table: str, storage_options: Mapping[str, str] | None,
-                  options: ComputeStatsOptions | Mapping[str, Any]) -> str | None:
+def nothing_to_do(table: str, storage_options: Mapping[str, str] | None, options: ComputeStatsOptions) -> str | None:
     """Without Spark: the core's reason when no live file needs statistics
-    (:func:`~airflow_delta_maint.delta.plans.compute_stats.nothing_to_do`), else None. Bad input raises.
-    Parsed options given as a mapping are read with :func:`options_from` first."""
-    if not isinstance(options, ComputeStatsOptions):
-        options = options_from(options)
+    (:func:`~airflow_delta_maint.delta.plans.compute_stats.nothing_to_do`), else None. Bad input raises."""
     return plans.nothing_to_do(table, storage_options, options)
 
 

@@ -98,3 +98,36 @@ def test_a_run_in_the_workers_process(small_table, no_spark_submit):
             metrics["numFilesLeftForLaterRuns"], metrics["version_committed"]) == ("committed", 6, 4, 2, 6)
     assert rows_deltars(small_table) == rows
     assert DeltaTable(str(small_table)).history(1)[0]["operation"] == "COMPUTE STATS"
+
+
+def test_a_fleet_submits_compute_stats_only_for_the_tables_that_need_it(tmp_path, monkeypatch):
+    from delta_maint_testing import write_appends
+
+    from airflow_delta_maint.operators.fleet import MaintainTablesOperator
+
+    specs: list[dict] = []
+
+    def run_fleet(self, spec, storage_options=None):
+        specs.append(json.loads(json.dumps(spec)))
+        return {"status": "committed", "tables": [
+            {"table": t["table"], "status": "committed",
+             "jobs": [{"operation": "compute-stats", "table": t["table"], "status": "committed"}]}
+            for t in spec["tables"]]}
+
+    monkeypatch.setattr(DeltaMaintHook, "run_fleet", run_fleet)
+    monkeypatch.setattr(DeltaMaintHook, "submit", lambda *a, **k: pytest.fail("spark-submit was called"))
+    tables = []
+    for i in range(3):
+        write_appends(tmp_path / f"t{i}", 2)
+        tables.append(str(tmp_path / f"t{i}"))
+    strip_stats(tmp_path / "t1", 1)
+
+    class TI:
+        def xcom_push(self, key, value):
+            pass
+
+    op = MaintainTablesOperator(task_id="fleet", tables=tables, jobs={"compute-stats": {"max_files": 10}})
+    results = op.execute(context={"ti": TI()})
+    assert [t["table"] for t in specs[0]["tables"]] == [tables[1]]
+    assert [e["status"] for e in results] == ["skipped", "committed", "skipped"]
+    assert "have statistics of the 2 covered columns" in results[0]["jobs"][0]["reason"]

@@ -136,7 +136,7 @@ class DeltaMaintenanceOperator(BaseOperator):
     ) -> None:
         super().__init__(**kwargs)
         check_table_arguments(table_uri, table_name, catalog_conn_id, f"{type(self).__name__} {self.task_id!r}")
-        self.table_uri = table_uri
+        self.table_uri: str = table_uri or ""  # a table by name: its location once resolved
         self.table_name = table_name
         self.catalog_conn_id = catalog_conn_id
         self._resolved: ResolvedTable | None = None

@@ -195,8 +195,8 @@ class CommitIntervalTrigger(BaseTrigger):
                 "storage_options": self.storage_options,
                 "poke_interval": self.poke_interval,
                 "storage_conn_id": self.storage_conn_id,
-                "table_name": self.table_name,
-                "catalog_conn_id": self.catalog_conn_id,
+                **({"table_name": self.table_name, "catalog_conn_id": self.catalog_conn_id} if self.table_name
+                   else {}),
             },
         )
 

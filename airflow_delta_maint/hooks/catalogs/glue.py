@@ -61,7 +61,7 @@ class GlueCatalog:
 
     def _client(self, region: str | None = None) -> Any:
         if region and region != self.hook.conn_region_name:
-            return self.hook.get_client_type("glue", region_name=region)
+            return self.hook.get_client_type(region_name=region)
         return self.hook.get_conn()
 
     def _get(self, database: str, table: str, catalog_id: str | None = None, region: str | None = None) -> dict:

@@ -127,7 +127,7 @@ def test_exactly_one_of_uri_and_name_and_a_name_needs_its_catalog():
         TableCommitsTrigger(table_name="a.b", min_commits=3)
     check_table_arguments(None, "{{ params.table }}", None, "t")  # a template: checked once rendered
     op = OptimizeOperator(task_id="o", table_name="lake.events", catalog_conn_id="glue")
-    assert "table_name" in op.template_fields and op.table_uri is None
+    assert "table_name" in op.template_fields and op.table_uri == ""  # its location once resolved
 
 
 def test_a_name_trigger_serializes_ids_only_and_keeps_uri_triggers_as_they_were():
@@ -145,3 +145,12 @@ def test_resolved_tables_never_show_their_credentials():
     creds = StorageCredentials("lake", "s3", {"AWS_SECRET_ACCESS_KEY": "vended-secret-value"}, ("vended-secret-value",))
     table = ResolvedTable("sales.orders", "s3://b/t", "glue", "lake", credentials=creds)
     assert "vended-secret-value" not in repr(table) and "vended-secret-value" not in str(table)
+
+
+def test_a_deferred_sensor_by_name_hands_the_trigger_ids_only():
+    from airflow_delta_maint.triggers.commit_interval import CommitIntervalTrigger
+
+    trigger = CommitIntervalTrigger(None, 3, table_name="lake.events", catalog_conn_id="glue")
+    path, kwargs = trigger.serialize()
+    assert kwargs["table_name"] == "lake.events" and kwargs["catalog_conn_id"] == "glue" and kwargs["table_uri"] is None
+    assert trigger.label == "lake.events (catalog glue)"

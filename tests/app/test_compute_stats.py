@@ -166,3 +166,18 @@ def test_on_spark(tmp_path, spark):
     assert rows_deltars(path) == rows
     assert {p: json.loads(a["stats"]) for p, a in adds_by_path(path).items()} == \
         {p: as_delta_spark_writes(a["stats"]) for p, a in written.items()}
+
+
+def test_inspect_counts_the_files_and_the_score_pays_for_them(tmp_path):
+    path = make_table(tmp_path / "t", configuration={"delta.dataSkippingNumIndexedCols": "2"})
+    strip_stats(path, 0)
+    DeltaTable(str(path)).alter.set_table_properties({"delta.dataSkippingNumIndexedCols": "3"})
+    report = run_in_process("inspect", str(path), [])[1]
+    # commit 0's two files have none; the four others lack `flag`, which the table covers now
+    assert (report["num_files_without_stats"], report["num_files_missing_stats_columns"]) == (2, 4)
+    part = report["health"]["parts"]["statistics"]
+    assert (part["penalty"], part["points_lost"]) == (1.0, 10.0)
+    assert local(path)[1]["numFilesUpdated"] == 6
+    report = run_in_process("inspect", str(path), [])[1]
+    assert (report["num_files_without_stats"], report["num_files_missing_stats_columns"]) == (0, 0)
+    assert report["health"]["parts"]["statistics"]["points_lost"] == 0

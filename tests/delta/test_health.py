@@ -28,7 +28,9 @@ def test_dv_partitioned_with_checkpoint():
     assert h["inputs"]["num_files"] == 15 and h["inputs"]["size_bytes"] == 11007
     # small files: all 15 below 128 MiB; compaction leaves one file per partition -> 5 excess
     assert p["small_files"]["excess_small_files"] == 5
-    assert p["small_files"]["points_lost"] == pytest.approx(40 * 5 / 15, abs=0.01)       # 13.33
+    assert p["small_files"]["points_lost"] == pytest.approx(30 * 5 / 15, abs=0.01)       # 10
+    # statistics: every file has numRecords, bounds and null counts of every column
+    assert (p["statistics"]["files_without_stats"], p["statistics"]["files_missing_stats_columns"]) == (0, 0)
     # deletion vectors: 2 of 37 rows deleted; 0.0541 / 0.2 = 0.2703 of 20 points
     assert (p["deletion_vectors"]["deleted_rows"], p["deletion_vectors"]["num_records"]) == (2, 37)
     assert p["deletion_vectors"]["points_lost"] == pytest.approx(20 * (2 / 37) / 0.2, abs=0.01)  # 5.41
@@ -41,8 +43,8 @@ def test_dv_partitioned_with_checkpoint():
     # log compaction: 5 uncovered commits, window 5 -> 1 complete window of 4 -> 2.5 of 10 points
     assert p["log_compaction"]["uncompacted_windows"] == 1
     assert p["log_compaction"]["points_lost"] == 2.5
-    # 100 - 13.33 - 5.41 - 6.97 - 3.75 - 2.5 = 68.04
-    assert h["score"] == 68
+    # 100 - 10 - 5.41 - 6.97 - 3.75 - 2.5 = 71.37
+    assert h["score"] == 71
 
 
 def test_dv_small_tombstone_of_a_live_path_is_not_debt():
@@ -64,10 +66,11 @@ def test_simple_table_without_stats():
     # deleted-row ratio), removes without sizes.
     h = score_of("rs/simple_table")
     p = h["parts"]
-    assert p["small_files"]["excess_small_files"] == 4 and p["small_files"]["points_lost"] == 32  # 4 / 5 x 40
+    assert p["small_files"]["excess_small_files"] == 4 and p["small_files"]["points_lost"] == 24  # 4 / 5 x 30
+    assert p["statistics"]["files_without_stats"] == 5 and p["statistics"]["points_lost"] == 10  # 5 / 5 x 10
     assert p["deletion_vectors"]["num_records"] == 0 and p["deletion_vectors"]["points_lost"] == 0
     assert p["checkpoint"]["points_lost"] == 3.75 and p["log_compaction"]["points_lost"] == 2.5
-    assert h["score"] == 62                                     # 100 - 32 - 3.75 - 2.5 = 61.75
+    assert h["score"] == 60                                     # 100 - 24 - 10 - 3.75 - 2.5 = 59.75
 
 
 def test_bounds_and_a_healthy_table():
@@ -79,10 +82,10 @@ def test_bounds_and_a_healthy_table():
     worst = HealthInputs(num_files=1000, size_bytes=1000, target_file_bytes=MIB128, num_small_files=1000,
                          small_files_bytes=1000, excess_small_files=999, num_records=10, deleted_rows=10, tombstone_bytes=10**12,
                          commits_since_checkpoint=1000, checkpoint_interval=10, uncovered_commits=1000,
-                         compaction_interval=5)
+                         compaction_interval=5, files_without_stats=600, files_missing_stats_columns=400)
     h = health_score(worst)
     assert all(0 <= part["penalty"] <= 1 for part in h["parts"].values())
-    assert h["score"] == 0  # 40 x 0.999 + 20 + 15 + 15 + 10 = 99.96 lost
+    assert h["score"] == 0  # 30 x 0.999 + 10 + 20 + 15 + 15 + 10 = 99.97 lost
     empty = HealthInputs(0, 0, MIB128, 0, 0, 0, 0, 0, 0, 1, 10, 1, 5)
     assert health_score(empty)["parts"]["small_files"]["penalty"] == 0
 

@@ -83,7 +83,8 @@ def inspect_table(state: TableHeader, small_file_bytes: int = DEFAULT_SMALL_FILE
         small_files_bytes=summary.small_files_bytes,
         excess_small_files=summary.excess_small_files(int(small_file_bytes)) if summary.num_small_files else 0,
         num_records=summary.num_records, deleted_rows=summary.deleted_rows,
-        tombstone_bytes=summary.tombstone_gone_bytes)
+        tombstone_bytes=summary.tombstone_gone_bytes, files_without_stats=summary.files_without_stats or 0,
+        files_missing_stats_columns=summary.files_missing_stats_columns or 0)
     checkpoint = shell.segment.checkpoint_version
     report: dict[str, Any] = {
         **_report_head(storage, shell),
@@ -94,6 +95,9 @@ def inspect_table(state: TableHeader, small_file_bytes: int = DEFAULT_SMALL_FILE
         "num_small_files": summary.num_small_files,
         "small_files_bytes": summary.small_files_bytes,
         "num_files_with_deletion_vectors": summary.dv_files,
+        # files data skipping cannot use; compute-stats gives them statistics
+        "num_files_without_stats": summary.files_without_stats,
+        "num_files_missing_stats_columns": summary.files_missing_stats_columns,
         "file_size_histogram": histogram,
         "num_tombstones": summary.num_tombstones,
         "tombstone_bytes": summary.tombstone_total_bytes,

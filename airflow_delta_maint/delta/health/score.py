@@ -6,9 +6,11 @@ a number between 0 (no debt) and 1 (as bad as this part gets):
 ==================  ======  =================================================================
 part                weight  penalty
 ==================  ======  =================================================================
-small_files         40      excess / files, where excess = sum over partitions of
+small_files         30      excess / files, where excess = sum over partitions of
                             small - ceil(small_bytes / target): the files a full compaction of
                             each partition's small files would remove
+statistics          10      (without + missing) / files: files readers cannot skip by their
+                            statistics (none, or leaving out a column the table covers)
 deletion_vectors    20      min(1, deleted_rows / rows / 0.2): deleted rows still stored,
                             full penalty at a fifth of the rows
 tombstones          15      tombstone_bytes / (tombstone_bytes + live_bytes): storage kept
@@ -43,8 +45,8 @@ from airflow_delta_maint.delta.storage.store import Storage
 __all__ = ["HealthInputs", "WEIGHTS", "health_inputs", "health_score", "records_and_deleted", "vacuum_cutoff_ms"]
 
 #: points each part can take away; they sum to 100
-WEIGHTS: dict[str, int] = {"small_files": 40, "deletion_vectors": 20, "tombstones": 15, "checkpoint": 15,
-                           "log_compaction": 10}
+WEIGHTS: dict[str, int] = {"small_files": 30, "statistics": 10, "deletion_vectors": 20, "tombstones": 15,
+                           "checkpoint": 15, "log_compaction": 10}
 #: the deleted-row share at which the deletion-vector part reaches its full penalty
 DV_FULL_PENALTY_RATIO = 0.2
 #: complete uncompacted log windows at which the log-compaction part reaches its full penalty
@@ -68,6 +70,8 @@ class HealthInputs:
     checkpoint_interval: int
     uncovered_commits: int  # after the newer of the last checkpoint and the last compaction file
     compaction_interval: int
+    files_without_stats: int = 0  # live files without statistics
+    files_missing_stats_columns: int = 0  # live files whose statistics leave out a covered column
 
 
 def records_and_deleted(files: pa.Table) -> tuple[int, int]:
@@ -146,6 +150,7 @@ def health_inputs(snapshot: Snapshot, target_file_bytes: int, state: LogState | 
     is_small = sizes < target_file_bytes
     small = sizes[is_small]
     records, deleted = records_and_deleted(snapshot.files)
+    without, missing = _needing_stats(snapshot)
     tombstone_bytes = 0
     if snapshot.tombstones.num_rows:
         # a removed logical file whose path is still live (say, re-added with a deletion vector)
@@ -161,13 +166,28 @@ def health_inputs(snapshot: Snapshot, target_file_bytes: int, state: LogState | 
         snapshot, state, num_files=int(len(sizes)), size_bytes=int(sizes.sum()), target_file_bytes=int(target_file_bytes),
         num_small_files=int(len(small)), small_files_bytes=int(small.sum()),
         excess_small_files=_excess_small_files(snapshot.files, is_small, sizes, int(target_file_bytes)),
-        num_records=records, deleted_rows=deleted, tombstone_bytes=tombstone_bytes)
+        num_records=records, deleted_rows=deleted, tombstone_bytes=tombstone_bytes, files_without_stats=without,
+        files_missing_stats_columns=missing)
+
+
+def _needing_stats(snapshot: Snapshot) -> tuple[int, int]:
+    """(files without statistics, files missing a covered column); (0, 0) when the table's statistics
+    settings cannot be read."""
+    from airflow_delta_maint.delta.errors import DeltaError
+    from airflow_delta_maint.delta.plans.compute_stats import count_needing, table_stats_columns
+
+    try:
+        columns = table_stats_columns(snapshot)
+    except DeltaError:
+        return 0, 0
+    return count_needing(snapshot.files.column("stats").to_pylist(), columns) if snapshot.num_files else (0, 0)
 
 
 def inputs_from_aggregates(snapshot: TableHeader, state: LogState | None, **files: int) -> HealthInputs:
     """The score's inputs from the files' aggregates (``num_files``, ``size_bytes``,
     ``target_file_bytes``, ``num_small_files``, ``small_files_bytes``, ``excess_small_files``,
-    ``num_records``, ``deleted_rows``, ``tombstone_bytes``) and the log: ``snapshot`` needs its
+    ``num_records``, ``deleted_rows``, ``tombstone_bytes``, ``files_without_stats``,
+    ``files_missing_stats_columns``) and the log: ``snapshot`` needs its
     version, segment and metadata only (a streamed state's shell will do)."""
     checkpoint = snapshot.segment.checkpoint_version
     since_checkpoint = snapshot.version - (checkpoint if checkpoint is not None else -1)
@@ -192,6 +212,9 @@ def _penalties(h: HealthInputs) -> dict[str, tuple[float, dict[str, Any]]]:
                         {"num_files": h.num_files, "num_small_files": h.num_small_files,
                          "small_files_bytes": h.small_files_bytes, "target_file_bytes": h.target_file_bytes,
                          "excess_small_files": excess}),
+        "statistics": ((h.files_without_stats + h.files_missing_stats_columns) / h.num_files if h.num_files else 0.0,
+                       {"files_without_stats": h.files_without_stats,
+                        "files_missing_stats_columns": h.files_missing_stats_columns}),
         "deletion_vectors": (min(1.0, dv_ratio / DV_FULL_PENALTY_RATIO),
                              {"num_records": h.num_records, "deleted_rows": h.deleted_rows,
                               "deleted_ratio": round(dv_ratio, 6)}),

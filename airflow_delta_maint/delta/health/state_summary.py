@@ -3,7 +3,8 @@
 :func:`summarize_state` reads a table's state through its scan (the eager state's pieces in memory,
 the streamed state's one row group at a time, in bounded memory) (the file actions' ``size``, ``stats``, ``partitionValues`` and deletion
 vector; the tombstones' ``size`` and ``deletionTimestamp``) and keeps aggregates only: counts and
-bytes, the size histogram, records and deleted rows, small files per partition (memory grows with
+bytes, the size histogram, records and deleted rows, the files whose statistics are missing or
+leave out a covered column, small files per partition (memory grows with
 partitions, not files) and the tombstones (memory grows with them). Whether a tombstone's path is
 still live needs a second pass over the live paths, only when there are tombstones. The numbers
 are the inputs of :func:`~airflow_delta_maint.delta.health.score.inputs_from_aggregates`.
@@ -18,8 +19,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_delta_maint.delta.errors import DeltaError
 from airflow_delta_maint.delta.health.score import records_and_deleted, vacuum_cutoff_ms
 from airflow_delta_maint.delta.log.table_header import TableHeader
+from airflow_delta_maint.delta.plans.compute_stats import count_needing, table_stats_columns
+from airflow_delta_maint.delta.protocol.schema import Column
 
 __all__ = ["StateSummary", "summarize_state"]
 
@@ -42,6 +46,10 @@ class StateSummary:
     tombstone_total_bytes: int = 0
     tombstone_gone_bytes: int = 0
     per_partition: dict[tuple, list[int]] = field(default_factory=dict)
+    #: files without statistics, and files whose statistics leave out a column the table covers
+    #: (None when the table's statistics settings cannot be read)
+    files_without_stats: int | None = 0
+    files_missing_stats_columns: int | None = 0
 
     def excess_small_files(self, target: int) -> int:
         """Small files a full compaction would remove, partition by partition."""
@@ -70,6 +78,11 @@ def summarize_state(state: TableHeader, small_file_bytes: int, edges: list[int])
         StreamFallback: the streamed state cannot be vouched for.
     """
     out = StateSummary(list(edges), bucket_files=[0] * len(edges), bucket_bytes=[0] * len(edges))
+    try:
+        covered: list[Column] | None = table_stats_columns(state)
+    except DeltaError:  # an unreadable statistics setting: the report still comes, without these counts
+        covered = None
+        out.files_without_stats = out.files_missing_stats_columns = None
     bounds = np.array(edges[1:], dtype=np.int64)
     tombstones: list[pa.Table] = []
     for kind, table in state.scan(["size", "stats", "partitionValues"], ["size", "deletionTimestamp"]):
@@ -88,6 +101,10 @@ def summarize_state(state: TableHeader, small_file_bytes: int, edges: list[int])
                             zip(out.bucket_bytes, np.bincount(buckets, weights=sizes, minlength=len(edges)).astype(np.int64))]
         out.dv_files += int(pc.sum(table.column("deletionVector").is_valid()).as_py() or 0)
         records, deleted = records_and_deleted(table)
+        if covered is not None:
+            without, missing = count_needing(table.column("stats").to_pylist(), covered)
+            out.files_without_stats = (out.files_without_stats or 0) + without
+            out.files_missing_stats_columns = (out.files_missing_stats_columns or 0) + missing
         out.num_records += records
         out.deleted_rows += deleted
         if small.any():

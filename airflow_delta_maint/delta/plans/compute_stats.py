@@ -34,7 +34,7 @@ from airflow_delta_maint.delta.protocol.stats import has_min_max, stats_columns
 from airflow_delta_maint.delta.protocol.type_widening import type_changes
 
 __all__ = ["ComputeStatsOptions", "ComputeStatsPlan", "JOB", "OPERATION", "WITHOUT_STATS", "MISSING_COLUMNS",
-           "covered_columns", "first_file_needing", "missing_columns", "nothing_to_do", "plan_compute_stats",
+           "count_needing", "covered_columns", "first_file_needing", "table_stats_columns", "missing_columns", "nothing_to_do", "plan_compute_stats",
            "stats_need"]
 
 #: the feature gate's job and the commitInfo operation (delta-spark's name for recomputed statistics)
@@ -111,6 +111,31 @@ class ComputeStatsOptions:
         return cls(predicate=predicate.strip() if predicate and predicate.strip() else None,
                    columns=_columns(params.get("columns")), dry_run=_bool(params.get("dry_run")),
                    max_files=_max_files(params.get("max_files")))
+
+
+def table_stats_columns(header: TableHeader) -> list[Column]:
+    """The leaf columns the table's own settings have statistics cover (its statistics columns, a
+    liquid-clustered table's clustering columns), without ``--columns`` and without the feature gate:
+    what ``inspect`` counts files against.
+
+    Raises:
+        DeltaError: an unreadable clustering domain or statistics property.
+    """
+    required = [c.logical_path for c in clustering_columns(header.metadata.schema_string, header.domains)] \
+        if is_clustered(header.protocol) else []
+    return stats_columns(header.metadata, required)
+
+
+def count_needing(texts: Sequence[str | None], columns: Sequence[Column]) -> tuple[int, int]:
+    """(files without statistics, files missing a column) among the ``stats`` texts of some files."""
+    without = missing = 0
+    for text in texts:
+        need = stats_need(text, columns)
+        if need == WITHOUT_STATS:
+            without += 1
+        elif need == MISSING_COLUMNS:
+            missing += 1
+    return without, missing
 
 
 def covered_columns(header: TableHeader, options: ComputeStatsOptions) -> list[Column]:

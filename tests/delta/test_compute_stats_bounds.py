@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_delta_maint.app.runners.stats_tasks import StatsSpec, file_statistics
+from airflow_delta_maint.app.runners.stats_tasks import StatsSpec, collector_of, file_statistics
 from airflow_delta_maint.delta.protocol.actions import Metadata
 from airflow_delta_maint.delta.protocol.schema import from_arrow_schema
 from airflow_delta_maint.delta.storage.store import Storage
@@ -133,11 +133,11 @@ def test_every_recomputed_bound_holds_against_the_data(tmp_path_factory, rows, r
     folder: Path = tmp_path_factory.mktemp("file")
     pq.write_table(_table(rows), folder / "part-0.parquet", row_group_size=row_group,
                    write_statistics=footer_stats, use_dictionary=dictionary)
-    metadata = Metadata(id="t", schema_string=json.dumps(from_arrow_schema(SCHEMA).to_json()), partition_columns=(),
-                        configuration={})
+    metadata = Metadata.from_action({"id": "t", "format": {"provider": "parquet", "options": {}}, "partitionColumns": [],
+                                     "schemaString": json.dumps(from_arrow_schema(SCHEMA).to_json()), "configuration": {}})
     spec = StatsSpec(Storage(str(folder)), metadata.to_action(), (), deletion_vectors=False)
     size = (folder / "part-0.parquet").stat().st_size
-    path, text, from_data = file_statistics(spec, metadata, ("part-0.parquet", size, False))
+    path, text, from_data = file_statistics(spec, collector_of(spec), ("part-0.parquet", size, False))
     as_floats, as_decimals = json.loads(text), json.loads(text, parse_float=Decimal)
     assert path == "part-0.parquet" and as_floats["numRecords"] == len(rows)
     assert from_data or footer_stats  # without footer statistics every value comes from the data

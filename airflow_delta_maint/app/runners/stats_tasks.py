@@ -14,11 +14,11 @@ import pyarrow.parquet as pq
 
 from airflow_delta_maint.delta.errors import CorruptLogError
 from airflow_delta_maint.delta.protocol.actions import Metadata
-from airflow_delta_maint.delta.protocol.stats import StatsCollector, columns_needing_data, stats_json
+from airflow_delta_maint.delta.protocol.stats import StatsCollector, stats_json
 from airflow_delta_maint.delta.storage.range_reader import RangeReader
 from airflow_delta_maint.delta.storage.store import Storage
 
-__all__ = ["StatsSpec", "StatsTarget", "file_statistics", "stats_slice"]
+__all__ = ["StatsSpec", "StatsTarget", "collector_of", "file_statistics", "stats_slice"]
 
 #: files whose footers one task reads at once from an object store (reads wait on the network)
 REMOTE_THREADS = 8
@@ -39,7 +39,17 @@ class StatsSpec:
     deletion_vectors: bool
 
 
-def file_statistics(spec: StatsSpec, metadata: Metadata, target: StatsTarget) -> tuple[str, str, bool]:
+class _WatchedFile(pq.ParquetFile):
+    """A parquet file that notes whether any of its data (not just its footer) was read."""
+
+    data_read = False
+
+    def read(self, *args: Any, **kwargs: Any) -> Any:
+        self.data_read = True
+        return super().read(*args, **kwargs)
+
+
+def file_statistics(spec: StatsSpec, collector: StatsCollector, target: StatsTarget) -> tuple[str, str, bool]:
     """(path, statistics as JSON, whether any column's data was read) of one data file.
 
     ``numRecords`` counts the file's physical rows; a file with a deletion vector gets
@@ -56,22 +66,27 @@ def file_statistics(spec: StatsSpec, metadata: Metadata, target: StatsTarget) ->
         raise CorruptLogError(f"data file outside the table root: {path}")
     source: Any = storage.local_path(key) if storage.is_local else RangeReader(storage, key, size)
     try:
-        parquet = pq.ParquetFile(source, coerce_int96_timestamp_unit="us")
+        parquet = _WatchedFile(source, coerce_int96_timestamp_unit="us")
     except FileNotFoundError:
         raise CorruptLogError(f"data file referenced by the log is missing: {path}") from None
-    from_data = bool(columns_needing_data(parquet.metadata, metadata, spec.columns))
     tight = (not has_dv) if spec.deletion_vectors else None
-    stats = StatsCollector(metadata, spec.columns).file_stats(parquet, tight_bounds=tight)
-    return path, stats_json(stats), from_data
+    stats = collector.file_stats(parquet, tight_bounds=tight)
+    return path, stats_json(stats), parquet.data_read
+
+
+def collector_of(spec: StatsSpec) -> StatsCollector:
+    """The statistics collector of a run's files (its columns resolved once; it is handed no data, so one
+    collector serves every file)."""
+    return StatsCollector(Metadata.from_action(spec.metadata_action), spec.columns)
 
 
 def stats_slice(targets: Iterable[StatsTarget], spec: StatsSpec) -> Iterator[tuple[str, str, bool]]:
     """Spark task: the statistics of its files, in order (a few at a time from an object store)."""
-    metadata = Metadata.from_action(spec.metadata_action)
+    collector = collector_of(spec)
     targets = list(targets)
     if spec.storage.is_local or len(targets) < 2:
         for target in targets:
-            yield file_statistics(spec, metadata, target)
+            yield file_statistics(spec, collector, target)
         return
     with ThreadPoolExecutor(max_workers=min(REMOTE_THREADS, len(targets))) as pool:
-        yield from pool.map(lambda t: file_statistics(spec, metadata, t), targets)
+        yield from pool.map(lambda t: file_statistics(spec, collector, t), targets)

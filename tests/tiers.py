@@ -40,6 +40,7 @@ FIXTURE_TIERS: dict[str, tuple[str, ...]] = {
     "airflow_home": ("services",),
     "glue_catalog": ("services",),  # tests/airflow/catalogs: moto's Glue and S3
     "hive_metastore": ("services",),  # tests/airflow/catalogs: a Hive metastore's Thrift server (a JVM)
+    "unity_catalog": ("services",),  # tests/airflow/catalogs: a Unity Catalog contract server (HTTP)
     "api_server": ("services", "e2e"),
     "connect_server": ("e2e",),
     "standalone_master": ("e2e",),

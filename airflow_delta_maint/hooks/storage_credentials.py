@@ -114,7 +114,8 @@ def refuse_secret_options(options: Mapping[str, Any] | None, where: str) -> None
 
 
 # -- the secrets masker --------------------------------------------------------------------------
-def _mask(value: str) -> None:
+def mask_value(value: str) -> None:
+    """Register ``value`` with Airflow's secrets masker, so no log line shows it."""
     try:
         from airflow.sdk.log import mask_secret
     except ImportError:  # pragma: no cover - older task SDKs
@@ -315,7 +316,7 @@ def credentials_from_connection(conn: Connection, table_uri: str | None = None,
     else:
         env, secrets = _google(conn)
     for value in secrets:
-        _mask(str(value))
+        mask_value(str(value))
     return StorageCredentials(conn_id=conn.conn_id, family=family, env=env, secrets=tuple(str(s) for s in secrets),
                               unset=AMBIENT_CREDENTIAL_VARS.get(family, ()))
 
@@ -341,5 +342,5 @@ def worker_options(credentials: StorageCredentials | None, options: Mapping[str,
 __all__ = [
     "StorageCredentials", "SECRET_KEY_PATTERN", "secret_option_keys", "refuse_secret_options",
     "credentials_from_connection", "resolve_storage_credentials", "worker_options", "get_connection",
-    "aget_connection",
+    "aget_connection", "mask_value",
 ]

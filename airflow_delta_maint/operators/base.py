@@ -22,6 +22,7 @@ from airflow_delta_maint.delta.errors import DeltaError
 from airflow_delta_maint.hooks.catalogs import ResolvedTable
 from airflow_delta_maint.hooks.catalogs.table_target import (
     check_catalog_allows,
+    credential_operation,
     check_table_arguments,
     resolve_table_name,
     storage_credentials_for,
@@ -202,7 +203,8 @@ class DeltaMaintenanceOperator(BaseOperator):
             return None
         if self._resolved is None:
             check_table_arguments(self.table_uri, self.table_name, self.catalog_conn_id, self.task_id)
-            self._resolved = resolve_table_name(self.table_name, self.catalog_conn_id)
+            self._resolved = resolve_table_name(self.table_name, self.catalog_conn_id,
+                                                credential_operation([self.job]))
             self.table_uri = self._resolved.location
             self.log.info("%s resolved to %s", self._resolved.name, self._resolved.location)
         return self._resolved

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
@@ -15,6 +15,7 @@ from airflow_delta_maint.delta.errors import DeltaError
 from airflow_delta_maint.hooks.catalogs import CatalogError, ResolvedTable
 from airflow_delta_maint.hooks.catalogs.table_target import (
     check_catalog_allows,
+    credential_operation,
     resolve_table_name,
     storage_credentials_for,
 )
@@ -182,14 +183,15 @@ class MaintainTablesOperator(BaseOperator):
 
         return [*listed(self.tables), *({"table_name": str(n)} for n in listed(self.table_names))]
 
-    def _resolve(self, raw: Mapping[str, Any]) -> str:
-        """A table mapping's location: its ``table_uri``, or its ``table_name`` resolved in the catalog."""
+    def _resolve(self, raw: Mapping[str, Any], jobs: Iterable[str]) -> str:
+        """A table mapping's location: its ``table_uri``, or its ``table_name`` resolved in the catalog (with
+        credentials for ``jobs``, where the catalog vends them)."""
         name, uri = raw.get("table_name"), raw.get("table_uri")
         if name and uri:
             raise AirflowException(f"{self.task_id}: give a table's table_uri or its table_name, not both: {raw!r}")
         if not name:
             return str(uri or "")
-        resolved = resolve_table_name(str(name), self.catalog_conn_id)
+        resolved = resolve_table_name(str(name), self.catalog_conn_id, credential_operation(jobs))
         self._resolved[resolved.location] = resolved
         return resolved.location
 
@@ -203,12 +205,12 @@ class MaintainTablesOperator(BaseOperator):
         out = []
         for t in tables:
             raw: Mapping[str, Any] = {"table_uri": t} if isinstance(t, str) else t
-            uri = self._resolve(raw)
+            jobs: Mapping[str, Any] = raw.get("jobs") or self.jobs or DEFAULT_JOBS
+            uri = self._resolve(raw, [str(name) for name in jobs])
             if not uri:
                 raise AirflowException(f"{self.task_id}: each table needs a table_uri or a table_name, got {t!r}")
             own = raw.get("storage_options") or {}
             refuse_secret_options(own, f"{self.task_id} ({uri})")
-            jobs: Mapping[str, Any] = raw.get("jobs") or self.jobs or DEFAULT_JOBS
             try:
                 engine = configured_engine(raw.get("engine") if raw.get("engine") is not None else self.engine)
             except ValueError as exc:

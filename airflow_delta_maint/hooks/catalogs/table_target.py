@@ -3,12 +3,15 @@ credentials it brings, and the gate of catalog-managed tables."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
+from airflow_delta_maint.catalogs.names import as_patterns
 from airflow_delta_maint.hooks.catalogs import CATALOG_NAMES, CatalogError, ResolvedTable, catalog_for
 from airflow_delta_maint.hooks.storage_credentials import (
+    AMBIENT_CREDENTIAL_VARS,
     StorageCredentials,
     get_connection,
+    mask_value,
     resolve_storage_credentials,
 )
 
@@ -38,11 +41,17 @@ def check_table_arguments(table_uri: object, table_name: object, catalog_conn_id
         raise CatalogError(f"{where}: table_name {table_name!r} needs its catalog connection: pass catalog_conn_id")
 
 
-def resolve_table_name(table_name: str, catalog_conn_id: str | None) -> ResolvedTable:
-    """The table ``table_name`` in the catalog of connection ``catalog_conn_id`` (no Spark)."""
+def credential_operation(jobs: Iterable[str]) -> str:
+    """What vended credentials must allow for these jobs: ``READ`` when every one only reads, else ``READ_WRITE``."""
+    return "READ" if all(job in READ_ONLY_JOBS for job in jobs) else "READ_WRITE"
+
+
+def resolve_table_name(table_name: str, catalog_conn_id: str | None, operation: str = "READ") -> ResolvedTable:
+    """The table ``table_name`` in the catalog of connection ``catalog_conn_id`` (no Spark), with the storage
+    credentials a vending catalog gives for ``operation`` (``READ`` or ``READ_WRITE``)."""
     if not catalog_conn_id:
         raise CatalogError(f"table_name {table_name!r} needs its catalog connection: pass catalog_conn_id")
-    return catalog_for(catalog_conn_id).resolve(str(table_name).strip())
+    return catalog_for(catalog_conn_id).resolve(str(table_name).strip(), operation)
 
 
 def list_catalog_tables(catalog_conn_id: str, schema: str, include: str | Sequence[str] | None = None,
@@ -50,8 +59,6 @@ def list_catalog_tables(catalog_conn_id: str, schema: str, include: str | Sequen
     """The Delta tables of ``schema`` in the catalog of ``catalog_conn_id``, as names ``table_name`` takes:
     matching any ``include`` pattern (all without one) and no ``exclude`` pattern (shell-style, ``orders_*``).
     Usable in a ``@task`` whose output mapped operators expand over."""
-    from airflow_delta_maint.hooks.catalogs.table_names import as_patterns
-
     if not str(schema or "").strip():
         raise CatalogError("list_catalog_tables needs a schema (database) to list")
     return catalog_for(catalog_conn_id).list_tables(str(schema).strip(), as_patterns(include), as_patterns(exclude))
@@ -61,7 +68,11 @@ def storage_credentials_for(resolved: ResolvedTable, storage_conn_id: str | None
     """The credentials a resolved table is read and written with: what the catalog vended, else
     ``storage_conn_id``'s, else (Glue) the catalog's own ``aws`` connection when it fits the table's store."""
     if resolved.credentials is not None:
-        return resolved.credentials
+        vended = resolved.credentials
+        for secret in vended.secrets:
+            mask_value(secret)
+        return StorageCredentials(conn_id=resolved.catalog_conn_id, family=vended.family, env=dict(vended.env),
+                                  secrets=vended.secrets, unset=AMBIENT_CREDENTIAL_VARS.get(vended.family, ()))
     if storage_conn_id:
         return resolve_storage_credentials(storage_conn_id, resolved.location)
     if resolved.catalog == "glue" and resolved.location.startswith(("s3://", "s3a://")):
@@ -105,5 +116,5 @@ def check_catalog_allows(resolved: ResolvedTable, job: str, storage_options: Map
         "refused, nothing written")
 
 
-__all__ = ["CATALOG_FEATURES", "OPERATIONS", "check_catalog_allows", "check_table_arguments", "list_catalog_tables",
-           "resolve_table_name", "storage_credentials_for"]
+__all__ = ["CATALOG_FEATURES", "OPERATIONS", "check_catalog_allows", "check_table_arguments", "credential_operation",
+           "list_catalog_tables", "resolve_table_name", "storage_credentials_for"]

@@ -7,11 +7,12 @@ import json
 
 import pytest
 
-from airflow_delta_maint.hooks.catalogs import CatalogError, ResolvedTable, catalog_for, catalog_kind
-from airflow_delta_maint.hooks.catalogs.glue import entry_is_delta, entry_location, glue_lineage, link_target
-from airflow_delta_maint.hooks.catalogs.hive import hive_lineage
-from airflow_delta_maint.hooks.catalogs.table_entry import real_location, table_format
-from airflow_delta_maint.hooks.catalogs.table_names import as_patterns, select_names, split_name
+from airflow_delta_maint.catalogs.errors import CatalogError
+from airflow_delta_maint.catalogs.glue import entry_is_delta, entry_location, glue_lineage, link_target
+from airflow_delta_maint.catalogs.hive import hive_lineage
+from airflow_delta_maint.catalogs.names import as_patterns, select_names, split_name
+from airflow_delta_maint.catalogs.table_entry import real_location, table_format
+from airflow_delta_maint.hooks.catalogs import ResolvedTable, catalog_for, catalog_kind
 from airflow_delta_maint.hooks.catalogs.table_target import check_table_arguments
 from airflow_delta_maint.operators.lineage import operator_lineage
 from airflow_delta_maint.operators.maintenance import InspectTableOperator, OptimizeOperator
@@ -102,7 +103,8 @@ def test_lineage_names_by_the_openlineage_naming_spec():
 
 def test_connection_types_choose_the_catalog():
     assert catalog_kind("aws", {}) == "glue" and catalog_kind("hive_metastore", None) == "hive"
-    assert catalog_kind("http", {"catalog": "Hive"}) == "hive" and catalog_kind("unity_catalog", {}) is None
+    assert catalog_kind("http", {"catalog": "Hive"}) == "hive" and catalog_kind("unity_catalog", {}) == "unity"
+    assert catalog_kind("databricks", {}) == "unity" and catalog_kind("http", {"catalog": "unity"}) == "unity"
     assert catalog_kind("http", {}) is None and catalog_kind("aws", {"catalog": "nope"}) is None
 
 
@@ -140,9 +142,10 @@ def test_a_name_trigger_serializes_ids_only_and_keeps_uri_triggers_as_they_were(
 
 
 def test_resolved_tables_never_show_their_credentials():
-    from airflow_delta_maint.hooks.storage_credentials import StorageCredentials
+    from airflow_delta_maint.catalogs.resolved import VendedCredentials
 
-    creds = StorageCredentials("lake", "s3", {"AWS_SECRET_ACCESS_KEY": "vended-secret-value"}, ("vended-secret-value",))
+    creds = VendedCredentials("s3", {"AWS_SECRET_ACCESS_KEY": "vended-secret-value"}, ("vended-secret-value",))
+    assert "vended-secret-value" not in repr(creds)
     table = ResolvedTable("sales.orders", "s3://b/t", "glue", "lake", credentials=creds)
     assert "vended-secret-value" not in repr(table) and "vended-secret-value" not in str(table)
 

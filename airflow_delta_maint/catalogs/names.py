@@ -5,7 +5,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Iterable, Sequence
 
-from airflow_delta_maint.hooks.catalogs.resolved import CatalogError
+from airflow_delta_maint.catalogs.errors import CatalogError
 
 
 def split_name(name: str, parts: int, catalog: str) -> list[str]:

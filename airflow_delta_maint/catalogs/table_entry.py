@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_delta_maint.hooks.catalogs.resolved import CatalogError
+from airflow_delta_maint.catalogs.errors import CatalogError
 
 PLACEHOLDER_SUFFIX = "-__PLACEHOLDER__"
 VIEW_TYPES = frozenset({"VIRTUAL_VIEW", "MATERIALIZED_VIEW", "VIEW"})

@@ -8,7 +8,8 @@ names a ``storage_conn_id``, the tables' S3 buckets. A Hive metastore connection
 ``tables`` lists the database's Delta tables (views and other formats left out, ``tmp_*`` excluded).
 Each table then gets its own OPTIMIZE task instance (a mapped task, retried and reported on its own),
 and one MaintainTablesOperator runs log compaction and lite VACUUM on all of them in one Spark
-application. The database comes from the environment variable ``DELTA_MAINT_CATALOG_SCHEMA``.
+application. The database comes from the environment variable ``DELTA_MAINT_CATALOG_SCHEMA``. Every task
+is submitted to Spark unless ``[delta_maint] execution = auto`` lets small tables run on the worker.
 """
 
 from __future__ import annotations
@@ -35,8 +36,7 @@ with DAG(
 ):
     tables = ListCatalogTablesOperator(task_id="tables", catalog_conn_id=CATALOG, schema=SCHEMA,
                                        exclude=["tmp_*"])
-    optimize = OptimizeOperator.partial(task_id="optimize", catalog_conn_id=CATALOG,
-                                        execution="auto").expand(table_name=tables.output)
+    optimize = OptimizeOperator.partial(task_id="optimize", catalog_conn_id=CATALOG).expand(table_name=tables.output)
     housekeeping = MaintainTablesOperator(task_id="housekeeping", table_names=tables.output, catalog_conn_id=CATALOG,
-                                          jobs={"compact-log": {}, "vacuum": {"mode": "lite"}}, execution="auto")
+                                          jobs={"compact-log": {}, "vacuum": {"mode": "lite"}})
     tables >> optimize >> housekeeping

@@ -229,3 +229,21 @@ def test_a_re_added_file_conflicts_with_its_concurrent_removal(tmp_path):
     fine = Transaction(snap, "COMPUTE STATS", job="compute-stats")
     fine.add_actions([{"add": {**other, "dataChange": False}}])
     assert fine.commit() == 3
+
+
+def test_clustering_columns_are_covered_whatever_the_settings(tmp_path):
+    path = make_table(tmp_path / "t", 1, configuration={"delta.dataSkippingNumIndexedCols": "1"})
+
+    def clustered(action):
+        if "protocol" in action:
+            action["protocol"] = {"minReaderVersion": 1, "minWriterVersion": 7,
+                                  "writerFeatures": ["clustering", "domainMetadata"]}
+
+    rewrite_commit(path, 0, clustered)
+    name = path / "_delta_log" / f"{0:020d}.json"
+    domain = {"domainMetadata": {"domain": "delta.clustering", "removed": False,
+                                 "configuration": json.dumps({"clusteringColumns": [["nested", "b"]]})}}
+    name.write_text(name.read_text() + json.dumps(domain) + "\n")
+    plan = plan_compute_stats(Snapshot.load(str(path)), opts())
+    assert [c.name for c in plan.columns] == ["id", "nested.b"]
+    assert (plan.num_files_missing_columns, len(plan.files)) == (2, 2)  # delta-rs covered `id` only

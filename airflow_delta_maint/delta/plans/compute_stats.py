@@ -121,9 +121,13 @@ def table_stats_columns(header: TableHeader) -> list[Column]:
     Raises:
         DeltaError: an unreadable clustering domain or statistics property.
     """
-    required = [c.logical_path for c in clustering_columns(header.metadata.schema_string, header.domains)] \
-        if is_clustered(header.protocol) else []
-    return stats_columns(header.metadata, required)
+    return stats_columns(header.metadata, _clustering_paths(header))
+
+
+def _clustering_paths(header: TableHeader) -> list[tuple[str, ...]]:
+    if not is_clustered(header.protocol):
+        return []
+    return [c.logical_path for c in clustering_columns(header.metadata.schema_string, header.domains)]
 
 
 def count_needing(texts: Sequence[str | None], columns: Sequence[Column]) -> tuple[int, int]:
@@ -163,9 +167,7 @@ def covered_columns(header: TableHeader, options: ComputeStatsOptions) -> list[C
             raise InvalidArgumentError(f"column {name!r} is of type {kind}, which statistics do not bound (min and "
                                        "max exist for numbers, decimals, dates, timestamps and strings)")
         required.append(col.logical_path)
-    if is_clustered(header.protocol):
-        required.extend(c.logical_path for c in clustering_columns(schema, header.domains))
-    columns = stats_columns(header.metadata, required)
+    columns = stats_columns(header.metadata, required + _clustering_paths(header))
     changed = {change.physical_path for change in type_changes(header.metadata)}
     widened = [c.name for c in columns if any(c.physical_path[:len(p)] == p for p in changed)]
     if widened:

@@ -17,7 +17,8 @@ import sys
 from typing import Any, Sequence
 
 from airflow_delta_maint.app.runners.connect_tasks import remote_url
-from airflow_delta_maint.delta.errors import DeltaError
+from airflow_delta_maint.catalogs.errors import CatalogError
+from airflow_delta_maint.delta.errors import DeltaError, InvalidArgumentError
 from .context import JobContext
 from .execution import needs_spark, uses_delta_spark
 from .fleet_cli import FLEET, add_fleet_parser, run_fleet_command
@@ -25,6 +26,7 @@ from .jobs import JOB_MODULES, execute_job, refused
 from .metrics import write_metrics
 from airflow_delta_maint.app.report.command import REPORT, add_report_parser, run_report
 from .settings import Settings
+from .table_by_name import add_table_name_arguments, resolve_table_argument
 from .spark_session import add_session_arguments, session_conf, start_in_background
 
 log = logging.getLogger("delta_maint")
@@ -43,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, module_name in JOB_MODULES.items():
         module = importlib.import_module(module_name)
         p = sub.add_parser(name, help=(module.__doc__ or "").strip().splitlines()[0])
-        p.add_argument("table", help="table path or URI (s3://, gs://, abfss://, file://)")
+        p.add_argument("table", nargs="?", help="table path or URI (s3://, gs://, abfss://, file://); or --table-name")
         p.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
         p.add_argument("--metrics-out", metavar="URI", help="also write the metrics JSON here")
         p.add_argument("--storage-option", action="append", type=_storage_option, default=[], metavar="K=V",
@@ -51,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--master", help="Spark master for a run outside spark-submit (default local[*])")
         p.add_argument("--history-uri", metavar="URI",
                        help="append this run to the maintenance history (a Delta table) at URI")
+        add_table_name_arguments(p, _storage_option)
         add_session_arguments(p)
         module.add_arguments(p)
     add_report_parser(sub)
@@ -77,11 +80,17 @@ def run(argv: Sequence[str] | None = None, *, console: bool = False) -> tuple[in
         return run_fleet_command(args, quiet=quiet)
     module = importlib.import_module(JOB_MODULES[args.job])
     try:
+        try:
+            name = resolve_table_argument(args)
+        except CatalogError as exc:
+            raise InvalidArgumentError(str(exc)) from None
         settings = Settings.from_environ(os.environ)
     except DeltaError as exc:
-        code, metrics = refused(args.job, args.table, exc)
+        code, metrics = refused(args.job, args.table or args.table_name or "", exc)
     else:
         code, metrics = _run_job(args, module, settings, quiet)
+        if name:
+            metrics["table_name"] = name
     if args.metrics_out:
         write_metrics(metrics, args.metrics_out, dict(args.storage_option))
     if args.json:

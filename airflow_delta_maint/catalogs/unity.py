@@ -10,6 +10,7 @@ run cannot renew them once Spark holds them.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 from urllib.parse import urlsplit
@@ -41,8 +42,9 @@ def _value(item: Any) -> str:
     return str(getattr(item, "value", item) or "")
 
 
-def vended(response: dict[str, Any], location: str, operation: str) -> VendedCredentials:
-    """A ``temporary-table-credentials`` response as store variables, for the table at ``location``.
+def vended(response: dict[str, Any], location: str, operation: str) -> VendedCredentials | None:
+    """A ``temporary-table-credentials`` response as store variables, for the table at ``location``; None for a
+    table on a local path (``file://``), which needs none.
 
     :raises CatalogError: a response with no credentials this store client can use (a GCS OAuth token).
     """
@@ -68,6 +70,8 @@ def vended(response: dict[str, Any], location: str, operation: str) -> VendedCre
     if (response.get("gcp_oauth_token") or {}).get("oauth_token"):
         raise CatalogError("Unity Catalog vended a GCS OAuth token, which this provider's store client cannot use: "
                            "name a storage connection for the table's bucket instead")
+    if urlsplit(location).scheme in ("", "file"):
+        return None
     raise CatalogError("Unity Catalog vended no storage credentials for the table")
 
 
@@ -159,7 +163,7 @@ class UnityCatalog:
             managed=managed, allowed_operations=self._delta_rules(catalog, schema, table) if managed else None,
             lineage=unity_lineage(self.host, full), properties=properties, table_id=info.table_id)
 
-    def credentials(self, full: str, table_id: str, location: str, operation: str) -> VendedCredentials:
+    def credentials(self, full: str, table_id: str, location: str, operation: str) -> VendedCredentials | None:
         """Temporary credentials for the table, checked to outlive the start of a run."""
         operation = operation.upper()
         if operation not in OPERATIONS:
@@ -169,7 +173,8 @@ class UnityCatalog:
         response = self._call(f"credentials ({operation}) for {full}", lambda: self.client.api_client.do(
             "POST", f"{API}/temporary-table-credentials", body={"table_id": table_id, "operation": operation}))
         found = vended(response or {}, location, operation)
-        check_lifetime(found, full)
+        if found is not None:
+            check_lifetime(found, full)
         return found
 
     def list_tables(self, schema: str, include: list[str] | None = None,
@@ -188,6 +193,7 @@ def workspace_client(host: str | None = None, token: str | None = None) -> Any:
     (``DATABRICKS_HOST``, ``DATABRICKS_TOKEN``, ``~/.databrickscfg`` profiles, OAuth)."""
     from databricks.sdk import WorkspaceClient
 
+    logging.getLogger("databricks.sdk").setLevel(logging.ERROR)  # its probe of /.well-known on other servers
     if token:
         return WorkspaceClient(host=host, token=token, auth_type="pat")
     return WorkspaceClient(host=host) if host else WorkspaceClient()

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+from airflow_delta_maint.catalogs import gate
+from airflow_delta_maint.catalogs.gate import CATALOG_FEATURES, OPERATIONS
 from airflow_delta_maint.catalogs.names import as_patterns
-from airflow_delta_maint.hooks.catalogs import CATALOG_NAMES, CatalogError, ResolvedTable, catalog_for
+from airflow_delta_maint.hooks.catalogs import CatalogError, ResolvedTable, airflow_errors, catalog_for
 from airflow_delta_maint.hooks.storage_credentials import (
     AMBIENT_CREDENTIAL_VARS,
     StorageCredentials,
@@ -15,11 +17,6 @@ from airflow_delta_maint.hooks.storage_credentials import (
     resolve_storage_credentials,
 )
 
-#: the Delta features that hand a table's commits to a catalog
-CATALOG_FEATURES = frozenset({"catalogManaged", "catalogOwned-preview"})
-#: each writing job's operation as catalogs name it in their list of allowed maintenance operations
-OPERATIONS = {"optimize": "OPTIMIZE", "vacuum": "VACUUM", "compact-log": "LOG_COMPACTION",
-              "checkpoint": "CHECKPOINT", "cleanup-log": "METADATA_CLEANUP", "compute-stats": "COMPUTE_STATISTICS"}
 #: jobs that write nothing: they read the published log of a catalog-managed table
 READ_ONLY_JOBS = frozenset({"inspect"})
 
@@ -82,38 +79,11 @@ def storage_credentials_for(resolved: ResolvedTable, storage_conn_id: str | None
     return None
 
 
-def catalog_features(table_uri: str, storage_options: Mapping[str, str]) -> frozenset[str]:
-    """The catalog features (``catalogManaged``) among the table's protocol features, read from its log."""
-    from airflow_delta_maint.delta.log.table_state import read_table
-    from airflow_delta_maint.delta.protocol.features import table_features
-
-    reader, writer = read_table(table_uri, lambda state: table_features(state.protocol),
-                                storage_options=storage_options, paths_only=True, what="the catalog check")
-    return (reader | writer) & CATALOG_FEATURES
-
-
 def check_catalog_allows(resolved: ResolvedTable, job: str, storage_options: Mapping[str, str]) -> None:
-    """Refuse a writing job on a catalog-managed table unless its catalog reports the operation allowed.
-
-    Read-only jobs (``inspect``) pass: they read the commits the catalog published to the log.
-
-    :raises CatalogError: one line naming the table, its catalog and the operation.
-    """
-    if job in READ_ONLY_JOBS:
-        return
-    features = catalog_features(resolved.location, storage_options)
-    if not resolved.managed and not features:
-        return
-    operation = OPERATIONS.get(job, job.upper())
-    if resolved.allowed_operations is not None and operation in resolved.allowed_operations:
-        return
-    why = f"the {'/'.join(sorted(features))} table feature" if features else "the catalog"
-    allowed = (f"it allows only {', '.join(sorted(resolved.allowed_operations)) or 'none'}"
-               if resolved.allowed_operations is not None else "it reports no maintenance operation allowed")
-    raise CatalogError(
-        f"{resolved.name} is managed by {CATALOG_NAMES.get(resolved.catalog, resolved.catalog)} (connection "
-        f"{resolved.catalog_conn_id!r}, {why}): its commits go through the catalog and {allowed}; {job} "
-        "refused, nothing written")
+    """Refuse a writing job on a catalog-managed table unless its catalog reports the operation allowed
+    (:func:`airflow_delta_maint.catalogs.gate.check_catalog_allows`, its error an ``AirflowException``)."""
+    with airflow_errors():
+        gate.check_catalog_allows(resolved, job, storage_options, READ_ONLY_JOBS)
 
 
 __all__ = ["CATALOG_FEATURES", "OPERATIONS", "check_catalog_allows", "check_table_arguments", "credential_operation",

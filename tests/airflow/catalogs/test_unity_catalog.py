@@ -191,3 +191,38 @@ def test_vended_azure_and_gcs_credentials():
     check_lifetime(creds, "c.s.t", now=300.0)
     with pytest.raises(CatalogError, match=r"expire in 99 s, less than the 600 s"):
         check_lifetime(creds, "c.s.t", now=901.0)
+
+
+def test_the_command_line_finds_tables_by_name_with_credentials_from_the_environment(uc, monkeypatch, capsys):
+    """``delta-maint inspect --table-name``: Unity Catalog (its token from ``DATABRICKS_TOKEN``) and Glue (boto3's
+    ``AWS_*`` chain); flags carry no secret, the metrics none either."""
+    from airflow_delta_maint.app.cli import run
+    from tests.airflow.catalogs.test_glue_catalog import spark_on_emr
+
+    store = [f"--storage-option={k}={v}" for k, v in store_options(uc).items()]
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.setenv(key, "")  # restored after the test: vended credentials land in the environment
+    monkeypatch.setenv("DATABRICKS_TOKEN", uc.token)
+    before = rows(f"{S3}/tmp_x", uc.s3.s3_options)
+    code, metrics = run(["inspect", "--table-name", "main.shop.tmp_x", "--catalog", "unity", "--catalog-option",
+                         f"host={uc.server.endpoint}", *store, "--json"])
+    assert code == 0 and metrics["table_name"] == "main.shop.tmp_x" and metrics["table"] == f"{S3}/tmp_x"
+    assert metrics["version_read"] == 1 and uc.requests()[-1]["operation"] == "READ"
+    out = capsys.readouterr().out
+    assert uc.vended["secret_access_key"] not in out and uc.token not in out
+    assert rows(f"{S3}/tmp_x", uc.s3.s3_options) == before
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDGLUELAKE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", uc.s3.secret)
+    monkeypatch.delenv("AWS_SESSION_TOKEN")
+    uc.s3.glue.create_database(DatabaseInput={"Name": "cli"})
+    uc.s3.glue.create_table(DatabaseName="cli", TableInput=spark_on_emr("orders", "s3a://lake/uc/orders"))
+    glue = ["--catalog", "glue", "--catalog-option", "region_name=us-east-1", "--catalog-option",
+            f"endpoint_url={uc.s3.server.endpoint}", *store, "--json"]
+    code, metrics = run(["inspect", "--table-name", "cli.orders", *glue])
+    assert code == 0 and metrics["table_name"] == "cli.orders" and metrics["table"] == f"{S3}/orders"
+    code, metrics = run(["inspect", "--table-name", "cli.nope", *glue])
+    assert code == 2 and metrics["error"] == "Glue (connection '--catalog glue') has no table cli.nope"
+    code, metrics = run(["optimize", "--table-name", "main.shop.managed", "--catalog", "unity", "--catalog-option",
+                         f"host={uc.server.endpoint}", *store, "--json"])
+    assert code == 2 and "managed by Unity Catalog" in metrics["error"] and "optimize refused" in metrics["error"]

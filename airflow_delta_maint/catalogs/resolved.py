@@ -31,6 +31,16 @@ class VendedCredentials:
     __str__ = __repr__
 
 
+def catalog_asset_uri(lineage: tuple[str, str]) -> str:
+    """The Airflow asset URI of a table by its catalog name, built from its OpenLineage ``(namespace, name)``:
+    ``arn:aws:glue:{region}:{account}:table/{db}/{table}`` (the Glue table's ARN), ``hive://{host}:{port}/{db}.{table}``,
+    ``databricks://{host}/{catalog}.{schema}.{table}``; empty without a namespace."""
+    namespace, name = lineage
+    if not namespace:
+        return ""
+    return f"{namespace}:{name}" if namespace.startswith("arn:") else f"{namespace}/{name}"
+
+
 @dataclass(frozen=True)
 class ResolvedTable:
     """A table found by name in a catalog.
@@ -69,6 +79,11 @@ class ResolvedTable:
 
     __str__ = __repr__
 
+    @property
+    def asset_uri(self) -> str:
+        """The table's Airflow asset URI by its catalog name (:func:`catalog_asset_uri` of its lineage)."""
+        return catalog_asset_uri(self.lineage)
+
 
 class TableCatalog(Protocol):
     """A catalog: resolve names, list a schema's Delta tables."""
@@ -87,4 +102,4 @@ class TableCatalog(Protocol):
         ...
 
 
-__all__ = ["ResolvedTable", "TableCatalog", "VendedCredentials"]
+__all__ = ["ResolvedTable", "TableCatalog", "VendedCredentials", "catalog_asset_uri"]

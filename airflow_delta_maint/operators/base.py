@@ -101,8 +101,8 @@ class DeltaMaintenanceOperator(BaseOperator):
         policy, dry runs, metrics and the maintenance history are the same either way; delta-spark
         runs always go to Spark (``execution="local"`` is refused). (templated)
 
-    Assets and lineage: when the table's asset (an ``Asset`` whose URI names ``table_uri``) is among
-    the task's ``outlets``, its asset event carries the run's metrics as ``extra``; a skipped run
+    Assets and lineage: when the table's asset (an ``Asset`` whose URI names ``table_uri``, or for a
+    table by name its catalog asset URI, see ``docs/catalogs.md``) is among the task's ``outlets``, its asset event carries the run's metrics as ``extra``; a skipped run
     emits no event for it. The table is not an outlet by default: maintenance changes no data
     (``dataChange=false``). With the OpenLineage provider, runs report the table as input and
     output dataset with the files and bytes written and a ``deltaMaintenance`` run facet holding
@@ -373,9 +373,17 @@ class DeltaMaintenanceOperator(BaseOperator):
         return metrics
 
     # -- assets and lineage -------------------------------------------------------------------
+    def table_asset_uris(self) -> list[str]:
+        """The URIs that name this table as an asset: its location, and for a table by name its catalog asset URI
+        (``arn:aws:glue:...:table/db/t``, ``hive://host:port/db.t``, ``databricks://host/c.s.t``)."""
+        resolved = self._resolved
+        return [u for u in (self.table_uri, resolved.asset_uri if resolved is not None else "") if u]
+
     def table_outlets(self) -> list[Asset]:
-        """The task's outlets that name this table."""
-        return [o for o in self.outlets if isinstance(o, Asset) and table_uri_matches(o.uri, self.table_uri)]
+        """The task's outlets that name this table (by its location or, for a table by name, its catalog)."""
+        uris = self.table_asset_uris()
+        return [o for o in self.outlets
+                if isinstance(o, Asset) and any(table_uri_matches(o.uri, uri) for uri in uris)]
 
     def report(self, metrics: dict[str, Any], context: Context) -> dict[str, Any]:
         """Keep the run's metrics for lineage; put them on the table's asset event, or drop the event when skipped."""

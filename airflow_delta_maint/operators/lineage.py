@@ -18,6 +18,9 @@ if TYPE_CHECKING:
 
 #: the run facet's key in OpenLineage events
 RUN_FACET_NAME = "deltaMaintenance"
+#: asset URI schemes of tables named by their catalog (Glue's ARN, a Hive metastore, Unity Catalog): their
+#: names are case-insensitive in the catalog, so they match whatever the case
+CATALOG_SCHEMES = frozenset({"arn", "hive", "databricks"})
 
 
 def dataset_name(table_uri: str) -> tuple[str, str]:
@@ -26,9 +29,15 @@ def dataset_name(table_uri: str) -> tuple[str, str]:
 
     A local path or ``file://`` URI is ``("file", absolute path)``; an object-store URI is
     ``("scheme://authority", key path)``: ``s3://bucket`` + ``path/to/table``, ``gs://bucket``,
-    ``abfss://container@account.dfs.core.windows.net``, ...
+    ``abfss://container@account.dfs.core.windows.net``, ... A table's catalog asset URI splits as the
+    OpenLineage naming spec names it: ``arn:aws:glue:{region}:{account}:table/{db}/{table}`` is
+    ``("arn:aws:glue:{region}:{account}", "table/{db}/{table}")``; ``hive://host:port/db.table`` is
+    ``("hive://host:port", "db.table")``.
     """
     parts = urlsplit(table_uri)
+    if parts.scheme.lower() == "arn" and table_uri.count(":") >= 5:  # arn:partition:service:region:account:resource
+        head = table_uri.split(":", 5)
+        return ":".join(head[:5]), head[5]
     if parts.scheme in ("", "file") or len(parts.scheme) == 1:  # a path (or a Windows drive letter)
         path = parts.path if parts.scheme == "file" else table_uri
         return "file", os.path.abspath(path).rstrip("/") or "/"
@@ -36,8 +45,12 @@ def dataset_name(table_uri: str) -> tuple[str, str]:
 
 
 def table_uri_matches(asset_uri: str, table_uri: str) -> bool:
-    """Whether an asset's URI names the table (``file:///t`` and ``/t`` are the same table)."""
-    return dataset_name(asset_uri) == dataset_name(table_uri)
+    """Whether an asset's URI names the table (``file:///t`` and ``/t`` are the same table; a catalog's
+    ``hive://h:9083/Sales.Orders`` and ``hive://h:9083/sales.orders`` too)."""
+    asset, table = dataset_name(asset_uri), dataset_name(table_uri)
+    if urlsplit(asset_uri).scheme.lower() in CATALOG_SCHEMES:
+        return (asset[0].lower(), asset[1].lower()) == (table[0].lower(), table[1].lower())
+    return asset == table
 
 
 def asset_event_extra(metrics: Mapping[str, Any]) -> dict[str, Any]:
@@ -115,6 +128,6 @@ def inject_parent_job_info(conf: Mapping[str, Any] | None, context: Context) -> 
 
 
 __all__ = [
-    "RUN_FACET_NAME", "asset_event_extra", "dataset_name", "inject_parent_job_info", "operator_lineage",
+    "CATALOG_SCHEMES", "RUN_FACET_NAME", "asset_event_extra", "dataset_name", "inject_parent_job_info", "operator_lineage",
     "table_uri_matches",
 ]

@@ -112,15 +112,21 @@ async def table_now(trigger: Any) -> tuple[str, dict[str, str]]:
     """The table a trigger watches and its storage options for one check: ``table_uri``, or ``table_name``
     resolved in the catalog of ``catalog_conn_id`` now (its vended credentials never kept in the
     trigger's arguments)."""
+    _, table_uri, options = await named_table_now(trigger)
+    return table_uri, options
+
+
+async def named_table_now(trigger: Any) -> tuple[Any | None, str, dict[str, str]]:
+    """:func:`table_now` with the catalog's answer (a ``ResolvedTable``) first, None for a table given by URI."""
     name = getattr(trigger, "table_name", None)
     if not name:
-        return trigger.table_uri, await storage_options_now(trigger.table_uri, trigger.storage_options,
-                                                            trigger.storage_conn_id)
+        return None, trigger.table_uri, await storage_options_now(trigger.table_uri, trigger.storage_options,
+                                                                  trigger.storage_conn_id)
     from airflow_delta_maint.hooks.catalogs.table_target import resolve_table_name, storage_credentials_for
 
     resolved = await asyncio.to_thread(resolve_table_name, name, trigger.catalog_conn_id)
     credentials = await asyncio.to_thread(storage_credentials_for, resolved, trigger.storage_conn_id)
-    return resolved.location, worker_options(credentials, trigger.storage_options)
+    return resolved, resolved.location, worker_options(credentials, trigger.storage_options)
 
 
 def table_label(table_uri: str | None, table_name: str | None, catalog_conn_id: str | None) -> str:
@@ -221,4 +227,5 @@ class CommitIntervalTrigger(BaseTrigger):
             await asyncio.sleep(self.poke_interval)
 
 
-__all__ = ["CommitIntervalTrigger", "count_commits", "validate_since", "table_label", "table_now", "SINCE_CHOICES"]
+__all__ = ["CommitIntervalTrigger", "count_commits", "validate_since", "named_table_now", "table_label", "table_now",
+           "SINCE_CHOICES"]

@@ -15,7 +15,8 @@ from airflow_delta_maint.delta.errors import DeltaError
 from airflow_delta_maint.hooks.storage_credentials import (
     refuse_secret_options,
 )
-from airflow_delta_maint.triggers.commit_interval import check_commits, table_label, validate_since
+from airflow_delta_maint.triggers import commit_interval
+from airflow_delta_maint.triggers.commit_interval import named_table_now, table_label, validate_since
 
 #: prefix of the key under which the trigger keeps the last version it fired for in the asset's state store
 STATE_KEY_PREFIX = "delta_maint.table_commits"
@@ -92,7 +93,9 @@ class TableCommitsTrigger(BaseEventTrigger):
     table) is logged and checked again at the next interval. A check that is not due logs one line
     (:func:`waiting_message`) when the latest version or the last event changed, not at every check.
 
-    The payload is ``{"table_uri", "from_version", "to_version", "commits"}``.
+    The payload is ``{"table_uri", "from_version", "to_version", "commits"}``; for a table by name,
+    ``table_uri`` is its location at the check that fired, with ``table_name`` and ``asset_uri`` (its catalog
+    asset URI, the one to give the watched ``Asset``, see ``docs/catalogs.md``).
 
     :param table_uri: the table's path or URI; a fixed value (the trigger's arguments identify it).
     :param min_commits: how many commits are enough.
@@ -103,7 +106,7 @@ class TableCommitsTrigger(BaseEventTrigger):
         stored, the triggerer fetches the connection before each check.
     :param poke_interval: seconds between checks.
     :param table_name: the table's name in a catalog instead of ``table_uri`` (fixed), resolved before each
-        check; the payload then holds ``table_name`` too.
+        check; the payload then holds ``table_name`` and ``asset_uri`` too.
     :param catalog_conn_id: the catalog's connection (with ``table_name``); only its id is stored.
     """
 
@@ -144,6 +147,8 @@ class TableCommitsTrigger(BaseEventTrigger):
         self.storage_conn_id = storage_conn_id or None
         self.poke_interval = float(poke_interval)
         self._fired_to: int | None = None
+        #: a table by name: its location, name and catalog asset URI at the last check, for the event
+        self._named: dict[str, str] = {}
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """The class path and the (deterministic) arguments that identify this trigger."""
@@ -192,8 +197,13 @@ class TableCommitsTrigger(BaseEventTrigger):
                              self.label, version, exc)
 
     async def check(self) -> dict[str, int]:
-        """One count of the table's commits, off the event loop."""
-        return await check_commits(self)
+        """One count of the table's commits, off the event loop (a table by name resolved first, its location and
+        catalog asset URI kept for the event)."""
+        resolved, table_uri, options = await named_table_now(self)
+        if resolved is not None:
+            self._named = {"table_uri": table_uri, "table_name": resolved.name, "asset_uri": resolved.asset_uri}
+        return await asyncio.to_thread(commit_interval.count_commits, table_uri, self.min_commits, self.since, self.since_version,
+                                       options)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """Check every ``poke_interval`` seconds; fire each time the table crosses the threshold."""
@@ -223,8 +233,7 @@ class TableCommitsTrigger(BaseEventTrigger):
                 if event is not None:
                     self.log.info("%s: %d commits (versions %d..%d)", self.label, event["commits"],
                                   event["from_version"], event["to_version"])
-                    named = {"table_name": self.table_name} if self.table_name else {}
-                    yield TriggerEvent({"table_uri": self.table_uri, **named, **event})
+                    yield TriggerEvent({"table_uri": self.table_uri, **self._named, **event})
                     # remembered after the event is handed over: a crash in between repeats it, never loses it
                     self._fired_to = event["to_version"]
                     await self._save_fired_to(event["to_version"])

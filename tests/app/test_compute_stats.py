@@ -181,3 +181,46 @@ def test_inspect_counts_the_files_and_the_score_pays_for_them(tmp_path):
     report = run_in_process("inspect", str(path), [])[1]
     assert (report["num_files_without_stats"], report["num_files_missing_stats_columns"]) == (0, 0)
     assert report["health"]["parts"]["statistics"]["points_lost"] == 0
+
+
+def test_files_written_before_a_type_was_widened_get_bounds_in_the_new_type(tmp_path):
+    import datetime as dt
+    from collections import Counter
+    from decimal import Decimal
+
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    path = tmp_path / "t"
+    write_deltalake(str(path), pa.table({
+        "i": pa.array([3, -7, 12], pa.int32()), "dec": pa.array([Decimal("1.23"), Decimal("-4.50"), None],
+                                                                 pa.decimal128(5, 2)),
+        "day": pa.array([dt.date(2024, 1, 2), dt.date(2023, 12, 31), dt.date(2024, 2, 29)])}))
+    widen = {"i": ("integer", "long"), "dec": ("decimal(5,2)", "decimal(7,4)"), "day": ("date", "timestamp_ntz")}
+
+    def widened(action):  # the table as type widening leaves it: new types, the files in the old ones
+        if "metaData" in action:
+            schema = json.loads(action["metaData"]["schemaString"])
+            for field in schema["fields"]:
+                old, new = widen[field["name"]]
+                field["type"] = new
+                field["metadata"] = {"delta.typeChanges": [{"fromType": old, "toType": new}]}
+            action["metaData"]["schemaString"] = json.dumps(schema)
+        if "protocol" in action:
+            action["protocol"] = {"minReaderVersion": 3, "minWriterVersion": 7,
+                                  "readerFeatures": ["typeWidening", "timestampNtz"],
+                                  "writerFeatures": ["typeWidening", "timestampNtz"]}
+        action.get("add", {}).pop("stats", None)
+
+    rewrite_commit(path, 0, widened)
+    (add,) = adds_by_path(path).values()
+    data = Counter(map(repr, pq.read_table(path / add["path"]).to_pylist()))
+    code, m = local(path)
+    assert code == 0 and (m["numFilesUpdated"], m["numFilesReadFromData"]) == (1, 1), m
+    (after,) = adds_by_path(path).values()
+    stats = json.loads(after["stats"], parse_float=Decimal)
+    # the footer's decimal bounds are unscaled numbers of scale 2: read at scale 4 they would be 100 times too small
+    assert stats == {"numRecords": 3, "nullCount": {"i": 0, "dec": 1, "day": 0},
+                     "minValues": {"i": -7, "dec": Decimal("-4.5000"), "day": "2023-12-31T00:00:00.000"},
+                     "maxValues": {"i": 12, "dec": Decimal("1.2300"), "day": "2024-02-29T00:00:00.000"}}
+    assert Counter(map(repr, pq.read_table(path / after["path"]).to_pylist())) == data  # the file is untouched

@@ -183,23 +183,6 @@ def test_a_refused_feature_names_itself_and_why(tmp_path):
     assert "the statistics of variant columns are not computed" in str(refused.value)
 
 
-def test_a_widened_column_is_refused(tmp_path):
-    path = make_table(tmp_path / "t", 1)
-
-    def widened(action):
-        if "metaData" in action:
-            schema = json.loads(action["metaData"]["schemaString"])
-            schema["fields"][0]["metadata"] = {"delta.typeChanges": [{"fromType": "integer", "toType": "long"}]}
-            action["metaData"]["schemaString"] = json.dumps(schema)
-        if "protocol" in action:
-            action["protocol"] = {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["typeWidening"],
-                                  "writerFeatures": ["typeWidening"]}
-
-    rewrite_commit(path, 0, widened)
-    with pytest.raises(UnsupportedFeatureError, match=r"the column\(s\) id changed type"):
-        plan_compute_stats(Snapshot.load(str(path)), opts())
-
-
 def test_nothing_to_do_says_why_or_stops_at_the_first_file_that_needs_statistics(tmp_path):
     path = make_table(tmp_path / "t")
     assert nothing_to_do(str(path), None, opts()) == "all 6 live files have statistics of the 5 covered columns"

@@ -199,3 +199,26 @@ def test_statistics_columns_changed_after_the_writes(spark, tmp_path):
     assert rows(spark, path) == expected
     assert files_read(spark, path, "v = 850") == 1
     assert compute_stats(path)["status"] == "skipped"
+
+
+def test_files_written_before_a_type_was_widened(spark, tmp_path):
+    path, twin = tmp_path / "t", tmp_path / "twin"
+    for table, collect in ((path, False), (twin, True)):
+        spark.sql(f"CREATE TABLE delta.`{table}` (id BIGINT, n INT, dec DECIMAL(5,2)) USING delta "
+                  "TBLPROPERTIES ('delta.enableTypeWidening' = 'true')")
+        with conf(spark, **{COLLECT: str(collect).lower()}):
+            for k in range(APPENDS):
+                (spark.range(k * ROWS, (k + 1) * ROWS)
+                 .selectExpr("id", "CAST(id * 3 AS INT) AS n", "CAST(id / 8 AS DECIMAL(5,2)) AS dec")
+                 .coalesce(1).write.format("delta").mode("append").save(str(table)))
+        spark.sql(f"ALTER TABLE delta.`{table}` CHANGE COLUMN n TYPE BIGINT")
+        spark.sql(f"ALTER TABLE delta.`{table}` CHANGE COLUMN dec TYPE DECIMAL(7,4)")
+    expected = rows(spark, path)
+    assert files_read(spark, path, "dec = 30.5") == APPENDS
+
+    m = compute_stats(path)
+    assert (m["status"], m["numFilesUpdated"], m["numFilesReadFromData"]) == ("committed", APPENDS, APPENDS), m
+    # the same values delta-spark wrote in the old types (JSON numbers: 30.5 and 30.5000 alike)
+    assert stats_by_commit(path) == stats_by_commit(twin)
+    assert rows(spark, path) == expected
+    assert files_read(spark, path, "dec = 30.5") == 1

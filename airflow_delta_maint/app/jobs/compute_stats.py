@@ -99,7 +99,7 @@ def _compute_stats(ctx: JobContext, options: ComputeStatsOptions, state: TableHe
 def compute(ctx: JobContext, state: TableHeader, plan: ComputeStatsPlan) -> list[tuple[str, str, bool]]:
     """Every selected file's (path, statistics JSON, data read) from the job's tasks, in plan order."""
     spec = StatsSpec(ctx.storage, state.metadata.to_action(), tuple(c.logical_path for c in plan.columns),
-                     plan.deletion_vectors)
+                     plan.deletion_vectors, plan.widened)
     targets: list[StatsTarget] = [(f["path"], int(f["size"]), bool(f.get("deletionVector"))) for f in plan.files]
     tasks = ctx.tasks(f"compute-stats {ctx.storage.root}")
     slices = max(1, min(tasks.parallelism * 4, len(targets) // FILES_PER_TASK or 1))

@@ -1,7 +1,8 @@
 """What compute-stats runs inside Spark tasks (threads of the process under local execution): each
 file's statistics from its parquet footer, and from its data only where the footer cannot prove a
 value (:mod:`airflow_delta_maint.delta.protocol.stats`). A remote file is read by byte ranges: the
-footer, then only the columns that need their data. No pyspark import here.
+footer, then only the columns that need their data. A file written before a column's type was widened
+gets that column's statistics from its data cast to the current type. No pyspark import here.
 """
 
 from __future__ import annotations
@@ -10,11 +11,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
+from airflow_delta_maint.app.rewrite.data_files import conform_array
 from airflow_delta_maint.delta.errors import CorruptLogError
 from airflow_delta_maint.delta.protocol.actions import Metadata
-from airflow_delta_maint.delta.protocol.stats import StatsCollector, stats_json
+from airflow_delta_maint.delta.protocol.schema import to_arrow_schema
+from airflow_delta_maint.delta.protocol.stats import StatsCollector, stats_json, table_stats
 from airflow_delta_maint.delta.storage.range_reader import RangeReader
 from airflow_delta_maint.delta.storage.store import Storage
 
@@ -37,6 +41,9 @@ class StatsSpec:
     columns: tuple[tuple[str, ...], ...]
     #: the table has the deletion-vectors feature: statistics say whether their bounds are tight
     deletion_vectors: bool
+    #: the physical top-level columns among them that changed type (type widening): a file holding one in
+    #: its old type gets its statistics from its data cast to the table's type
+    widened: tuple[str, ...] = ()
 
 
 class _WatchedFile(pq.ParquetFile):
@@ -70,8 +77,34 @@ def file_statistics(spec: StatsSpec, collector: StatsCollector, target: StatsTar
     except FileNotFoundError:
         raise CorruptLogError(f"data file referenced by the log is missing: {path}") from None
     tight = (not has_dv) if spec.deletion_vectors else None
+    old = _old_types(spec, collector, parquet)
+    if old:  # bounds in the file's old type (a decimal's old scale, a date) are no bounds in the new one
+        stats = table_stats(_in_table_types(collector, parquet), collector.metadata, tight, spec.columns)
+        return path, stats_json(stats), True
     stats = collector.file_stats(parquet, tight_bounds=tight)
     return path, stats_json(stats), parquet.data_read
+
+
+def _expected(collector: StatsCollector) -> pa.Schema:
+    return to_arrow_schema(collector.metadata, physical=True)
+
+
+def _old_types(spec: StatsSpec, collector: StatsCollector, parquet: pq.ParquetFile) -> list[str]:
+    """The widened columns this file holds in another type than the table's."""
+    if not spec.widened:
+        return []
+    have, want = parquet.schema_arrow, _expected(collector)
+    return [name for name in spec.widened
+            if have.get_field_index(name) >= 0 and not have.field(name).type.equals(want.field(name).type)]
+
+
+def _in_table_types(collector: StatsCollector, parquet: pq.ParquetFile) -> pa.Table:
+    """The covered top-level columns of the file, cast to the table's types (columns the file lacks left out)."""
+    want = _expected(collector)
+    names = [n for n in dict.fromkeys(c.physical_path[0] for c in collector.cols)
+             if parquet.schema_arrow.get_field_index(n) >= 0]
+    data = parquet.read(columns=names)
+    return pa.table([conform_array(data.column(n), want.field(n).type) for n in names], names=names)
 
 
 def collector_of(spec: StatsSpec) -> StatsCollector:

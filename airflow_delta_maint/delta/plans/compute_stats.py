@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import pyarrow as pa
 
-from airflow_delta_maint.delta.errors import InvalidArgumentError, UnsupportedFeatureError
+from airflow_delta_maint.delta.errors import InvalidArgumentError
 from airflow_delta_maint.delta.log.table_header import TableHeader
 from airflow_delta_maint.delta.log.table_state import read_table
 from airflow_delta_maint.delta.plans.clustering import clustering_columns, is_clustered
@@ -33,9 +33,9 @@ from airflow_delta_maint.delta.protocol.schema import (Column, format_column_nam
 from airflow_delta_maint.delta.protocol.stats import has_min_max, stats_columns
 from airflow_delta_maint.delta.protocol.type_widening import type_changes
 
-__all__ = ["ComputeStatsOptions", "ComputeStatsPlan", "JOB", "OPERATION", "WITHOUT_STATS", "MISSING_COLUMNS",
-           "count_needing", "covered_columns", "first_file_needing", "table_stats_columns", "missing_columns", "nothing_to_do", "plan_compute_stats",
-           "stats_need"]
+__all__ = ["ComputeStatsOptions", "ComputeStatsPlan", "JOB", "MISSING_COLUMNS", "OPERATION", "WITHOUT_STATS",
+           "count_needing", "covered_columns", "first_file_needing", "missing_columns", "nothing_to_do",
+           "plan_compute_stats", "stats_need", "table_stats_columns", "widened_columns"]
 
 #: the feature gate's job and the commitInfo operation (delta-spark's name for recomputed statistics)
 JOB = "compute-stats"
@@ -147,8 +147,7 @@ def covered_columns(header: TableHeader, options: ComputeStatsOptions) -> list[C
     table and the options first.
 
     Raises:
-        UnsupportedFeatureError: a table feature compute-stats does not honour, or a column that
-            changed type (files may still hold the old one; rewrite them with OPTIMIZE first).
+        UnsupportedFeatureError: a table feature compute-stats does not honour.
         InvalidArgumentError: a ``--columns`` name the schema lacks, a partition column, or a column
             of a type statistics do not bound.
     """
@@ -167,14 +166,16 @@ def covered_columns(header: TableHeader, options: ComputeStatsOptions) -> list[C
             raise InvalidArgumentError(f"column {name!r} is of type {kind}, which statistics do not bound (min and "
                                        "max exist for numbers, decimals, dates, timestamps and strings)")
         required.append(col.logical_path)
-    columns = stats_columns(header.metadata, required + _clustering_paths(header))
-    changed = {change.physical_path for change in type_changes(header.metadata)}
-    widened = [c.name for c in columns if any(c.physical_path[:len(p)] == p for p in changed)]
-    if widened:
-        raise UnsupportedFeatureError(
-            f"cannot run {JOB} on this table: the column(s) {', '.join(widened)} changed type (type widening) and "
-            "files may still hold the old type; rewrite them first (OPTIMIZE --rewrite-type-widened)")
-    return columns
+    return stats_columns(header.metadata, required + _clustering_paths(header))
+
+
+def widened_columns(header: TableHeader, columns: Sequence[Column]) -> tuple[str, ...]:
+    """The physical top-level columns among ``columns`` whose type (or a nested field's) was widened:
+    files may hold them in the old type, whose footer bounds say nothing of the new one."""
+    changed = [change.physical_path for change in type_changes(header.metadata)]
+    hit = [c.physical_path[0] for c in columns
+           if any(c.physical_path[:len(p)] == p or p[:len(c.physical_path)] == c.physical_path for p in changed)]
+    return tuple(dict.fromkeys(hit))
 
 
 def _value(tree: Any, path: Sequence[str]) -> Any:
@@ -233,6 +234,8 @@ class ComputeStatsPlan:
     version: int
     columns: list[Column]
     files: list[dict] = dataclasses.field(default_factory=list)
+    #: the physical top-level columns among ``columns`` that changed type (see :func:`widened_columns`)
+    widened: tuple[str, ...] = ()
     num_files_considered: int = 0
     num_files_without_stats: int = 0
     num_files_missing_columns: int = 0
@@ -293,7 +296,7 @@ def plan_compute_stats(header: TableHeader, options: ComputeStatsOptions) -> Com
         UnsupportedFeatureError, InvalidArgumentError: see :func:`covered_columns`; a bad predicate.
     """
     columns = covered_columns(header, options)
-    plan = ComputeStatsPlan(header.version, columns,
+    plan = ComputeStatsPlan(header.version, columns, widened=widened_columns(header, columns),
                             deletion_vectors="deletionVectors" in table_features(header.protocol)[1])
 
     def keep(piece: pa.Table, needing: list[tuple[int, str]]) -> bool:

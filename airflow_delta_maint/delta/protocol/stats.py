@@ -462,12 +462,13 @@ def columns_needing_data(parquet_metadata: pq.FileMetaData, metadata: Metadata,
     return names
 
 
-def table_stats(table: pa.Table, metadata: Metadata, tight_bounds: bool | None = None) -> dict:
+def table_stats(table: pa.Table, metadata: Metadata, tight_bounds: bool | None = None,
+                required: Sequence[Sequence[str]] = ()) -> dict:
     """Statistics of the data in ``table`` (physical column names, as written to the file).
 
     Gives the same result as ``file_stats`` on the file this data is written to.
     """
-    cols = stats_columns(metadata)
+    cols = stats_columns(metadata, required)
     return _assemble(table.num_rows, cols, [_data_leaf(table, c) for c in cols], tight_bounds)
 
 

@@ -34,8 +34,11 @@ from airflow_delta_maint.operators.options import as_bool, check_engine, job_opt
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-#: the jobs run on each table when ``jobs`` is not given
-DEFAULT_JOBS: dict[str, dict[str, Any]] = {"optimize": {}, "compact-log": {}, "vacuum": {"mode": "lite"}}
+#: the jobs run on each table when ``jobs`` is not given, in this order: compute-stats after OPTIMIZE, which
+#: writes statistics for the files it rewrites, so only the files it leaves are read (its check skips a table
+#: whose files all have statistics)
+DEFAULT_JOBS: dict[str, dict[str, Any]] = {"optimize": {}, "compute-stats": {}, "compact-log": {},
+                                           "vacuum": {"mode": "lite"}}
 #: where a fleet runs: submitted, or on the worker when every job there is small enough
 FLEET_EXECUTIONS = ("spark", "auto")
 

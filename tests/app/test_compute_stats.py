@@ -8,15 +8,21 @@ import contextlib
 import io
 import json
 import os
+import sysconfig
 from pathlib import Path
 
+import duckdb
+import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from deltalake import DeltaTable
 
 import airflow_delta_maint.app.jobs.compute_stats as job
 from airflow_delta_maint.app import cli
 from airflow_delta_maint.app.execution import run_in_process
+from airflow_delta_maint.delta.log.checkpoint_schema import json_value
 from airflow_delta_maint.delta.log.snapshot import Snapshot
+from airflow_delta_maint.delta.plans.compute_stats import ComputeStatsOptions, plan_compute_stats
 from tests.app.test_optimize import copy_corpus, rows_deltars, rows_ours
 from tests.delta.test_compute_stats_plan import make_table, rewrite_commit, strip_stats
 
@@ -224,3 +230,72 @@ def test_files_written_before_a_type_was_widened_get_bounds_in_the_new_type(tmp_
                      "minValues": {"i": -7, "dec": Decimal("-4.5000"), "day": "2023-12-31T00:00:00.000"},
                      "maxValues": {"i": 12, "dec": Decimal("1.2300"), "day": "2024-02-29T00:00:00.000"}}
     assert Counter(map(repr, pq.read_table(path / after["path"]).to_pylist())) == data  # the file is untouched
+
+
+def rows_duckdb(path: Path) -> list[tuple]:
+    """The rows DuckDB's delta extension (delta-kernel-rs, loaded from the ``duckdb-ext-delta`` wheel) reads, sorted."""
+    ext = Path(sysconfig.get_paths()["purelib"]) / "duckdb_ext" / "extensions" / f"v{duckdb.__version__}"
+    (library,) = ext.glob("*/delta.duckdb_extension")
+    with duckdb.connect() as con:
+        con.execute(f"LOAD '{library}'")
+        got = con.execute(f"SELECT id, s, flag, nested.a, nested.b, part FROM delta_scan('{path}')").fetchall()
+    return sorted(got, key=lambda r: r[0])
+
+
+def _checkpoint_adds(path: Path, version: int) -> dict[str, dict]:
+    """The add rows of the classic checkpoint of ``version``, by path, as the parquet file holds them."""
+    table = pq.read_table(path / "_delta_log" / f"{version:020d}.checkpoint.parquet", columns=["add"])
+    return {a["path"]: a for a in table.column("add").to_pylist() if a}
+
+
+def _keep_only_typed_stats(path: Path, version: int) -> None:
+    """The checkpoint of ``version`` rewritten as delta-spark writes it with
+    ``delta.checkpoint.writeStatsAsJson=false``: ``add.stats`` null, ``add.stats_parsed`` kept."""
+    name = path / "_delta_log" / f"{version:020d}.checkpoint.parquet"
+    table = pq.read_table(name)
+    add = table.column("add").combine_chunks()
+    children = [pa.nulls(len(add), pa.string()) if f.name == "stats" else add.field(f.name) for f in add.type]
+    typed_only = pa.StructArray.from_arrays(children, fields=list(add.type), mask=add.is_null())
+    pq.write_table(table.set_column(table.schema.get_field_index("add"), "add", typed_only), name)
+
+
+@pytest.mark.parametrize("typed", [True, False], ids=["stats_parsed", "json-only"])
+def test_a_checkpoint_written_after_the_job_carries_the_new_statistics(tmp_path, typed):
+    path = make_table(tmp_path / "t", configuration={"delta.checkpoint.writeStatsAsStruct": str(typed).lower()})
+    written = adds_by_path(path)
+    for version in range(3):
+        strip_stats(path, version)
+    rows, duck = rows_deltars(path), rows_duckdb(path)
+    assert len(duck) == 30
+    code, m = local(path)
+    assert (code, m["numFilesWithoutStats"], m["numFilesUpdated"], m["version_committed"]) == (0, 6, 6, 3), m
+    assert rows_duckdb(path) == duck  # from the COMPUTE STATS commit
+    code, c = run_in_process("checkpoint", str(path), [])
+    assert code == 0, c
+
+    in_checkpoint = _checkpoint_adds(path, 3)
+    assert sorted(in_checkpoint) == sorted(written)
+    for p, add in in_checkpoint.items():
+        assert json.loads(add["stats"]) == as_delta_spark_writes(written[p]["stats"])
+        if typed:  # the typed form holds the same statistics
+            assert json_value(add["stats_parsed"]) == json.loads(add["stats"])
+        else:
+            assert "stats_parsed" not in add
+    assert rows_deltars(path) == rows
+    assert rows_duckdb(path) == duck  # from the checkpoint
+    reason = job.nothing_to_do(str(path), None, job.options_from({}))
+    assert reason == "all 6 live files have statistics of the 5 covered columns"
+
+    if not typed:
+        return
+    # a checkpoint holding the statistics only typed: the files have them, the plan (eager and streamed) agrees
+    _keep_only_typed_stats(path, 3)
+    assert all(a["stats"] is None and a["stats_parsed"] for a in _checkpoint_adds(path, 3).values())
+    assert job.nothing_to_do(str(path), None, job.options_from({})) == reason
+    assert plan_compute_stats(Snapshot.load(str(path)), ComputeStatsOptions()).files == []
+    assert {p: json.loads(a["stats"]) for p, a in adds_by_path(path).items()} == \
+        {p: json.loads(a["stats"]) for p, a in in_checkpoint.items()}
+    code, again = local(path)
+    assert (code, again["status"], again["numFilesWithoutStats"]) == (0, "skipped", 0), again
+    assert rows_deltars(path) == rows
+    assert rows_duckdb(path) == duck

@@ -27,7 +27,6 @@ wrote before the failure stay unreferenced until expired-log cleanup removes the
 from __future__ import annotations
 
 import io
-import json
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -43,7 +42,7 @@ from airflow_delta_maint.delta.log import checkpoint as ckpt
 from airflow_delta_maint.delta.log.listing import LOG_DIR, Checkpoint, classic_checkpoint_key, list_log
 from airflow_delta_maint.delta.log import checkpoint_schema as cs
 from airflow_delta_maint.delta.log.checkpoint_read import (BATCH_ROWS, StreamFallback, actions_table, count_actions,
-                                                           flatten_actions, has_column, open_checkpoint_file)
+                                                           fill_stats, flatten_actions, has_column, open_checkpoint_file)
 from airflow_delta_maint.delta.log.reconciliation import drop_keys
 from airflow_delta_maint.delta.log.state_stream import StreamedState
 from airflow_delta_maint.delta.protocol.actions import ADD, Metadata
@@ -131,8 +130,8 @@ class SliceWriter:
             for batch in pf.iter_batches(batch_size=BATCH_ROWS, row_groups=list(s.row_groups), columns=wanted,
                                          use_threads=False):
                 adds = flatten_actions(batch, "add", _ADD_COLUMNS, ADD)
-                if typed_stats and adds.num_rows and adds.column("stats").null_count:
-                    adds = _fill_stats(batch, adds)
+                if typed_stats:
+                    adds = fill_stats(batch, adds)
                 adds = drop_keys(adds, self.touched, self.spellings, root)
                 removes = flatten_actions(batch, "remove", _REMOVE_COLUMNS, cs.REMOVE_CHECKPOINT)
                 removes = drop_keys(removes, self.touched, self.spellings, root)
@@ -145,17 +144,6 @@ class SliceWriter:
             raise CorruptLogError(f"corrupt checkpoint {s.key}: {exc}") from None
         adds = pa.concat_tables(add_pieces) if add_pieces else None
         return _file_action_rows(schema, adds, remove_pieces, self.typed), adds.num_rows if adds is not None else 0
-
-
-def _fill_stats(batch: pa.RecordBatch, adds: pa.Table) -> pa.Table:
-    """JSON ``stats`` rebuilt from ``stats_parsed`` where a checkpoint kept only the typed form."""
-    arr = batch.column(batch.schema.get_field_index("add"))
-    arr = arr.filter(arr.is_valid()) if arr.null_count else arr
-    parsed = pc.struct_field(arr, "stats_parsed").to_pylist()
-    stats = adds.column("stats").to_pylist()
-    filled = [s if s is not None or p is None else json.dumps(cs.json_value(p), separators=(",", ":"))
-              for s, p in zip(stats, parsed)]
-    return adds.set_column(adds.schema.get_field_index("stats"), "stats", pa.array(filled, pa.string()))
 
 
 def _file_action_rows(schema: pa.Schema, adds: pa.Table | None, removes: list[pa.Table],

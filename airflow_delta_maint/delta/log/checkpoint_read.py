@@ -5,7 +5,8 @@ file and its sidecars). :func:`read_checkpoint` reads all of it into Arrow table
 actions) and dicts (the rest), for ``Snapshot.load``. The streamed state and the checkpoint
 writer's slices read it the other way: :func:`open_checkpoint_file` opens one parquet file for
 batches of the columns asked for (remote files by byte ranges), :func:`flatten_actions` turns a
-batch's ``add`` or ``remove`` column into rows, and :func:`other_actions` /
+batch's ``add`` or ``remove`` column into rows (:func:`fill_stats` gives adds whose checkpoint kept
+only the typed ``stats_parsed`` their JSON ``stats`` back), and :func:`other_actions` /
 :func:`json_manifest_actions` read only the non-file actions. The action schemas these read
 into are ``ADD`` and ``REMOVE`` of :mod:`~airflow_delta_maint.delta.protocol.actions`; the ones a
 checkpoint is written with live in :mod:`.checkpoint_schema`.
@@ -26,13 +27,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_delta_maint.delta.errors import CorruptLogError
+from airflow_delta_maint.delta.log.checkpoint_schema import json_value
 from airflow_delta_maint.delta.log.listing import LAST_CHECKPOINT, LOG_DIR, Checkpoint, parse_json_lines
 from airflow_delta_maint.delta.protocol.actions import ADD, ADD_SCHEMA, REMOVE, REMOVE_SCHEMA, conform
 from airflow_delta_maint.delta.storage.range_reader import RangeReader
 from airflow_delta_maint.delta.storage.store import Storage
 
 __all__ = ["BATCH_ROWS", "CHECKPOINT_COLUMNS", "CheckpointData", "OTHER_COLUMNS", "StreamFallback", "actions_table",
-           "checkpoint_files", "count_actions", "dict_actions", "file_actions", "flatten_actions", "has_column", "json_manifest_actions",
+           "checkpoint_files", "count_actions", "dict_actions", "file_actions", "fill_stats", "flatten_actions", "has_column", "json_manifest_actions",
            "open_checkpoint_file", "other_actions", "plain_value", "read_checkpoint", "read_log_file",
            "read_parquet_actions", "sidecar_key", "sidecar_sizes", "valid_pieces"]
 
@@ -116,9 +118,35 @@ def file_actions(table: pa.Table, column: str, target: pa.StructType) -> pa.Tabl
     schema = pa.schema(list(target))
     if column not in table.column_names:
         return schema.empty_table()
-    batches = [pa.RecordBatch.from_struct_array(conform(piece, target))
-               for chunk in table.column(column).chunks for piece in valid_pieces(chunk)]
+    pieces = [piece for chunk in table.column(column).chunks for piece in valid_pieces(chunk)]
+    batches = [pa.RecordBatch.from_struct_array(conform(piece, target)) for piece in pieces]
+    if column == "add" and "stats" in schema.names:
+        batches = [fill_stats(piece, b) for piece, b in zip(pieces, batches)]
     return pa.Table.from_batches(batches, schema=schema) if batches else schema.empty_table()
+
+
+def fill_stats(add: pa.Array | pa.RecordBatch, adds: pa.RecordBatch | pa.Table) -> Any:
+    """``adds`` (the valid rows of the checkpoint's ``add`` struct ``add``, flattened; or of a batch's
+    ``add`` column, as :func:`flatten_actions` reads them) with each null ``stats`` rebuilt as JSON from
+    the typed ``stats_parsed`` beside it: a checkpoint written with ``delta.checkpoint.writeStatsAsJson=false``
+    keeps only that form, and its files have statistics all the same."""
+    if isinstance(add, pa.RecordBatch):
+        add = add.column(add.schema.get_field_index("add"))
+        add = add.filter(add.is_valid()) if add.null_count else add
+    if not len(adds) or add.type.get_field_index("stats_parsed") < 0:
+        return adds
+    idx = adds.schema.get_field_index("stats")
+    stats = adds.column(idx)
+    if not stats.null_count:
+        return adds
+    stats = stats.combine_chunks() if isinstance(stats, pa.ChunkedArray) else stats
+    missing = pc.indices_nonzero(stats.is_null())
+    parsed = pc.take(pc.struct_field(add, "stats_parsed"), missing).to_pylist()
+    filled = stats.to_pylist()
+    for i, value in zip(missing.to_pylist(), parsed):
+        if value is not None:
+            filled[i] = json.dumps(json_value(value), separators=(",", ":"))
+    return adds.set_column(idx, adds.schema.field(idx), pa.array(filled, pa.string()))
 
 
 def dict_actions(table: pa.Table, column: str) -> list[dict]:

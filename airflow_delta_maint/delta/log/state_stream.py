@@ -44,7 +44,7 @@ import pyarrow.compute as pc
 
 from airflow_delta_maint.delta.errors import CorruptLogError
 from airflow_delta_maint.delta.log.checkpoint_read import (BATCH_ROWS, CheckpointData, StreamFallback, actions_table,
-                                                           flatten_actions, has_column, json_manifest_actions,
+                                                           fill_stats, flatten_actions, has_column, json_manifest_actions,
                                                            open_checkpoint_file, other_actions, sidecar_key)
 from airflow_delta_maint.delta.log.listing import LogSegment, build_segment
 from airflow_delta_maint.delta.log.reconciliation import added_problem, drop_keys
@@ -283,12 +283,17 @@ class StreamedState(TableHeader):
                 pf = open_checkpoint_file(self.storage, key, size)
                 schema = pf.schema_arrow
                 wanted = [f"add.{c}" for c in add_cols if has_column(schema, f"add.{c}")]
+                typed_stats = "stats" in add_cols and has_column(schema, "add.stats_parsed")
+                if typed_stats:
+                    wanted.append("add.stats_parsed")
                 wanted += [f"remove.{c}" for c in rem_cols if has_column(schema, f"remove.{c}")]
                 if not wanted:
                     continue
                 try:
                     for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=wanted, use_threads=False):
                         adds = flatten_actions(batch, "add", add_cols, ADD)
+                        if typed_stats:
+                            adds = fill_stats(batch, adds)
                         removes = flatten_actions(batch, "remove", rem_cols, REMOVE)
                         yield from self._checkpoint_rows(adds, removes, hashes, touched, spellings, new_paths,
                                                          remove_columns is not None)

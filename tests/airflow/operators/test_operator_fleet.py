@@ -446,6 +446,41 @@ def test_fleet_of_driver_only_work_runs_on_the_worker(tmp_path, monkeypatch):
     assert MaintainTablesOperator(task_id="f", tables=[], execution="auto").execute(context={}) == []
 
 
+def test_default_jobs_give_statistics_to_the_files_optimize_leaves(tmp_path, monkeypatch):
+    """compute-stats runs after OPTIMIZE by default: on one table OPTIMIZE rewrites every file without
+    statistics (new ones, with statistics), so compute-stats finds nothing left; on the other OPTIMIZE has
+    nothing to compact and compute-stats gives the files their statistics back. Rows unchanged."""
+    monkeypatch.setattr(DeltaMaintHook, "run_fleet", lambda *a, **k: pytest.fail("an application was submitted"))
+    small, single = tmp_path / "small", tmp_path / "single"
+    write_appends(small, 6)
+    write_appends(single, 1)
+    for path in (small, single):
+        for name in sorted((path / "_delta_log").glob("*.json")):
+            actions = [json.loads(line) for line in name.read_text().splitlines() if line.strip()]
+            for action in actions:
+                action.get("add", {}).pop("stats", None)
+            name.write_text("".join(json.dumps(a) + "\n" for a in actions))
+    before = {p: rows(p) for p in (small, single)}
+    results = MaintainTablesOperator(task_id="fleet", tables=[str(small), str(single)], execution="auto"
+                                     ).execute(context={"ti": RecordingTI()})
+    by_table = {e["table"]: {m["operation"]: m for m in e["jobs"]} for e in results}
+    assert list(by_table[str(small)]) == ["optimize", "compute-stats", "compact-log", "vacuum"]
+    small_jobs, single_jobs = by_table[str(small)], by_table[str(single)]
+    assert small_jobs["optimize"]["status"] == "committed"
+    assert small_jobs["compute-stats"]["status"] == "skipped", small_jobs["compute-stats"]
+    assert single_jobs["optimize"]["status"] == "skipped"
+    assert (single_jobs["compute-stats"]["status"], single_jobs["compute-stats"]["numFilesUpdated"]) == ("committed", 2)
+    for path in (small, single):
+        assert all(json.loads(a["stats"])["numRecords"] > 0 for a in _adds(path))
+    assert {p: rows(p) for p in (small, single)} == before
+
+
+def _adds(path: Path) -> list[dict]:
+    from airflow_delta_maint.delta.log.snapshot import Snapshot
+
+    return Snapshot.load(str(path)).add_actions()
+
+
 def test_fleet_of_small_rewrites_runs_on_the_worker_and_z_order_is_submitted(tmp_path, monkeypatch):
     """auto: small OPTIMIZEs and full VACUUMs stay on the worker; a Z-order (a shuffle) goes to Spark."""
     class Submitted(Exception):

@@ -299,3 +299,24 @@ def test_a_checkpoint_written_after_the_job_carries_the_new_statistics(tmp_path,
     assert (code, again["status"], again["numFilesWithoutStats"]) == (0, "skipped", 0), again
     assert rows_deltars(path) == rows
     assert rows_duckdb(path) == duck
+
+
+def test_a_run_is_recorded_in_the_history_and_shown_in_the_report(tmp_path):
+    """The job's run goes into the maintenance history like every job's, and the report lists it."""
+    from airflow_delta_maint.delta.health.run_log import read_runs
+
+    path = make_table(tmp_path / "t")
+    strip_stats(path, 0)
+    rows = rows_deltars(path)
+    history = tmp_path / "history"
+    code, m = local(path, "--history-uri", str(history))
+    assert (code, m["status"], m["numFilesUpdated"]) == (0, "committed", 2)
+    assert rows_deltars(path) == rows
+    runs = read_runs(str(history)).to_pylist()
+    assert [(r["operation"], r["status"]) for r in runs] == [("compute-stats", "committed")]
+    assert json.loads(runs[0]["metrics"])["numFilesUpdated"] == 2
+    out = tmp_path / "report.html"
+    with contextlib.redirect_stdout(io.StringIO()):
+        code, result = cli.run(["report", "--history", str(history), "--out", str(out)])
+    assert code == 0, result
+    assert "compute-stats" in out.read_text()

@@ -81,6 +81,8 @@ JOBS: list[MatrixJob] = [
     MatrixJob("vacuum-keep", "VACUUM full, retention 0 hours, keeping an older version",
               lambda t, p, v: ["vacuum", str(p), *NO_RETENTION, "--keep-versions", str(_keep_middle(v))],
               kept=lambda before, after: [_keep_middle(before), after], restorable=False),
+    MatrixJob("compute-stats", "compute-stats (statistics of every covered column, re-added without rewriting)",
+              lambda t, p, v: ["compute-stats", str(p)]),
     MatrixJob("compact-log", "log compaction files (--interval 2)",
               lambda t, p, v: ["compact-log", str(p), "--interval", "2"]),
     MatrixJob("checkpoint", "a checkpoint of the latest version", lambda t, p, v: ["checkpoint", str(p)]),
@@ -91,7 +93,7 @@ JOBS: list[MatrixJob] = [
 # the order of a table's chain: each job runs on what the ones before it left, as in a nightly DAG; the rewrites
 # first (the DV purge before the others take the deletion vectors away), then the log files, then the deletes
 CHAIN = [next(j for j in JOBS if j.name == name) for name in (
-    "inspect", "dv-purge", "auto", "optimize", "zorder", "target-files", "compact-log", "checkpoint",
+    "inspect", "dv-purge", "auto", "optimize", "zorder", "target-files", "compute-stats", "compact-log", "checkpoint",
     "vacuum-keep", "vacuum-lite", "vacuum-inventory", "vacuum-full", "cleanup-log")]
 assert sorted(j.name for j in CHAIN) == sorted(j.name for j in JOBS)
 JOB_NAMES = [j.name for j in JOBS]

@@ -26,7 +26,12 @@ from .jobs import JOB_MODULES, execute_job, refused
 from .metrics import write_metrics
 from airflow_delta_maint.app.report.command import REPORT, add_report_parser, run_report
 from .settings import Settings
-from .table_by_name import add_table_name_arguments, resolve_table_argument
+from .table_by_name import (
+    add_table_name_arguments,
+    drop_credential_refresh,
+    install_credential_refresh,
+    resolve_table_argument,
+)
 from .spark_session import add_session_arguments, session_conf, start_in_background
 
 log = logging.getLogger("delta_maint")
@@ -79,16 +84,22 @@ def run(argv: Sequence[str] | None = None, *, console: bool = False) -> tuple[in
     if args.job == FLEET:
         return run_fleet_command(args, quiet=quiet)
     module = importlib.import_module(JOB_MODULES[args.job])
+    refreshed = False
     try:
         try:
             name = resolve_table_argument(args)
+            refreshed = install_credential_refresh(args)
         except CatalogError as exc:
             raise InvalidArgumentError(str(exc)) from None
         settings = Settings.from_environ(os.environ)
     except DeltaError as exc:
         code, metrics = refused(args.job, args.table or args.table_name or "", exc)
     else:
-        code, metrics = _run_job(args, module, settings, quiet)
+        try:
+            code, metrics = _run_job(args, module, settings, quiet)
+        finally:
+            if refreshed:
+                drop_credential_refresh(args)
         if name:
             metrics["table_name"] = name
     if args.metrics_out:

@@ -1,7 +1,12 @@
 """``--table-name`` on the command line: the table found by name in a catalog (``--catalog``,
 ``--catalog-option``) with the plain clients of :mod:`airflow_delta_maint.catalogs`; credentials from the
 environment's standard chains, never from flags. Vended storage credentials go into this process's
-environment (so Spark, started after, reads them the same way), and never into metrics or output."""
+environment (so Spark, started after, reads them the same way), and never into metrics or output.
+
+Unity Catalog's credentials are asked for again before they expire (:func:`install_credential_refresh`) when the
+run knows how: the command line's client holds a token (``DATABRICKS_HOST``/``DATABRICKS_TOKEN``), or the Airflow
+hook set ``DELTA_MAINT_UNITY_*`` in the environment; a run of delta-spark's engine does not refresh (its Hadoop
+store reads the environment once)."""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ import os
 from typing import Any
 
 from airflow_delta_maint.catalogs.errors import CatalogError
+from airflow_delta_maint.delta.storage.store import register_credential_provider
 
 #: jobs that only read: they get READ credentials and pass the catalog-managed gate
 READ_ONLY_JOBS = frozenset({"inspect"})
@@ -44,13 +50,51 @@ def resolve_table_argument(args: argparse.Namespace) -> str | None:
     from airflow_delta_maint.catalogs.open_catalog import open_catalog
 
     catalog = open_catalog(args.catalog, dict(args.catalog_option))
-    resolved = catalog.resolve(name, "READ" if args.job in READ_ONLY_JOBS else "READ_WRITE")
+    operation = "READ" if args.job in READ_ONLY_JOBS else "READ_WRITE"
+    provider = None
+    if args.catalog == "unity" and _refreshes(args):
+        from airflow_delta_maint.catalogs.unity import REFRESHED_MIN_LIFETIME_S
+        from airflow_delta_maint.catalogs.unity_credentials import provider_for_client
+
+        provider = provider_for_client(getattr(catalog, "client", None), name, operation)
+        if provider is not None:
+            catalog.min_lifetime_s = REFRESHED_MIN_LIFETIME_S  # type: ignore[attr-defined]
+    resolved = catalog.resolve(name, operation)
     if resolved.credentials is not None:
         os.environ.update(resolved.credentials.env)
+        if provider is not None:
+            provider.full_name = resolved.name
+            args.credential_provider = provider
     options = {**(resolved.credentials.env if resolved.credentials else {}), **dict(args.storage_option)}
     check_catalog_allows(resolved, args.job, options, READ_ONLY_JOBS)
     args.table = resolved.location
     return resolved.name
 
 
-__all__ = ["add_table_name_arguments", "resolve_table_argument"]
+def _refreshes(args: argparse.Namespace) -> bool:
+    """Whether this run can ask for credentials again: our engine's (obstore's) stores can, delta-spark's cannot."""
+    from airflow_delta_maint.app.execution import uses_delta_spark
+
+    return not uses_delta_spark(args.job, vars(args))
+
+
+def install_credential_refresh(args: argparse.Namespace) -> bool:
+    """Register for the run's table the credential provider of ``--table-name`` (a Unity Catalog client with a
+    token) or the one the Airflow hook described in the environment (``DELTA_MAINT_UNITY_*``); True when one was
+    registered (:func:`drop_credential_refresh` removes it)."""
+    from airflow_delta_maint.catalogs.unity_credentials import provider_from_environ
+
+    provider = getattr(args, "credential_provider", None) or provider_from_environ(os.environ)
+    if provider is None or not args.table or not _refreshes(args):
+        return False
+    register_credential_provider(args.table, provider)
+    return True
+
+
+def drop_credential_refresh(args: argparse.Namespace) -> None:
+    """Remove the provider :func:`install_credential_refresh` registered."""
+    register_credential_provider(args.table, None)
+
+
+__all__ = ["add_table_name_arguments", "drop_credential_refresh", "install_credential_refresh",
+           "resolve_table_argument"]

@@ -4,8 +4,9 @@ A name is ``catalog.schema.table``. The table must be a Delta table (``data_sour
 MANAGED or EXTERNAL with a ``storage_location``; views and other formats are refused in one line. The catalog
 vends temporary credentials per table (``/temporary-table-credentials``): READ for inspect and the sensor,
 READ_WRITE for the writing jobs; they become the store's variables (S3 keys and session token, an Azure SAS
-or AAD token). Credentials that expire within :data:`MIN_LIFETIME_S` are refused before anything runs: a
-run cannot renew them once Spark holds them.
+or AAD token). Credentials that expire within :data:`MIN_LIFETIME_S` are refused before anything runs where
+nothing asks for them again (the sensor, its trigger, a fleet, delta-spark's engine); a run that refreshes them
+(:mod:`airflow_delta_maint.catalogs.unity_credentials`) needs only :data:`REFRESHED_MIN_LIFETIME_S`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ KIND = "unity"
 API = "/api/2.1/unity-catalog"
 #: vended credentials must stay valid at least this long when a run starts
 MIN_LIFETIME_S = 600
+#: ... and this long on a run that asks for them again before they expire (they are replaced at its first request)
+REFRESHED_MIN_LIFETIME_S = 1
 VIEW_TYPES = frozenset({"VIEW", "MATERIALIZED_VIEW", "METRIC_VIEW", "STREAMING_TABLE"})
 TABLE_TYPES = frozenset({"MANAGED", "EXTERNAL"})
 OPERATIONS = ("READ", "READ_WRITE")
@@ -77,7 +80,8 @@ def vended(response: dict[str, Any], location: str, operation: str) -> VendedCre
 
 def check_lifetime(credentials: VendedCredentials, name: str, now: float | None = None,
                    min_lifetime_s: float = MIN_LIFETIME_S) -> None:
-    """Refuse credentials that expire within ``min_lifetime_s``: a run cannot renew them.
+    """Refuse credentials that expire within ``min_lifetime_s`` (what a run needs that does not renew them, or
+    the margin of one that does).
 
     :raises CatalogError: one line with the seconds left.
     """
@@ -95,14 +99,17 @@ class UnityCatalog:
     :param client: the workspace client (its host and credentials: a token, or the SDK's own chain).
     :param conn_id: what the catalog was reached with, named in errors.
     :param vend: ask the catalog for temporary table credentials (off: a storage connection reaches the store).
+    :param min_lifetime_s: how long vended credentials must stay valid at least (:data:`MIN_LIFETIME_S`; a run
+        that refreshes them: :data:`REFRESHED_MIN_LIFETIME_S`).
     """
 
     kind = KIND
 
-    def __init__(self, client: Any, conn_id: str, vend: bool = True) -> None:
+    def __init__(self, client: Any, conn_id: str, vend: bool = True, min_lifetime_s: float = MIN_LIFETIME_S) -> None:
         self.client = client
         self.conn_id = conn_id
         self.vend = vend
+        self.min_lifetime_s = min_lifetime_s
         self.host = urlsplit(str(client.config.host)).netloc or str(client.config.host)
 
     def _where(self) -> str:
@@ -137,8 +144,9 @@ class UnityCatalog:
                 return frozenset(str(a).upper() for a in allowed)
         return None
 
-    def resolve(self, name: str, operation: str = "READ") -> ResolvedTable:
-        """The Delta table ``catalog.schema.table``, with temporary credentials for ``operation``."""
+    def resolve(self, name: str, operation: str = "READ", with_credentials: bool = True) -> ResolvedTable:
+        """The Delta table ``catalog.schema.table``, with temporary credentials for ``operation`` (unless
+        ``with_credentials`` is false)."""
         catalog, schema, table = split_name(name, 3, "Unity Catalog")
         full = f"{catalog}.{schema}.{table}"
         info = self._call(f"table {full}", lambda: self.client.tables.get(full))
@@ -157,7 +165,8 @@ class UnityCatalog:
         location = s3_uri(str(info.storage_location))
         properties = {str(k): str(v) for k, v in (info.properties or {}).items()}
         managed = table_type == "MANAGED" or any(properties.get(p) for p in CATALOG_FEATURE_PROPERTIES)
-        credentials = self.credentials(full, str(info.table_id or ""), location, operation) if self.vend else None
+        credentials = (self.credentials(full, str(info.table_id or ""), location, operation)
+                       if self.vend and with_credentials else None)
         return ResolvedTable(
             name=full, location=location, catalog=KIND, catalog_conn_id=self.conn_id, credentials=credentials,
             managed=managed, allowed_operations=self._delta_rules(catalog, schema, table) if managed else None,
@@ -174,7 +183,7 @@ class UnityCatalog:
             "POST", f"{API}/temporary-table-credentials", body={"table_id": table_id, "operation": operation}))
         found = vended(response or {}, location, operation)
         if found is not None:
-            check_lifetime(found, full)
+            check_lifetime(found, full, min_lifetime_s=self.min_lifetime_s)
         return found
 
     def list_tables(self, schema: str, include: list[str] | None = None,
@@ -199,4 +208,4 @@ def workspace_client(host: str | None = None, token: str | None = None) -> Any:
     return WorkspaceClient(host=host) if host else WorkspaceClient()
 
 
-__all__ = ["MIN_LIFETIME_S", "UnityCatalog", "check_lifetime", "unity_lineage", "vended", "workspace_client"]
+__all__ = ["MIN_LIFETIME_S", "REFRESHED_MIN_LIFETIME_S", "UnityCatalog", "check_lifetime", "unity_lineage", "vended", "workspace_client"]

@@ -246,6 +246,7 @@ class DeltaMaintHook(SparkSubmitHook):
             for name in self.storage_credentials.unset:
                 env.pop(name, None)
             env.update(self.storage_credentials.env)
+            env.update(self.storage_credentials.refresh_env)
         return env
 
     def check_master_reachable(self, timeout_s: float = 10.0) -> None:

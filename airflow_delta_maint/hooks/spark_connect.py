@@ -102,6 +102,7 @@ class ConnectRunner:
             for name in hook.storage_credentials.unset:
                 env.pop(name, None)
             env.update(hook.storage_credentials.env)
+            env.update(hook.storage_credentials.refresh_env)
         env[ENV_REMOTE] = self.url
         env[ENV_PY_FILES] = build_package_zip(hook.cache_dir)
         archive = hook.python_plan.spark_archive(hook.cache_dir if hook.cache_dir is not None else default_cache_dir(),

@@ -69,6 +69,8 @@ class StorageCredentials:
 
     ``env`` holds obstore / delta-rs variable names (``AWS_ACCESS_KEY_ID``, ...); the same names
     are valid storage options, so ``env`` is also what in-process checks pass to the core.
+    ``refresh_env`` holds what the application asks the catalog again with (``DELTA_MAINT_UNITY_*``, a token
+    among them): spark-submit's environment only, never a storage option.
     """
 
     conn_id: str
@@ -76,6 +78,7 @@ class StorageCredentials:
     env: dict[str, str] = field(default_factory=dict)
     secrets: tuple[str, ...] = ()
     unset: tuple[str, ...] = ()
+    refresh_env: dict[str, str] = field(default_factory=dict)
 
     @property
     def options(self) -> dict[str, str]:
@@ -83,7 +86,8 @@ class StorageCredentials:
         return dict(self.env)
 
     def __repr__(self) -> str:  # never show a value
-        return f"StorageCredentials(conn_id={self.conn_id!r}, family={self.family!r}, keys={sorted(self.env)})"
+        return (f"StorageCredentials(conn_id={self.conn_id!r}, family={self.family!r}, keys={sorted(self.env)}, "
+                f"refreshed={bool(self.refresh_env)})")
 
     __str__ = __repr__
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from airflow.sdk import Asset, BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_delta_maint.app.execution import EXECUTIONS, choose_execution, run_in_process
+from airflow_delta_maint.app.execution import EXECUTIONS, choose_execution, run_in_process, uses_delta_spark
 from airflow_delta_maint.app.jobs import JOB_MODULES
 from airflow_delta_maint.app.metrics import base_metrics, finish
 from airflow_delta_maint.delta.errors import DeltaError
@@ -24,6 +24,7 @@ from airflow_delta_maint.hooks.catalogs.table_target import (
     check_catalog_allows,
     credential_operation,
     check_table_arguments,
+    resolve_refreshed_table_name,
     resolve_table_name,
     storage_credentials_for,
 )
@@ -141,6 +142,7 @@ class DeltaMaintenanceOperator(BaseOperator):
         self.table_name = table_name
         self.catalog_conn_id = catalog_conn_id
         self._resolved: ResolvedTable | None = None
+        self._refresh_env: dict[str, str] = {}
         check_engine(engine)
         self.engine = engine
         self.history_uri = history_uri
@@ -203,11 +205,34 @@ class DeltaMaintenanceOperator(BaseOperator):
             return None
         if self._resolved is None:
             check_table_arguments(self.table_uri, self.table_name, self.catalog_conn_id, self.task_id)
-            self._resolved = resolve_table_name(self.table_name, self.catalog_conn_id,
-                                                credential_operation([self.job]))
+            self._resolved, self._refresh_env = self._resolve_name()
             self.table_uri = self._resolved.location
             self.log.info("%s resolved to %s", self._resolved.name, self._resolved.location)
         return self._resolved
+
+    def _resolve_name(self) -> tuple[ResolvedTable, dict[str, str]]:
+        """The table by name; for a run of our engine, with what asks the catalog again for its vended
+        credentials (delta-spark's Hadoop store reads them once, so they are checked to outlive its start)."""
+        operation = credential_operation([self.job])
+        if uses_delta_spark(self.job, self.job_params()):
+            return resolve_table_name(str(self.table_name), self.catalog_conn_id, operation), {}
+        return resolve_refreshed_table_name(str(self.table_name), self.catalog_conn_id, operation)
+
+    def install_credential_refresh(self) -> None:
+        """Have this process's stores of the table ask the catalog again for vended credentials (the checks on
+        this worker, a local run); :meth:`drop_credential_refresh` undoes it."""
+        from airflow_delta_maint.catalogs.unity_credentials import provider_from_environ
+        from airflow_delta_maint.delta.storage.store import register_credential_provider
+
+        provider = provider_from_environ(self._refresh_env)
+        if provider is not None and self.table_uri:
+            register_credential_provider(self.table_uri, provider)
+
+    def drop_credential_refresh(self) -> None:
+        from airflow_delta_maint.delta.storage.store import register_credential_provider
+
+        if self._refresh_env and self.table_uri:
+            register_credential_provider(self.table_uri, None)
 
     def resolve_storage_credentials(self) -> StorageCredentials | None:
         """Fetch ``storage_conn_id`` (when set), or take the credentials the catalog vended for a table by
@@ -215,7 +240,7 @@ class DeltaMaintenanceOperator(BaseOperator):
         refuse_secret_options(self.storage_options, self.task_id)
         resolved = self.resolve_table()
         if resolved is not None:
-            self._storage_credentials = storage_credentials_for(resolved, self.storage_conn_id)
+            self._storage_credentials = storage_credentials_for(resolved, self.storage_conn_id, self._refresh_env)
             check_catalog_allows(resolved, self.job, self.worker_storage_options)
         else:
             self._storage_credentials = resolve_storage_credentials(self.storage_conn_id, self.table_uri)
@@ -323,6 +348,13 @@ class DeltaMaintenanceOperator(BaseOperator):
     # -- Airflow ------------------------------------------------------------------------------
     def execute(self, context: Context) -> dict[str, Any]:
         self.resolve_storage_credentials()
+        self.install_credential_refresh()
+        try:
+            return self._execute_resolved(context)
+        finally:
+            self.drop_credential_refresh()
+
+    def _execute_resolved(self, context: Context) -> dict[str, Any]:
         history = configured_history_uri(self.history_uri)
         if as_bool(self.skip_if_nothing_to_do):
             skipped = self.check_nothing_to_do()

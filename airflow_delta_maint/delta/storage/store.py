@@ -10,7 +10,7 @@ import logging
 import os
 import uuid
 from dataclasses import dataclass
-from typing import Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 from urllib.parse import quote, unquote, urlparse
 
 import obstore
@@ -26,7 +26,30 @@ log = logging.getLogger("delta_maint.storage")
 #: the key the put-if-absent probe asks about; a conforming store never creates it
 _PROBE_PREFIX = "_delta_log/.delta-maint-put-if-absent-probe-"
 
-__all__ = ["FileInfo", "Storage", "AlreadyExistsError", "normalize_table_uri"]
+__all__ = ["FileInfo", "Storage", "AlreadyExistsError", "credential_provider_for", "normalize_table_uri",
+           "register_credential_provider"]
+
+#: credential providers by table root: a Storage opened under one of these roots without a provider of its own
+#: takes the root's (see :func:`register_credential_provider`)
+_PROVIDERS: dict[str, Callable[[], Any]] = {}
+
+
+def register_credential_provider(root: str, provider: Callable[[], Any] | None) -> None:
+    """Have every Storage opened at or under ``root`` in this process ask ``provider`` for its credentials
+    (obstore's ``credential_provider``: called again when the credentials it returned expire); None removes
+    the root's provider. Explicit credential options are then unused."""
+    key = normalize_table_uri(root)
+    if provider is None:
+        _PROVIDERS.pop(key, None)
+    else:
+        _PROVIDERS[key] = provider
+
+
+def credential_provider_for(root: str) -> Callable[[], Any] | None:
+    """The provider registered for ``root`` or the nearest root above it, or None."""
+    root = normalize_table_uri(root)
+    found = [r for r in _PROVIDERS if root == r or root.startswith(r + "/")]
+    return _PROVIDERS[max(found, key=len)] if found else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,13 +85,20 @@ class Storage:
         root: a local path or a ``file://``, ``s3://``/``s3a://``, ``gs://``, ``az://``/``abfss://`` URI.
         options: storage options (credentials, endpoint, region, ``allow_http``, ``max_retries``,
             ...), over the ``AWS_*``/``AZURE_*``/``GOOGLE_*`` environment variables.
+        credential_provider: a callable returning obstore credentials with their ``expires_at`` (S3 keys and
+            session token, an Azure SAS or token), called again when they expire; default: the one registered
+            for the root (:func:`register_credential_provider`). It travels with a pickled Storage, so Spark
+            tasks keep asking it.
     """
 
-    def __init__(self, root: str, options: Mapping[str, str] | None = None):
+    def __init__(self, root: str, options: Mapping[str, str] | None = None,
+                 credential_provider: Callable[[], Any] | None = None):
         self.root = normalize_table_uri(root)
         self.options = dict(options or {})
         self.is_local = self.root.startswith("file://")
         self.family = store_family(self.root)
+        provider = credential_provider or credential_provider_for(self.root)
+        self.credential_provider = provider if self.family in ("s3", "azure") else None
         self._put_if_absent_checked = self.is_local
         self.local_root: str | None
         if self.is_local:
@@ -85,7 +115,7 @@ class Storage:
             self._config = config
             try:
                 self._store = from_url(self.root, config=config, client_options=client or None,  # type: ignore[call-overload]  # options of any store family
-                                       retry_config=retry or None)
+                                       retry_config=retry or None, credential_provider=self.credential_provider)
             except Exception as exc:  # bad URL or option: obstore's error, one line
                 raise translate(exc, self.root, self.family, "open") from None
 
@@ -93,12 +123,17 @@ class Storage:
         # Spark executors get the driver's store environment (AWS_*, AZURE_*, GOOGLE_* variables) for
         # the variables their own environment does not set: on a cluster the executors do not
         # inherit the shell that ran spark-submit, and a table the driver opened must open there too.
+        # A credential provider travels too; the process that unpickles it registers it for the root, so a
+        # Storage that task opens by URI asks it as well.
         return {"root": self.root, "options": self.options, "checked": self._put_if_absent_checked,
-                "environ": store_environ(self.family)}
+                "environ": store_environ(self.family), "provider": self.credential_provider}
 
     def __setstate__(self, state: dict) -> None:
         _apply_shipped_environ(state.get("environ", {}))
-        Storage.__init__(self, state["root"], state["options"])
+        provider = state.get("provider")
+        if provider is not None and credential_provider_for(state["root"]) is None:
+            register_credential_provider(state["root"], provider)
+        Storage.__init__(self, state["root"], state["options"], provider)
         self._put_if_absent_checked = state.get("checked", self.is_local)
 
     def __repr__(self) -> str:

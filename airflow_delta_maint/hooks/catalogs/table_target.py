@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from airflow_delta_maint.catalogs import gate
 from airflow_delta_maint.catalogs.gate import CATALOG_FEATURES, OPERATIONS
 from airflow_delta_maint.catalogs.names import as_patterns
+from airflow_delta_maint.catalogs.unity_credentials import ENV_TOKEN
 from airflow_delta_maint.hooks.catalogs import CatalogError, ResolvedTable, airflow_errors, catalog_for
 from airflow_delta_maint.hooks.storage_credentials import (
     AMBIENT_CREDENTIAL_VARS,
@@ -51,6 +52,21 @@ def resolve_table_name(table_name: str, catalog_conn_id: str | None, operation: 
     return catalog_for(catalog_conn_id).resolve(str(table_name).strip(), operation)
 
 
+def resolve_refreshed_table_name(table_name: str, catalog_conn_id: str | None,
+                                 operation: str = "READ") -> tuple[ResolvedTable, dict[str, str]]:
+    """As :func:`resolve_table_name`, for a run that asks for vended credentials again before they expire: the
+    table and the variables the application asks with (Unity Catalog with a token; empty elsewhere, and then
+    credentials are checked as by :func:`resolve_table_name`)."""
+    if not catalog_conn_id:
+        raise CatalogError(f"table_name {table_name!r} needs its catalog connection: pass catalog_conn_id")
+    catalog = catalog_for(catalog_conn_id)
+    inner = getattr(catalog, "catalog", None)
+    if not hasattr(inner, "resolve_refreshed"):
+        return catalog.resolve(str(table_name).strip(), operation), {}
+    with airflow_errors():
+        return inner.resolve_refreshed(str(table_name).strip(), operation)  # type: ignore[union-attr]
+
+
 def list_catalog_tables(catalog_conn_id: str, schema: str, include: str | Sequence[str] | None = None,
                         exclude: str | Sequence[str] | None = None) -> list[str]:
     """The Delta tables of ``schema`` in the catalog of ``catalog_conn_id``, as names ``table_name`` takes:
@@ -61,15 +77,21 @@ def list_catalog_tables(catalog_conn_id: str, schema: str, include: str | Sequen
     return catalog_for(catalog_conn_id).list_tables(str(schema).strip(), as_patterns(include), as_patterns(exclude))
 
 
-def storage_credentials_for(resolved: ResolvedTable, storage_conn_id: str | None) -> StorageCredentials | None:
-    """The credentials a resolved table is read and written with: what the catalog vended, else
-    ``storage_conn_id``'s, else (Glue) the catalog's own ``aws`` connection when it fits the table's store."""
+def storage_credentials_for(resolved: ResolvedTable, storage_conn_id: str | None,
+                            refresh_env: Mapping[str, str] | None = None) -> StorageCredentials | None:
+    """The credentials a resolved table is read and written with: what the catalog vended (with ``refresh_env``,
+    what the application asks for them again with), else ``storage_conn_id``'s, else (Glue) the catalog's own
+    ``aws`` connection when it fits the table's store."""
     if resolved.credentials is not None:
         vended = resolved.credentials
         for secret in vended.secrets:
             mask_value(secret)
+        refresh = dict(refresh_env or {})
+        if ENV_TOKEN in refresh:
+            mask_value(refresh[ENV_TOKEN])
         return StorageCredentials(conn_id=resolved.catalog_conn_id, family=vended.family, env=dict(vended.env),
-                                  secrets=vended.secrets, unset=AMBIENT_CREDENTIAL_VARS.get(vended.family, ()))
+                                  secrets=vended.secrets + ((refresh[ENV_TOKEN],) if ENV_TOKEN in refresh else ()),
+                                  unset=AMBIENT_CREDENTIAL_VARS.get(vended.family, ()), refresh_env=refresh)
     if storage_conn_id:
         return resolve_storage_credentials(storage_conn_id, resolved.location)
     if resolved.catalog == "glue" and resolved.location.startswith(("s3://", "s3a://")):
@@ -87,4 +109,4 @@ def check_catalog_allows(resolved: ResolvedTable, job: str, storage_options: Map
 
 
 __all__ = ["CATALOG_FEATURES", "OPERATIONS", "check_catalog_allows", "check_table_arguments", "credential_operation",
-           "list_catalog_tables", "resolve_table_name", "storage_credentials_for"]
+           "list_catalog_tables", "resolve_refreshed_table_name", "resolve_table_name", "storage_credentials_for"]

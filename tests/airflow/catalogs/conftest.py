@@ -110,6 +110,10 @@ class UnityLake:
 
     def requests(self) -> list[dict]:
         """The credential requests served so far (table id and operation)."""
+        return [{k: v for k, v in r.items() if k != "at"} for r in self.timed_requests()]
+
+    def timed_requests(self) -> list[dict]:
+        """The credential requests served so far, with the time each was served at (``at``, epoch seconds)."""
         log = Path(f"{self.state_file}.requests")
         return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 

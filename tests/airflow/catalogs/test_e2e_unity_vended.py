@@ -1,13 +1,17 @@
 """End to end: OPTIMIZE of a Unity Catalog table by name submitted to real spark-submit with the S3 credentials the
 catalog vended (the contract server of ``unity_server.py``, data on moto's S3); rows read back; the vended secret
 key and session token, and the catalog's token, in no process's arguments, the task's log, its XCom value or
-rendered fields, nor Spark's event log, while the spark-submit JVM's environment holds the vended ones."""
+rendered fields, nor Spark's event log, while the spark-submit JVM's environment holds the vended ones. The server
+vends credentials of a few seconds, different on each request: the run outlives the first and its driver and
+Spark tasks ask the catalog again (the catalog's token reaches them through spark-submit's environment only)."""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
+
+import time
 
 import pytest
 from delta_maint_testing import ProcessSampler
@@ -20,6 +24,8 @@ from tests.airflow.catalogs.test_unity_catalog import store_options, table_info
 pytestmark = pytest.mark.e2e
 
 TABLE = "s3://lake/uc-spark/orders"
+#: the vended credentials' life: a Spark run takes many times longer
+LIFETIME_S = 3
 
 
 def test_vended_credentials_reach_spark_through_the_environment_only(unity_catalog, tmp_path, monkeypatch, caplog,
@@ -43,20 +49,34 @@ def test_vended_credentials_reach_spark_through_the_environment_only(unity_catal
 
     op = OptimizeOperator(task_id="optimize", table_name="main.spark.orders", catalog_conn_id=uc.conn_id,
                           execution="spark", storage_options=store_options(uc))
-    with ProcessSampler([os.getpid()]) as sampler:
-        metrics = op.execute({})
+    uc.update(lifetime_s=LIFETIME_S, rotate=True)
+    start = time.time()
+    try:
+        with ProcessSampler([os.getpid()]) as sampler:
+            metrics = op.execute({})
+    finally:
+        uc.update(lifetime_s=3600, rotate=False)
+    end = time.time()
 
     assert metrics["status"] == "committed" and metrics["table_name"] == "main.spark.orders", metrics
     assert metrics["numRemovedFiles"] == 12 and metrics["numAddedFiles"] == 2
     assert metrics["version_read"] == version and metrics["version_committed"] == version + 1
     assert rows(TABLE, uc.s3.s3_options) == before
-    assert uc.requests()[-1] == {"table_id": "id-orders", "operation": "READ_WRITE"}
+    asked = [r["at"] for r in uc.timed_requests() if start <= r["at"] <= end]
+    assert set(map(json.dumps, uc.requests()[-len(asked):])) == {json.dumps({"table_id": "id-orders",
+                                                                             "operation": "READ_WRITE"})}
+    # the run outlived the credentials vended at its start, and asked again once they were about to expire
+    assert len(asked) >= 3 and end - asked[0] > 2 * LIFETIME_S and max(asked) > asked[0] + LIFETIME_S / 2, asked
 
     # the spark-submit JVM reached S3 with the vended credentials, through its environment
     submits = [environ for cmd, environ in sampler.latest.values() if any("SparkSubmit" in p for p in cmd)]
+    first = len(uc.requests()) - len(asked) + 1  # the number of the request the name's resolution made
     assert submits and all((e.get("AWS_ACCESS_KEY_ID"), e.get("AWS_SECRET_ACCESS_KEY"), e.get("AWS_SESSION_TOKEN"))
-                           == (uc.vended["access_key_id"], uc.vended["secret_access_key"], uc.vended["session_token"])
-                           for e in submits)
+                           == tuple(f"{uc.vended[k]}-{first}" for k in ("access_key_id", "secret_access_key",
+                                                                        "session_token")) for e in submits)
+    # what asks the catalog again: its URL, token, the table and the operation, in the environment
+    assert all((e.get("DELTA_MAINT_UNITY_TOKEN"), e.get("DELTA_MAINT_UNITY_TABLE"), e.get("DELTA_MAINT_UNITY_OPERATION"))
+               == (uc.token, "main.spark.orders", "READ_WRITE") for e in submits)
 
     hidden = {"secret key": uc.vended["secret_access_key"], "session token": uc.vended["session_token"],
               "catalog token": uc.token}

@@ -163,13 +163,14 @@ def test_managed_tables_follow_the_allowed_maintenance_operations(uc):
 
 
 def test_credentials_about_to_expire_are_refused_before_anything_runs(uc):
+    """delta-spark's engine does not ask again (its Hadoop store reads the environment once): 10 minutes at least."""
     version = DeltaTable(f"{S3}/tmp_x", storage_options=uc.s3.s3_options).version()
     uc.update(lifetime_s=60)
     try:
         with pytest.raises(CatalogError, match=r"^the credentials Unity Catalog vended for main.shop.tmp_x expire in "
                                                r"\d+ s, less than the 600 s a run needs at least; nothing was run$"):
-            OptimizeOperator(task_id="o", table_name="main.shop.tmp_x", catalog_conn_id=uc.conn_id, execution="local",
-                             storage_options=store_options(uc)).execute({})
+            OptimizeOperator(task_id="o", table_name="main.shop.tmp_x", catalog_conn_id=uc.conn_id,
+                             engine="delta-spark", storage_options=store_options(uc)).execute({})
     finally:
         uc.update(lifetime_s=3600)
     assert DeltaTable(f"{S3}/tmp_x", storage_options=uc.s3.s3_options).version() == version

@@ -3,10 +3,12 @@
 table for ``allowed-maintenance-operations``), served from a JSON state file read on every request.
 
 Run as ``python -m tests.airflow.catalogs.unity_server PORT STATE``; every credential request is appended to
-``STATE.requests`` (table id and operation, never a secret). State::
+``STATE.requests`` (table id, operation and time, never a secret). Vended credentials live ``lifetime_s`` seconds
+(a float: a few seconds make a run ask again); with ``rotate`` each response's AWS values end in ``-N``, N the
+request's number, so each request's credentials differ. State::
 
     {"token": "...", "tables": {"main.sales.orders": {TableInfo fields...}},
-     "credentials": {"aws_temp_credentials": {...}}, "lifetime_s": 3600,
+     "credentials": {"aws_temp_credentials": {...}}, "lifetime_s": 3600, "rotate": false,
      "allowed": {"main.sales.managed": ["OPTIMIZE"]}}
 """
 
@@ -84,10 +86,17 @@ class Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
         if body.get("operation") not in ("READ", "READ_WRITE"):
             return self._error(400, "INVALID_PARAMETER_VALUE", "operation must be READ or READ_WRITE")
-        with open(f"{self.state_file}.requests", "a") as log:
-            log.write(json.dumps({"table_id": body.get("table_id"), "operation": body["operation"]}) + "\n")
+        with open(f"{self.state_file}.requests", "a+") as log:
+            log.seek(0)
+            number = len(log.read().splitlines()) + 1
+            log.write(json.dumps({"table_id": body.get("table_id"), "operation": body["operation"],
+                                  "at": time.time()}) + "\n")
+        credentials = dict(state["credentials"])
+        if state.get("rotate") and "aws_temp_credentials" in credentials:
+            credentials["aws_temp_credentials"] = {k: f"{v}-{number}"
+                                                   for k, v in credentials["aws_temp_credentials"].items()}
         expires = int((time.time() + float(state.get("lifetime_s", 3600))) * 1000)
-        self._send(200, {**state["credentials"], "expiration_time": expires})
+        self._send(200, {**credentials, "expiration_time": expires})
 
 
 def main() -> None:

@@ -5,7 +5,6 @@ Catalog contract server (``unity_server.py``, the published OpenAPI contract's e
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import subprocess
 import sys
@@ -13,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import boto3
-import pyspark
 import pytest
 
+from tests.hive_metastore import start_hive_metastore
 from tests.storage.servers import Server, free_port, start_moto, wait_for_port
 
 
@@ -49,28 +48,6 @@ def glue_catalog(tmp_path_factory):
             yield GlueLake(server, "glue_lake", secret, glue, options)
     finally:
         server.stop()
-
-
-def start_hive_metastore(workdir: Path) -> Server:
-    """``org.apache.hadoop.hive.metastore.HiveMetaStore`` from pyspark's jars (Hive 2.3) on ``127.0.0.1``, its
-    schema created in an embedded Derby database under ``workdir``; its log in ``workdir/metastore.log``."""
-    port = free_port()
-    jars = Path(pyspark.__file__).parent / "jars"
-    argv = ["java", "-Xmx512m", "-cp", f"{jars}/*", "-Dhive.async.log.enabled=false",
-            f"-Djavax.jdo.option.ConnectionURL=jdbc:derby:;databaseName={workdir / 'metastore_db'};create=true",
-            "-Ddatanucleus.schema.autoCreateAll=true", "-Dhive.metastore.schema.verification=false",
-            f"-Dhive.metastore.warehouse.dir={workdir / 'warehouse'}", f"-Dderby.system.home={workdir}",
-            "org.apache.hadoop.hive.metastore.HiveMetaStore", "-p", str(port)]
-    with open(workdir / "metastore.log", "wb") as log:
-        proc = subprocess.Popen(argv, cwd=workdir, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                env={**os.environ, "HADOOP_USER_NAME": "maint"})
-    server = Server("hive-metastore", port, proc)
-    try:
-        wait_for_port(port, proc, timeout=180)
-    except Exception:
-        server.stop()
-        raise
-    return server
 
 
 @pytest.fixture(scope="module")

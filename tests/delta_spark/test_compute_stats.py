@@ -14,13 +14,13 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
 from airflow_delta_maint.app import cli
+from airflow_delta_maint.app.engines.delta_spark import session_conf
 from airflow_delta_maint.delta.log.listing import read_commit
 from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.delta.protocol.schema import all_columns
@@ -37,26 +37,11 @@ COLUMNS = ("id BIGINT, v BIGINT, s STRING, d DOUBLE, ts TIMESTAMP, dec DECIMAL(1
            "n STRUCT<a: INT, b: STRING>")
 
 
-@contextlib.contextmanager
-def conf(spark, **settings: str) -> Iterator[None]:
-    old = {k: spark.conf.get(k, None) for k in settings}
-    for k, v in settings.items():
-        spark.conf.set(k, v)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, v)
-
-
 def create(spark, path: Path, properties: dict[str, str], collect: bool) -> None:
     """The table, then APPENDS appends of one file each: id and v rise from file to file."""
     props = ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())
     spark.sql(f"CREATE TABLE delta.`{path}` ({COLUMNS}) USING delta" + (f" TBLPROPERTIES ({props})" if props else ""))
-    with conf(spark, **{COLLECT: str(collect).lower(), "spark.sql.session.timeZone": "UTC"}):
+    with session_conf(spark, {COLLECT: str(collect).lower(), "spark.sql.session.timeZone": "UTC"}):
         for k in range(APPENDS):
             (spark.range(k * ROWS, (k + 1) * ROWS).selectExpr(
                 "id", "1000 - id AS v", "IF(id % 7 = 0, NULL, concat('text-é-', id)) AS s",
@@ -145,7 +130,7 @@ def test_a_table_written_without_statistics(spark, tmp_path):
                                        "named_struct('a', 1, 'b', 'y') AS n").write.format("delta") \
         .mode("append").save(str(path))
     spark.sql(f"OPTIMIZE delta.`{path}`")
-    with conf(spark, **{RETENTION_CHECK: "false"}):
+    with session_conf(spark, {RETENTION_CHECK: "false"}):
         spark.sql(f"VACUUM delta.`{path}` RETAIN 0 HOURS")
     after = rows(spark, path)
     assert len(after) == len(expected) - APPENDS * ROWS // 10 + 10
@@ -206,7 +191,7 @@ def test_files_written_before_a_type_was_widened(spark, tmp_path):
     for table, collect in ((path, False), (twin, True)):
         spark.sql(f"CREATE TABLE delta.`{table}` (id BIGINT, n INT, dec DECIMAL(5,2)) USING delta "
                   "TBLPROPERTIES ('delta.enableTypeWidening' = 'true')")
-        with conf(spark, **{COLLECT: str(collect).lower()}):
+        with session_conf(spark, {COLLECT: str(collect).lower()}):
             for k in range(APPENDS):
                 (spark.range(k * ROWS, (k + 1) * ROWS)
                  .selectExpr("id", "CAST(id * 3 AS INT) AS n", "CAST(id / 8 AS DECIMAL(5,2)) AS dec")

@@ -28,27 +28,6 @@ def strip_stats(path, version: int) -> None:
     name.write_text("".join(json.dumps(a) + "\n" for a in actions))
 
 
-@pytest.fixture
-def no_spark_submit(monkeypatch):
-    def refuse(self, *args, **kwargs):
-        pytest.fail(f"spark-submit was called: {args}")
-
-    monkeypatch.setattr(DeltaMaintHook, "run_job", refuse)
-    monkeypatch.setattr(DeltaMaintHook, "submit", refuse)
-
-
-@pytest.fixture
-def submits(monkeypatch) -> list[tuple]:
-    calls: list[tuple] = []
-
-    def record(self, job, table_uri, job_args, storage_options=None):
-        calls.append((job, table_uri, list(job_args)))
-        return {"operation": job, "table": table_uri, "status": "committed"}
-
-    monkeypatch.setattr(DeltaMaintHook, "run_job", record)
-    return calls
-
-
 def test_command_and_templated_fields():
     op = ComputeStatsOperator(task_id="s", table_uri="s3://b/t", where="part = 'p0'", columns=["value", "id"],
                               max_files=500, dry_run="true", storage_options={"AWS_REGION": "eu-west-1"})

@@ -9,7 +9,7 @@ from deltalake import DeltaTable
 
 from airflow_delta_maint.app import cli
 from airflow_delta_maint.delta.plans.vacuum import LAST_VACUUM_INFO
-from airflow_delta_maint.hooks.delta_maint import APPLICATION, DeltaMaintHook
+from airflow_delta_maint.hooks.delta_maint import APPLICATION
 from airflow_delta_maint.operators.maintenance import (
     DeltaMaintenanceOperator,
     InspectTableOperator,
@@ -89,30 +89,6 @@ def test_unknown_job_is_refused():
 
     with pytest.raises(AirflowException, match="no job 'reindex'"):
         Reindex(task_id="r", table_uri="/t").execute(context={})
-
-
-@pytest.fixture
-def no_spark_submit(monkeypatch):
-    """Fail the test if an operator submits a Spark application."""
-
-    def refuse(self, *args, **kwargs):
-        pytest.fail(f"spark-submit was called: {args}")
-
-    monkeypatch.setattr(DeltaMaintHook, "run_job", refuse)
-    monkeypatch.setattr(DeltaMaintHook, "submit", refuse)
-
-
-@pytest.fixture
-def submits(monkeypatch) -> list[tuple]:
-    """Record the jobs operators submit instead of starting Spark; each returns "committed" metrics."""
-    calls: list[tuple] = []
-
-    def record(self, job, table_uri, job_args, storage_options=None):
-        calls.append((job, table_uri, list(job_args)))
-        return {"operation": job, "table": table_uri, "status": "committed"}
-
-    monkeypatch.setattr(DeltaMaintHook, "run_job", record)
-    return calls
 
 
 def _run_job(*argv: str) -> dict:

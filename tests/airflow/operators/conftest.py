@@ -1,0 +1,31 @@
+"""Fixtures the operator tests share: spark-submit refused, or recorded instead of run."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_delta_maint.hooks.delta_maint import DeltaMaintHook
+
+
+@pytest.fixture
+def no_spark_submit(monkeypatch):
+    """Fail the test if an operator submits a Spark application."""
+
+    def refuse(self, *args, **kwargs):
+        pytest.fail(f"spark-submit was called: {args}")
+
+    monkeypatch.setattr(DeltaMaintHook, "run_job", refuse)
+    monkeypatch.setattr(DeltaMaintHook, "submit", refuse)
+
+
+@pytest.fixture
+def submits(monkeypatch) -> list[tuple]:
+    """Record the jobs operators submit instead of starting Spark; each returns "committed" metrics."""
+    calls: list[tuple] = []
+
+    def record(self, job, table_uri, job_args, storage_options=None):
+        calls.append((job, table_uri, list(job_args)))
+        return {"operation": job, "table": table_uri, "status": "committed"}
+
+    monkeypatch.setattr(DeltaMaintHook, "run_job", record)
+    return calls

@@ -52,8 +52,11 @@ class ConnectServer:
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> str:
+        from airflow_delta_maint.app.spark_session import worker_env_conf
         from airflow_delta_maint.hooks.spark_install import pyspark_home
 
+        # the server's Python workers are the server's: configured as the application configures its own
+        worker_env = [arg for key, value in worker_env_conf().items() for arg in ("--conf", f"{key}={value}")]
         log = self.work / "connect-server.log"
         env = dict(os.environ, SPARK_HOME=pyspark_home(), PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
         env.pop("SPARK_REMOTE", None)
@@ -62,7 +65,8 @@ class ConnectServer:
                 [str(Path(pyspark_home()) / "bin" / "spark-submit"), "--class",
                  "org.apache.spark.sql.connect.service.SparkConnectServer", "--master", "local[2]",
                  "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
-                 "--conf", f"spark.connect.grpc.binding.port={self.port}", "--conf", "spark.ui.enabled=false"],
+                 "--conf", f"spark.connect.grpc.binding.port={self.port}", "--conf", "spark.ui.enabled=false",
+                 *worker_env],
                 env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 180
         while "Spark Connect server started" not in log.read_text(errors="replace"):

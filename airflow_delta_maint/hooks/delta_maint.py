@@ -22,7 +22,7 @@ from airflow_delta_maint.app.metrics import write_metrics
 from airflow_delta_maint.hooks import application_run, python_env
 from airflow_delta_maint.hooks.application_run import try_read_metrics
 from airflow_delta_maint.hooks.jvm_start import fast_start_options, keep_class_archive
-from airflow_delta_maint.hooks.package_bundle import (
+from airflow_delta_maint.app.package_bundle import (
     APPLICATION as APPLICATION,  # re-exported, as every name below: the old import path
     PACKAGE_DIR as PACKAGE_DIR,
     build_package_zip as build_package_zip,

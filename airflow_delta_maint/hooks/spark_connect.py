@@ -31,7 +31,7 @@ from airflow.sdk.exceptions import AirflowException
 from airflow_delta_maint.app.environment_errors import describe as describe_environment
 from airflow_delta_maint.app.runners.connect_tasks import ENV_ARCHIVE, ENV_CONF, ENV_PY_FILES, ENV_REMOTE
 from airflow_delta_maint.hooks.application_run import application_args, try_read_metrics
-from airflow_delta_maint.hooks.package_bundle import APPLICATION, build_package_zip, default_cache_dir
+from airflow_delta_maint.app.package_bundle import APPLICATION, build_package_zip, default_cache_dir
 from airflow_delta_maint.hooks.python_env import CONNECT_DISTRIBUTIONS
 
 if TYPE_CHECKING:

@@ -22,16 +22,13 @@ No pyspark import at module level: the Airflow side may import the application w
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
 import pickle
 import sys
-import tempfile
 import time
 import uuid
-import zipfile
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
@@ -76,29 +73,11 @@ def classic_tasks_kind() -> str:
 
 
 # -- the session ----------------------------------------------------------------------------------
-def package_zip(folder: str | os.PathLike | None = None) -> str:
-    """This package as a zip for ``addArtifacts(pyfile=True)`` (when the Airflow side passed none):
-    named by a hash of its content, built once per content."""
-    root = Path(__file__).resolve().parents[1]
-    files = sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts
-                   and not p.name.endswith((".pyc", ".pyo")) and not p.name.startswith("."))
-    digest = hashlib.sha256()
-    for p in files:
-        digest.update(p.relative_to(root.parent).as_posix().encode() + b"\0" + p.read_bytes())
-    out = Path(folder or tempfile.gettempdir()) / f"airflow_delta_maint-connect-{digest.hexdigest()[:16]}.zip"
-    if not out.exists():
-        tmp = out.with_name(f".{out.name}.{uuid.uuid4().hex[:8]}")
-        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
-            for p in files:
-                zf.write(p, p.relative_to(root.parent).as_posix())
-        os.replace(tmp, out)
-    return str(out)
-
-
 def connect_session(url: str) -> Any:
     """A Spark Connect session at ``url`` with the application's modules and environment added.
 
-    ``$DELTA_MAINT_CONNECT_PY_FILES`` names the package zip (else one is built), ``$DELTA_MAINT_CONNECT_ENV``
+    ``$DELTA_MAINT_CONNECT_PY_FILES`` names the package zip (else the one spark-submit ships is built or
+    taken from its cache, :func:`~airflow_delta_maint.app.package_bundle.build_package_zip`), ``$DELTA_MAINT_CONNECT_ENV``
     the packed environment to add as an archive, ``$DELTA_MAINT_CONNECT_CONF`` (JSON) configuration
     to set on the session (settings the server fixes at its start are skipped, with a warning).
     """
@@ -106,7 +85,9 @@ def connect_session(url: str) -> Any:
 
     started = time.perf_counter()
     spark = SparkSession.builder.remote(url).getOrCreate()
-    py_files = os.environ.get(ENV_PY_FILES) or package_zip()
+    from airflow_delta_maint.app.package_bundle import build_package_zip
+
+    py_files = os.environ.get(ENV_PY_FILES) or build_package_zip()
     spark.addArtifacts(py_files, pyfile=True)
     archive = os.environ.get(ENV_ARCHIVE)
     if archive:

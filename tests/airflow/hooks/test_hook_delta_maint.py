@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 
-from airflow_delta_maint.hooks import package_bundle
+from airflow_delta_maint.app import package_bundle
 from airflow_delta_maint.hooks.delta_maint import APPLICATION, DeltaMaintHook, build_package_zip, pyspark_home
 
 

@@ -33,7 +33,7 @@ def test_the_users_choice_wins(spark, monkeypatch):
     assert spark_session.worker_env_conf() == {}
     monkeypatch.delenv("ARROW_DEFAULT_MEMORY_POOL")
     # under spark-submit the submitted conf is the JVM's system properties
-    monkeypatch.setattr(spark_session, "_submitted", lambda: True)
+    monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "0")  # as spark-submit's launcher sets it; the test's JVM is up
     system = spark.sparkContext._jvm.System
     ours = system.clearProperty(KEY)  # this test session's own, as its launch passed it
     try:

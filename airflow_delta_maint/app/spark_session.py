@@ -13,11 +13,10 @@ from pathlib import Path
 
 
 #: The environment of Spark's Python workers, unless the submission or ``conf`` sets it: Arrow's
-#: allocator is the C library's. Arrow's default, mimalloc, hands freed pages back to the kernel within
-#: milliseconds, and a rewrite task, which allocates and frees a row group's worth of buffers per
-#: file it reads and per file it writes, then faults them in again: on two cores the speed guard's
-#: OPTIMIZE took 0.80 to 1.04 of delta-rs's time with mimalloc against 0.78 to 0.81 with the C
-#: library's allocator, Z-order 0.50 against 0.39 (docs/benchmarks.md).
+#: allocator is the C library's. Arrow's default, mimalloc, returns freed pages to the kernel at once,
+#: and a rewrite task, which allocates and frees a file's worth of buffers for every file it reads
+#: and writes, then faults them in again: a 900 MB OPTIMIZE on a warm two-core session took 4.4 to
+#: 5.0 s with mimalloc and 3.7 to 3.9 s with the C library's, at a lower peak (docs/benchmarks.md).
 WORKER_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system"}
 
 #: Spark Connect sessions of this process, by URL (their artifacts are added once)

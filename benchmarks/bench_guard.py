@@ -231,10 +231,15 @@ def recorded(doc: Path = DOC) -> dict[str, float]:
     return out
 
 
+def worse_measures(measured: dict[str, float], baseline: dict[str, float], tolerance: float) -> list[str]:
+    """The measures whose ratio is more than ``tolerance`` worse than recorded."""
+    return [k for k, v in measured.items() if k in baseline and v > baseline[k] * (1 + tolerance)]
+
+
 def compare(measured: dict[str, float], baseline: dict[str, float], tolerance: float) -> list[str]:
-    """The measures more than ``tolerance`` worse than recorded."""
-    return [f"{k}: {v:.2f}x against {baseline[k]:.2f}x recorded (more than {tolerance:.0%} worse)"
-            for k, v in measured.items() if k in baseline and v > baseline[k] * (1 + tolerance)]
+    """The measures more than ``tolerance`` worse than recorded, each as a line."""
+    return [f"{k}: {measured[k]:.2f}x against {baseline[k]:.2f}x recorded (more than {tolerance:.0%} worse)"
+            for k in worse_measures(measured, baseline, tolerance)]
 
 
 def best_ratios(results: dict[str, list[tuple[float, float]]]) -> dict[str, tuple[float, float]]:
@@ -250,8 +255,8 @@ def looks_worse(results: dict[str, list[tuple[float, float]]], baseline: dict[st
                 tolerance: float) -> dict[str, str]:
     """The measures whose best ratio so far is more than ``tolerance`` worse than recorded, each with
     the job that measures it again."""
-    return {key: STEP_OF[key] for key, (ours, peer) in best_ratios(results).items()
-            if key in baseline and ours / peer > baseline[key] * (1 + tolerance)}
+    ratios = {key: ours / peer for key, (ours, peer) in best_ratios(results).items()}
+    return {key: STEP_OF[key] for key in worse_measures(ratios, baseline, tolerance)}
 
 
 def table(results: dict[str, list[tuple[float, float]]], baseline: dict[str, float]) -> tuple[str, dict[str, float]]:

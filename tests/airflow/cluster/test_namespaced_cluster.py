@@ -28,6 +28,7 @@ from airflow.sdk.exceptions import AirflowException
 from delta_maint_testing import BIN, REPO, ProcessSampler, airflow_env, dags_test, task_results
 from deltalake import DeltaTable, write_deltalake
 
+from airflow_delta_maint.app.spark_session import WORKER_ENV
 from airflow_delta_maint.delta.storage.store import Storage
 from airflow_delta_maint.operators.maintenance import OptimizeOperator, VacuumOperator
 from tests.airflow.cluster.namespaced import NamespacedCluster, start_cluster
@@ -364,8 +365,10 @@ def test_credentials_reach_the_executors_unseen(cluster, s3, airflow_home, tmp_p
     for line in event_log.splitlines():
         if '"SparkListenerEnvironmentUpdate"' in line:
             props = dict(json.loads(line)["Spark Properties"])
-            assert not [k for k in props if k.startswith("spark.executorEnv.")
-                        or any(w in k.lower() for w in ("secret", "access.key", "session.token", "credential"))]
+            worker_env = {k: v for k, v in props.items() if k.startswith("spark.executorEnv.")}
+            assert worker_env == {f"spark.executorEnv.{k}": v for k, v in WORKER_ENV.items()}  # Arrow's allocator only
+            assert not [k for k in props
+                        if any(w in k.lower() for w in ("secret", "access.key", "session.token", "credential"))]
 
 
 # -- what a user sees when the cluster lacks what a run needs ----------------------------------------------

@@ -52,11 +52,12 @@ class ConnectServer:
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> str:
-        from airflow_delta_maint.app.spark_session import worker_env_conf
+        from airflow_delta_maint.app.spark_session import default_conf
         from airflow_delta_maint.hooks.spark_install import pyspark_home
 
         # the server's Python workers are the server's: configured as the application configures its own
-        worker_env = [arg for key, value in worker_env_conf().items() for arg in ("--conf", f"{key}={value}")]
+        worker_env = [arg for key, value in default_conf().items() if key.startswith("spark.executorEnv.")
+                      for arg in ("--conf", f"{key}={value}")]
         log = self.work / "connect-server.log"
         env = dict(os.environ, SPARK_HOME=pyspark_home(), PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
         env.pop("SPARK_REMOTE", None)

@@ -48,13 +48,7 @@ def get_spark(master: str | None = None, app_name: str = "delta-maint", conf: Ma
     builder = SparkSession.builder.appName(app_name)
     if master and not _submitted():
         builder = builder.master(master)
-    builder = (builder
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "8")
-               .config("spark.python.worker.reuse", "true")
-               .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"]))
-    for key, value in worker_env_conf(conf).items():
+    for key, value in default_conf(conf).items():
         builder = builder.config(key, value)
     if not _submitted():
         for key, value in (conf or {}).items():
@@ -64,18 +58,30 @@ def get_spark(master: str | None = None, app_name: str = "delta-maint", conf: Ma
     return spark
 
 
-def worker_env_conf(conf: Mapping[str, str] | None = None) -> dict[str, str]:
-    """``spark.executorEnv.*`` entries for :data:`WORKER_ENV`, leaving out every variable that ``conf``,
-    the submission's conf (under spark-submit) or this process's environment already sets."""
-    keys = {f"spark.executorEnv.{name}": value for name, value in WORKER_ENV.items() if name not in os.environ}
+def default_conf(conf: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The settings a session this application starts gets unless someone chose otherwise: no UI, no
+    console progress, 8 shuffle partitions, reused Python workers on this interpreter, and
+    ``spark.executorEnv.*`` for :data:`WORKER_ENV`.
+
+    A key that ``conf`` or the submission's conf (under spark-submit) sets is left out, and so is a
+    worker variable that this process's environment sets: the user's choice wins.
+    """
+    defaults = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "8",
+        "spark.python.worker.reuse": "true",
+        "spark.pyspark.python": os.environ.get("PYSPARK_PYTHON", sys.executable),
+    }
+    defaults |= {f"spark.executorEnv.{name}": value for name, value in WORKER_ENV.items() if name not in os.environ}
     taken = set(conf or {})
-    if _submitted() and keys:
+    if _submitted():
         from pyspark import SparkConf, SparkContext
 
         SparkContext._ensure_initialized()  # spark-submit's JVM: its system properties hold the submitted conf
         submitted = SparkConf()
-        taken |= {key for key in keys if submitted.contains(key)}
-    return {key: value for key, value in keys.items() if key not in taken}
+        taken |= {key for key in defaults if submitted.contains(key)}
+    return {key: value for key, value in defaults.items() if key not in taken}
 
 
 def _submitted() -> bool:

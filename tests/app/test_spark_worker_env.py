@@ -1,6 +1,6 @@
-"""The environment of Spark's Python workers: Arrow allocates with the C library's allocator in the
-tasks of both runners (``mapPartitions`` and ``mapInArrow``) unless the user chose otherwise, in the
-session's conf, the submission's conf or the environment."""
+"""The settings of the sessions the application starts. A key the session's conf or the submission's
+conf sets wins over every default, and so does a worker variable the environment sets. Arrow allocates
+with the C library's allocator in the tasks of both runners (``mapPartitions`` and ``mapInArrow``)."""
 
 from __future__ import annotations
 
@@ -27,18 +27,27 @@ def test_python_workers_allocate_with_the_c_library(spark):
 
 def test_the_users_choice_wins(spark, monkeypatch):
     monkeypatch.delenv("ARROW_DEFAULT_MEMORY_POOL", raising=False)
-    assert spark_session.worker_env_conf() == {KEY: "system"}
-    assert spark_session.worker_env_conf({KEY: "jemalloc"}) == {}
+    assert spark_session.default_conf()[KEY] == "system"
+    assert spark_session.default_conf()["spark.sql.shuffle.partitions"] == "8"
+    chosen = spark_session.default_conf({KEY: "jemalloc", "spark.sql.shuffle.partitions": "200"})
+    assert KEY not in chosen and "spark.sql.shuffle.partitions" not in chosen and chosen["spark.ui.enabled"] == "false"
     monkeypatch.setenv("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")  # the JVM and its workers inherit it
-    assert spark_session.worker_env_conf() == {}
+    assert KEY not in spark_session.default_conf()
     monkeypatch.delenv("ARROW_DEFAULT_MEMORY_POOL")
-    # under spark-submit the submitted conf is the JVM's system properties
+    # under spark-submit the submitted conf is the JVM's system properties, and each submitted key wins
     monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "0")  # as spark-submit's launcher sets it; the test's JVM is up
     system = spark.sparkContext._jvm.System
-    ours = system.clearProperty(KEY)  # this test session's own, as its launch passed it
+    submitted = {KEY: "jemalloc", "spark.ui.enabled": "true", "spark.sql.shuffle.partitions": "200"}
+    # this test session's own, as its launch passed them
+    ours = {key: system.clearProperty(key) for key in [*submitted, "spark.python.worker.reuse"]}
     try:
-        assert spark_session.worker_env_conf() == {KEY: "system"}
-        system.setProperty(KEY, "jemalloc")
-        assert spark_session.worker_env_conf() == {}
+        assert {key: spark_session.default_conf().get(key) for key in submitted} == {
+            KEY: "system", "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "8"}
+        for key, value in submitted.items():
+            system.setProperty(key, value)
+        left = spark_session.default_conf()
+        assert [key for key in submitted if key in left] == []
+        assert left["spark.python.worker.reuse"] == "true"  # what the submission leaves unset keeps its default
     finally:
-        system.clearProperty(KEY) if ours is None else system.setProperty(KEY, ours)
+        for key, value in ours.items():
+            system.clearProperty(key) if value is None else system.setProperty(key, value)

@@ -76,10 +76,7 @@ def default_conf(conf: Mapping[str, str] | None = None) -> dict[str, str]:
     defaults |= {f"spark.executorEnv.{name}": value for name, value in WORKER_ENV.items() if name not in os.environ}
     taken = set(conf or {})
     if _submitted():
-        from pyspark import SparkConf, SparkContext
-
-        SparkContext._ensure_initialized()  # spark-submit's JVM: its system properties hold the submitted conf
-        submitted = SparkConf()
+        submitted = _submitted_conf()
         taken |= {key for key in defaults if submitted.contains(key)}
     return {key: value for key, value in defaults.items() if key not in taken}
 
@@ -87,6 +84,14 @@ def default_conf(conf: Mapping[str, str] | None = None) -> dict[str, str]:
 def _submitted() -> bool:
     """True when running inside spark-submit, whose launcher passes the JVM gateway port."""
     return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def _submitted_conf():
+    """The submitted conf under spark-submit: its JVM's system properties (starts no SparkContext)."""
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # connects to spark-submit's JVM
+    return SparkConf()
 
 
 def session_master(master: str | None = None) -> str:
@@ -97,15 +102,13 @@ def session_master(master: str | None = None) -> str:
     url = remote_url(master)
     if url:
         return url
-    from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
     if active is not None:
         return str(active.sparkContext.master)
     if _submitted():
-        SparkContext._ensure_initialized()  # connects to spark-submit's JVM; starts no SparkContext
-        return SparkConf().get("spark.master", "local[*]") or "local[*]"
+        return _submitted_conf().get("spark.master", "local[*]") or "local[*]"
     return master or "local[*]"
 
 

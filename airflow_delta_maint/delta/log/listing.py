@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, NoReturn
 
 from airflow_delta_maint.delta.errors import CorruptLogError, MissingVersionError, NotADeltaTableError, TableNotFoundError
 from airflow_delta_maint.delta.storage.store import FileInfo, Storage
@@ -143,6 +143,120 @@ def _ensure_table(storage: Storage, listing: LogListing) -> None:
     raise NotADeltaTableError(f"not a Delta table (no commits or checkpoints in _delta_log): {storage.root}")
 
 
+def _listing_from_hint(storage: Storage, version: int | None, exclude: frozenset[str]) -> LogListing:
+    """The log listed from the ``_last_checkpoint`` hint when it names a checkpoint found there,
+    else the whole log."""
+    hint = read_last_checkpoint_hint(storage)
+    if hint is not None and (version is None or hint <= version) and not exclude:
+        candidate = list_log(storage, hint)
+        if any(c.version == hint for c in candidate.checkpoints):
+            return candidate
+    return list_log(storage)
+
+
+def _resolve_version(listing: LogListing, version: int | None) -> int:
+    """The version asked for, or the latest one; a version outside the log is refused."""
+    latest = listing.latest_commit
+    if latest is None:
+        latest = max(c.version for c in listing.checkpoints)
+    if version is None:
+        return latest
+    if version > latest:
+        raise MissingVersionError(f"version {version} does not exist; the latest version is {latest}")
+    if version < 0:
+        raise MissingVersionError(f"version must be >= 0, got {version}")
+    return version
+
+
+def _latest_checkpoint(listing: LogListing, version: int, exclude: frozenset[str]) -> Checkpoint | None:
+    """The latest complete checkpoint at or before ``version`` with none of its files excluded."""
+    checkpoint = None
+    for c in listing.checkpoints:
+        if c.version <= version and not any(f.key in exclude for f in c.files):
+            checkpoint = c  # ascending: keeps the latest
+    return checkpoint
+
+
+def _compactions_by_start(listing: LogListing, start: int, version: int,
+                          exclude: frozenset[str]) -> dict[int, list[Compaction]]:
+    """The usable compaction files inside ``start..version``, grouped by their first version."""
+    by_start: dict[int, list[Compaction]] = {}
+    for comp in listing.compactions:
+        if comp.start >= start and comp.end <= version and comp.file.key not in exclude:
+            by_start.setdefault(comp.start, []).append(comp)
+    return by_start
+
+
+def _cheapest_cover(listing: LogListing, by_start: dict[int, list[Compaction]], start: int, version: int,
+                    prefer_commits: bool) -> tuple[dict[int, tuple[int, int]], dict[int, Compaction | None]]:
+    """The cheapest cover of ``start..version`` by commits and compaction files.
+
+    Each step from v is commit v or a compaction file starting at v; the cheapest cover wins:
+    fewest compaction files first when commits are preferred, then fewest files. Solved
+    backwards, one step per version. Returns the cost of covering from each reachable version
+    on, and the step taken there (None: the commit).
+    """
+    cost: dict[int, tuple[int, int]] = {version + 1: (0, 0)}
+    step: dict[int, Compaction | None] = {}
+    for v in range(version, start - 1, -1):
+        options: list[tuple[tuple[int, int], Compaction | None]] = []
+        if v in listing.commits and v + 1 in cost:
+            after = cost[v + 1]
+            options.append(((after[0], after[1] + 1), None))
+        for comp in by_start.get(v, ()):
+            if comp.end + 1 in cost:
+                after = cost[comp.end + 1]
+                options.append(((after[0] + (1 if prefer_commits else 0), after[1] + 1), comp))
+        if options:  # ties: a compaction file over a commit, the longer one first
+            best = min(options, key=lambda o: (o[0], o[1] is None, -(o[1].end if o[1] else v)))
+            cost[v], step[v] = best
+    return cost, step
+
+
+def _raise_gap(listing: LogListing, checkpoint: Checkpoint | None, start: int, version: int) -> NoReturn:
+    """Refuse a version the log cannot reconstruct, naming the first missing commit."""
+    gap = next(v for v in range(start, version + 1) if v not in listing.commits)
+    if checkpoint is None and gap == 0:
+        earliest = min(listing.commits) if listing.commits else None
+        raise MissingVersionError(
+            f"cannot reconstruct version {version}: no checkpoint at or before it and commit 0 is gone"
+            + (f" (earliest commit is {earliest})" if earliest is not None else ""))
+    raise MissingVersionError(
+        f"the log has a gap: commit {gap} is missing (needed to read version {version}"
+        f" from {'checkpoint ' + str(checkpoint.version) if checkpoint else 'version 0'})")
+
+
+def _follow_cover(listing: LogListing, step: dict[int, Compaction | None], start: int, version: int,
+                  ) -> tuple[list[tuple[int, int, FileInfo]], list[Compaction], list[FileInfo]]:
+    """Walk the chosen steps from ``start``: the replay in version order, the compaction files
+    used and the commits read."""
+    replay: list[tuple[int, int, FileInfo]] = []
+    used: list[Compaction] = []
+    commits: list[FileInfo] = []
+    v = start
+    while v <= version:
+        chosen = step[v]
+        if chosen is not None:
+            replay.append((chosen.start, chosen.end, chosen.file))
+            used.append(chosen)
+            v = chosen.end + 1
+        else:
+            replay.append((v, v, listing.commits[v]))
+            commits.append(listing.commits[v])
+            v += 1
+    return replay, used, commits
+
+
+def _shadowed_compactions(by_start: dict[int, list[Compaction]], used: list[Compaction],
+                          replay: list[tuple[int, int, FileInfo]]) -> list[Compaction]:
+    """The compaction files passed over although every commit they cover was replayed."""
+    replayed = {s for s, e, _ in replay if s == e}
+    shadowed = [c for group in by_start.values() for c in group
+                if c not in used and all(u in replayed for u in range(c.start, c.end + 1))]
+    shadowed.sort(key=lambda c: (c.start, c.end))
+    return shadowed
+
+
 def build_segment(storage: Storage, version: int | None = None, use_compactions: bool = True,
                   listing: LogListing | None = None, *, prefer_commits: bool = False,
                   exclude: frozenset[str] = frozenset()) -> LogSegment:
@@ -162,81 +276,17 @@ def build_segment(storage: Storage, version: int | None = None, use_compactions:
         exclude: keys of checkpoint and compaction files not to use (found untrustworthy).
     """
     if listing is None:
-        hint = read_last_checkpoint_hint(storage)
-        listing = None
-        if hint is not None and (version is None or hint <= version) and not exclude:
-            candidate = list_log(storage, hint)
-            if any(c.version == hint for c in candidate.checkpoints):
-                listing = candidate
-        if listing is None:
-            listing = list_log(storage)
+        listing = _listing_from_hint(storage, version, exclude)
     _ensure_table(storage, listing)
-    latest = listing.latest_commit
-    if latest is None:
-        latest = max(c.version for c in listing.checkpoints)
-    if version is None:
-        version = latest
-    elif version > latest:
-        raise MissingVersionError(f"version {version} does not exist; the latest version is {latest}")
-    elif version < 0:
-        raise MissingVersionError(f"version must be >= 0, got {version}")
-
-    checkpoint = None
-    for c in listing.checkpoints:
-        if c.version <= version and not any(f.key in exclude for f in c.files):
-            checkpoint = c  # ascending: keeps the latest
+    version = _resolve_version(listing, version)
+    checkpoint = _latest_checkpoint(listing, version, exclude)
     start = checkpoint.version + 1 if checkpoint else 0
-
-    by_start: dict[int, list[Compaction]] = {}
-    if use_compactions:
-        for comp in listing.compactions:
-            if comp.start >= start and comp.end <= version and comp.file.key not in exclude:
-                by_start.setdefault(comp.start, []).append(comp)
-    # Cover start..version with commits and compaction files. Each step from v is commit v or a
-    # compaction file starting at v; the cheapest cover wins: fewest compaction files first when
-    # commits are preferred, then fewest files. Solved backwards, one step per version.
-    cost: dict[int, tuple[int, int]] = {version + 1: (0, 0)}
-    step: dict[int, Compaction | None] = {}
-    for v in range(version, start - 1, -1):
-        options: list[tuple[tuple[int, int], Compaction | None]] = []
-        if v in listing.commits and v + 1 in cost:
-            after = cost[v + 1]
-            options.append(((after[0], after[1] + 1), None))
-        for comp in by_start.get(v, ()):
-            if comp.end + 1 in cost:
-                after = cost[comp.end + 1]
-                options.append(((after[0] + (1 if prefer_commits else 0), after[1] + 1), comp))
-        if options:  # ties: a compaction file over a commit, the longer one first
-            best = min(options, key=lambda o: (o[0], o[1] is None, -(o[1].end if o[1] else v)))
-            cost[v], step[v] = best
+    by_start = _compactions_by_start(listing, start, version, exclude) if use_compactions else {}
+    cost, step = _cheapest_cover(listing, by_start, start, version, prefer_commits)
     if start not in cost:
-        gap = next(v for v in range(start, version + 1) if v not in listing.commits)
-        if checkpoint is None and gap == 0:
-            earliest = min(listing.commits) if listing.commits else None
-            raise MissingVersionError(
-                f"cannot reconstruct version {version}: no checkpoint at or before it and commit 0 is gone"
-                + (f" (earliest commit is {earliest})" if earliest is not None else ""))
-        raise MissingVersionError(
-            f"the log has a gap: commit {gap} is missing (needed to read version {version}"
-            f" from {'checkpoint ' + str(checkpoint.version) if checkpoint else 'version 0'})")
-    replay: list[tuple[int, int, FileInfo]] = []
-    used: list[Compaction] = []
-    commits: list[FileInfo] = []
-    v = start
-    while v <= version:
-        chosen = step[v]
-        if chosen is not None:
-            replay.append((chosen.start, chosen.end, chosen.file))
-            used.append(chosen)
-            v = chosen.end + 1
-        else:
-            replay.append((v, v, listing.commits[v]))
-            commits.append(listing.commits[v])
-            v += 1
-    replayed = {s for s, e, _ in replay if s == e}
-    shadowed = [c for group in by_start.values() for c in group
-                if c not in used and all(u in replayed for u in range(c.start, c.end + 1))]
-    shadowed.sort(key=lambda c: (c.start, c.end))
+        _raise_gap(listing, checkpoint, start, version)
+    replay, used, commits = _follow_cover(listing, step, start, version)
+    shadowed = _shadowed_compactions(by_start, used, replay)
     return LogSegment(version, checkpoint, tuple(commits), tuple(used), tuple(replay), tuple(shadowed))
 
 

@@ -150,24 +150,9 @@ def _deletable(files: Iterable[FileInfo], boundary: int) -> list[tuple[int, File
     return out
 
 
-def plan_log_cleanup(storage: Storage, *, retention: str | None = None, now_ms: int | None = None,
-                     keep_versions: Iterable[int] = (), snapshot: TableHeader | None = None) -> LogCleanupPlan:
-    """Decide which log files may go (nothing is written or deleted).
-
-    Args:
-        storage: the table's storage.
-        retention: an interval overriding ``delta.logRetentionDuration``.
-        now_ms: the clock (default: now).
-        keep_versions: versions that must stay readable: the boundary is at or before the oldest.
-        snapshot: the latest snapshot, when already loaded.
-
-    Raises:
-        InvalidArgumentError: a bad retention, or a version to keep that is newer than the table
-            or no longer readable.
-        UnsupportedFeatureError: the table uses a feature cleanup does not support.
-    """
-    snapshot = snapshot if snapshot is not None else Snapshot.load(storage, paths_only=True)
-    check_supported(snapshot.protocol, "cleanup-log", snapshot.metadata)
+def _new_plan(snapshot: TableHeader, retention: str | None, now_ms: int | None,
+              keep_versions: Iterable[int]) -> LogCleanupPlan:
+    """The plan's clock, retention, cut-off, protection and versions to keep, checked."""
     configuration = dict(snapshot.metadata.configuration)
     now = int(time.time() * 1000) if now_ms is None else now_ms
     retention_ms = log_retention_ms(configuration, retention)
@@ -178,20 +163,18 @@ def plan_log_cleanup(storage: Storage, *, retention: str | None = None, now_ms: 
     plan.keep_versions = keep
     if keep and (keep[0] < 0 or keep[-1] > snapshot.version):
         raise InvalidArgumentError(f"versions to keep must be between 0 and {snapshot.version}, got {list(keep)}")
-    if not snapshot.metadata.properties.expired_log_cleanup:
-        plan.reason = f"expired log cleanup is turned off ({ENABLE_PROPERTY}=false)"
-        return plan
+    return plan
 
-    entries = list(storage.list_from(LOG_DIR))
-    listing = parse_listing(entries)
-    times = commit_times(storage, listing, configuration, until=snapshot.version, stop_after_ms=plan.cutoff_ms)
-    old = [v for v, ts in times.items() if ts <= plan.cutoff_ms and v in listing.commits]
-    plan.cutoff_commit = max(old) if old else None
-    if plan.cutoff_commit is None:
-        plan.reason = (f"no commit is older than the cut-off "
-                       f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(plan.cutoff_ms / 1000))}")
-        return plan
-    target = plan.cutoff_commit
+
+def _oldest_version_to_keep(plan: LogCleanupPlan, listing: LogListing, cutoff_commit: int) -> int:
+    """The version the boundary must be at or before: the cut-off commit, or the oldest version
+    to keep when that is older.
+
+    Raises:
+        InvalidArgumentError: a version to keep is no longer readable.
+    """
+    target = cutoff_commit
+    keep = plan.keep_versions
     if keep:
         earliest = _earliest_readable(listing)
         if keep[0] < earliest:
@@ -199,18 +182,27 @@ def plan_log_cleanup(storage: Storage, *, retention: str | None = None, now_ms: 
                 f"version {keep[0]} cannot be kept readable: the log starts at version {earliest} "
                 "(earlier versions were cleaned up)")
         target = min(target, keep[0])
+    return target
+
+
+def _choose_boundary(plan: LogCleanupPlan, listing: LogListing, target: int) -> int | None:
+    """The boundary checkpoint at or before ``target``, or ``target`` itself with a checkpoint to
+    write first; None (with the plan's reason) when checkpointProtection forbids writing one."""
     checkpoint = _checkpoint_at_or_before(listing, target)
+    if checkpoint is not None:
+        return checkpoint.version
     protected = plan.protected_before
-    if checkpoint is None:
-        if protected is not None and target < protected:
-            plan.reason = (f"no checkpoint at or before version {target}, and checkpointProtection forbids writing "
-                           f"one before version {protected} (delta.requireCheckpointProtectionBeforeVersion)")
-            return plan
-        plan.checkpoint_to_write = target
-        boundary = target
-    else:
-        boundary = checkpoint.version
-    plan.boundary = boundary
+    if protected is not None and target < protected:
+        plan.reason = (f"no checkpoint at or before version {target}, and checkpointProtection forbids writing "
+                       f"one before version {protected} (delta.requireCheckpointProtectionBeforeVersion)")
+        return None
+    plan.checkpoint_to_write = target
+    return target
+
+
+def _log_files_before(entries: list[FileInfo], boundary: int) -> list[FileInfo]:
+    """The log files of versions before ``boundary`` with their version checksums and Hadoop
+    checksum companions, oldest version first."""
     files = _deletable(entries, boundary)
     present = {f.key for f in entries}
     companions = []
@@ -232,8 +224,48 @@ def plan_log_cleanup(storage: Storage, *, retention: str | None = None, now_ms: 
         m = _VERSIONED.match(key[len(LOG_DIR) + 1:])
         files.append((int(m.group(1)) if m else boundary, by_key[key]))
     files.sort(key=lambda item: (item[0], item[1].key))
-    plan.files = [f for _, f in files]
-    plan.files.extend(_expired_sidecars(storage, listing, boundary, plan.cutoff_ms, now))
+    return [f for _, f in files]
+
+
+def plan_log_cleanup(storage: Storage, *, retention: str | None = None, now_ms: int | None = None,
+                     keep_versions: Iterable[int] = (), snapshot: TableHeader | None = None) -> LogCleanupPlan:
+    """Decide which log files may go (nothing is written or deleted).
+
+    Args:
+        storage: the table's storage.
+        retention: an interval overriding ``delta.logRetentionDuration``.
+        now_ms: the clock (default: now).
+        keep_versions: versions that must stay readable: the boundary is at or before the oldest.
+        snapshot: the latest snapshot, when already loaded.
+
+    Raises:
+        InvalidArgumentError: a bad retention, or a version to keep that is newer than the table
+            or no longer readable.
+        UnsupportedFeatureError: the table uses a feature cleanup does not support.
+    """
+    snapshot = snapshot if snapshot is not None else Snapshot.load(storage, paths_only=True)
+    check_supported(snapshot.protocol, "cleanup-log", snapshot.metadata)
+    plan = _new_plan(snapshot, retention, now_ms, keep_versions)
+    if not snapshot.metadata.properties.expired_log_cleanup:
+        plan.reason = f"expired log cleanup is turned off ({ENABLE_PROPERTY}=false)"
+        return plan
+
+    entries = list(storage.list_from(LOG_DIR))
+    listing = parse_listing(entries)
+    times = commit_times(storage, listing, dict(snapshot.metadata.configuration), until=snapshot.version,
+                         stop_after_ms=plan.cutoff_ms)
+    old = [v for v, ts in times.items() if ts <= plan.cutoff_ms and v in listing.commits]
+    plan.cutoff_commit = max(old) if old else None
+    if plan.cutoff_commit is None:
+        plan.reason = (f"no commit is older than the cut-off "
+                       f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(plan.cutoff_ms / 1000))}")
+        return plan
+    boundary = _choose_boundary(plan, listing, _oldest_version_to_keep(plan, listing, plan.cutoff_commit))
+    if boundary is None:
+        return plan
+    plan.boundary = boundary
+    plan.files = _log_files_before(entries, boundary)
+    plan.files.extend(_expired_sidecars(storage, listing, boundary, plan.cutoff_ms, plan.now_ms))
     if not plan.files and plan.checkpoint_to_write is None:
         plan.reason = f"nothing before version {boundary} is left in the log"
     return plan

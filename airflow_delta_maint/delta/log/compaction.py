@@ -20,25 +20,23 @@ are older than ``delta.logRetentionDuration`` are deleted.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
 
-from airflow_delta_maint.delta.errors import InconsistentStateError, InvalidArgumentError
-from airflow_delta_maint.delta.log.compaction_options import (DEFAULT_MAX_WINDOW_BYTES, LogCompactionOptions, check_sizes,
-                                                              window_length)
-from airflow_delta_maint.delta.log.listing import (Compaction, LogListing, build_segment, commit_key, compaction_key, list_log,
-                                                   parse_json_lines, read_last_checkpoint_hint)
-from airflow_delta_maint.delta.log.reconciliation import Replay, actions_problem
+from airflow_delta_maint.delta.log.compaction_options import DEFAULT_MAX_WINDOW_BYTES, LogCompactionOptions, check_sizes
+from airflow_delta_maint.delta.log.compaction_windows import (Window, compaction_interval, expired_compactions, plan_windows,
+                                                              reconcile_window, render_window, window_bytes, write_window)
+from airflow_delta_maint.delta.log.listing import (LogListing, build_segment, commit_key, list_log, parse_json_lines,
+                                                   read_last_checkpoint_hint)
 from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.delta.log.table_header import TableHeader
 from airflow_delta_maint.delta.protocol.actions import Metadata
 from airflow_delta_maint.delta.protocol.features import check_supported
 from airflow_delta_maint.delta.protocol.table_properties import (DEFAULT_LOG_COMPACTION_INTERVAL, LOG_COMPACTION_INTERVAL,
                                                                  LOG_RETENTION, TableProperties)
-from airflow_delta_maint.delta.storage.store import AlreadyExistsError, Storage
+from airflow_delta_maint.delta.storage.store import Storage
 
 __all__ = [
     "DEFAULT_INTERVAL", "DEFAULT_MAX_WINDOW_BYTES", "INTERVAL_PROPERTY",
@@ -53,138 +51,94 @@ DEFAULT_INTERVAL = DEFAULT_LOG_COMPACTION_INTERVAL
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class Window:
-    """The commit range ``[start, end]`` one compaction file covers."""
-
-    start: int
-    end: int
-
-    @property
-    def key(self) -> str:
-        return compaction_key(self.start, self.end)
-
-
-# -- planning -------------------------------------------------------------------------------------
-
-def compaction_interval(configuration: Mapping[str, str], override: int | None = None) -> int:
-    """The window length: ``override``, else the table property, else :data:`DEFAULT_INTERVAL`.
-
-    Raises:
-        InvalidArgumentError: the interval is not an integer of at least 2.
-    """
-    if override is None:
-        return TableProperties(configuration).log_compaction_interval
-    return window_length(override)
-
-
-def plan_windows(latest: int, checkpoint_version: int | None, interval: int,
-                 existing: Iterable[tuple[int, int]] = ()) -> tuple[list[Window], list[tuple[Window, tuple[int, int]]]]:
-    """The windows to write after the last checkpoint, up to the latest published commit.
-
-    Args:
-        latest: the latest published commit version.
-        checkpoint_version: the latest checkpoint's version (windows start after it), or None.
-        interval: the window length (>= 2).
-        existing: ``(start, end)`` of the compaction files already in the log.
-
-    Returns:
-        ``(missing, blocked)``: windows to write, ascending; and windows not written because
-        they overlap an existing file of another range, each with that range. A window whose
-        exact file exists is in neither. A window that would hold a single commit is not planned.
-    """
-    if interval < 2:
-        raise InvalidArgumentError(f"invalid interval {interval}: a compaction window must span at least 2 commits")
-    floor = checkpoint_version + 1 if checkpoint_version is not None else 0
-    ranges = sorted(set(existing))
-    missing: list[Window] = []
-    blocked: list[tuple[Window, tuple[int, int]]] = []
-    first = max(interval, -(-floor // interval) * interval)
-    for end in range(first, latest + 1, interval):
-        start = max(end - interval + 1, floor)
-        if start >= end:
-            continue
-        if (start, end) in ranges:
-            continue
-        overlap = next(((s, e) for s, e in ranges if s <= end and e >= start), None)
-        if overlap is not None:
-            blocked.append((Window(start, end), overlap))
-        else:
-            missing.append(Window(start, end))
-    return missing, blocked
-
-
-# -- content --------------------------------------------------------------------------------------
-
-def reconcile_window(commits: Iterable[Sequence[Mapping[str, Any]]], root: str = "") -> list[dict]:
-    """Reconcile the actions of consecutive commits, oldest first, into a compaction's lines.
-
-    Args:
-        commits: each commit's actions, in version order.
-        root: the table root, so that the spellings of one file path reconcile as one.
-
-    Returns:
-        The actions in a fixed order: protocol, metaData, txn (by appId), domainMetadata (by
-        domain), remove (by path), add (by path). A file's newest action wins; removes and
-        domain tombstones are kept.
-    """
-    replay = Replay(root=root)
-    for n, actions in enumerate(commits):
-        replay.apply_commit(actions, f"commit {n} of the window")
-    protocol, metadata, txns, domains, files = (replay.protocol, replay.metadata, replay.txns, replay.domains,
-                                                replay.files)
-    out: list[dict] = []
-    if protocol is not None:
-        out.append({"protocol": protocol})
-    if metadata is not None:
-        out.append({"metaData": metadata})
-    out.extend({"txn": txns[app]} for app in sorted(txns))
-    out.extend({"domainMetadata": domains[d]} for d in sorted(domains))
-    ordered = sorted(files.items(), key=lambda kv: (kv[1][0] != "remove", kv[0]))
-    out.extend({kind: action} for _, (kind, action) in ordered)
-    problem = actions_problem(out, root)
-    if problem:  # cannot happen for a valid replay; never write it if it does
-        raise InconsistentStateError(f"refusing to write a log compaction file that is not a reconciled state: {problem}")
-    return out
-
-
-def render_window(actions: Iterable[Mapping[str, Any]]) -> bytes:
-    """Newline-delimited JSON of the actions, compact and UTF-8."""
-    return b"".join(json.dumps(a, separators=(",", ":"), ensure_ascii=False).encode() + b"\n" for a in actions)
-
-
-def write_window(storage: Storage, window: Window, data: bytes) -> bool:
-    """Create the window's file with put-if-absent. False when it already exists (a no-op)."""
-    try:
-        storage.put_if_absent(window.key, data)
-        return True
-    except AlreadyExistsError:
-        return False
-
-
-def expired_compactions(compactions: Iterable[Compaction], checkpoint_version: int | None,
-                        retention_ms: int, now_ms: int) -> list[Compaction]:
-    """Compaction files that end at or before the checkpoint and are older than the retention."""
-    if checkpoint_version is None:
-        return []
-    return [c for c in compactions if c.end <= checkpoint_version and c.file.mtime_ms < now_ms - retention_ms]
-
-
 # -- the job --------------------------------------------------------------------------------------
-
-def _window_bytes(listing: LogListing, window: Window) -> tuple[int, int | None]:
-    """Total size of the window's commit files, and the first missing commit (or None)."""
-    total = 0
-    for v in range(window.start, window.end + 1):
-        f = listing.commits.get(v)
-        if f is None:
-            return total, v
-        total += f.size
-    return total, None
-
 
 def _retention_ms(configuration: Mapping[str, str]) -> int:
     return TableProperties(configuration).log_retention_ms
+
+
+def _remove_distrusted(storage: Storage, snapshot: TableHeader) -> list[dict[str, Any]]:
+    """Delete the compaction files the state found to disagree with their commits; returns them.
+
+    Such a file misleads every reader that trusts it (other engines do); the commits it covers
+    are all there, so removing it loses nothing.
+    """
+    distrusted = [d for d in snapshot.distrusted if d["file"].endswith(".compacted.json")]
+    for d in distrusted:
+        log.warning("%s: removing %s, which disagrees with the commits it covers: %s", storage.root, d["file"],
+                    d["reason"])
+    storage.delete_many([d["file"] for d in distrusted])
+    return distrusted
+
+
+def _checkpoint_if_due(snapshot: TableHeader, checkpoint_interval: int | None,
+                       checkpoint_writer: Callable[[int], dict[str, Any]] | None,
+                       now_ms: int) -> dict[str, Any] | None:
+    """Write a checkpoint at the latest version when at least ``checkpoint_interval`` commits
+    follow the last one; the writer's metrics, or None when none is due."""
+    if checkpoint_interval is None:
+        return None
+    latest = snapshot.version
+    base = snapshot.segment.checkpoint_version
+    if latest - (base if base is not None else -1) < checkpoint_interval or base == latest:
+        return None
+    from airflow_delta_maint.delta.log.checkpoint import write_checkpoint
+
+    check_supported(snapshot.protocol, "checkpoint", snapshot.metadata)
+    return checkpoint_writer(latest) if checkpoint_writer is not None else \
+        write_checkpoint(snapshot.eager(), now_ms=now_ms)
+
+
+@dataclass
+class _WindowsRun:
+    """The windows one run wrote, skipped or found already written, and what it read and wrote."""
+
+    written: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+    already: int = 0
+    commits_read: int = 0
+    actions_read: int = 0
+    actions_out: int = 0
+    bytes_out: int = 0
+
+    def write(self, storage: Storage, listing: LogListing, window: Window, max_window_bytes: int) -> None:
+        """Reconcile and write one missing window, or note why it is skipped (a commit missing,
+        commit files over the size guard) or that a concurrent writer wrote it first."""
+        size, gap = window_bytes(listing, window)
+        if gap is not None:
+            self.skipped.append({"start": window.start, "end": window.end, "reason": f"commit {gap} is missing"})
+            return
+        if size > max_window_bytes:
+            self.skipped.append({"start": window.start, "end": window.end,
+                                 "reason": f"commit files total {size} bytes, over max_window_bytes {max_window_bytes}"})
+            return
+        commits = [parse_json_lines(storage.read(commit_key(v)), commit_key(v))
+                   for v in range(window.start, window.end + 1)]
+        actions = reconcile_window(commits, storage.root)
+        data = render_window(actions)
+        self.commits_read += len(commits)
+        self.actions_read += sum(1 for c in commits for a in c if "commitInfo" not in a)
+        if write_window(storage, window, data):
+            self.actions_out += len(actions)
+            self.bytes_out += len(data)
+            self.written.append({"start": window.start, "end": window.end, "numCommits": len(commits),
+                                 "numActions": len(actions), "bytes": len(data)})
+        else:
+            self.already += 1
+
+    def metrics(self) -> dict[str, Any]:
+        """The windows' part of the job's metrics."""
+        return {
+            "windows_written": self.written,
+            "windows_skipped": self.skipped,
+            "numWindowsWritten": len(self.written),
+            "numWindowsSkipped": len(self.skipped),
+            "numWindowsAlreadyPresent": self.already,
+            "numCommitsReconciled": self.commits_read,
+            "numActionsReconciled": self.actions_read,
+            "numActionsWritten": self.actions_out,
+            "numBytesWritten": self.bytes_out,
+        }
 
 
 def compact_log(table: str | Storage, storage_options: Mapping[str, str] | None = None, *,
@@ -229,81 +183,33 @@ def compact_log(table: str | Storage, storage_options: Mapping[str, str] | None 
     snapshot = snapshot if snapshot is not None else Snapshot.load(storage)
     assert snapshot is not None
     check_supported(snapshot.protocol, "compact-log", snapshot.metadata)
-    # A compaction file that disagrees with its commits misleads every reader that trusts it (other
-    # engines do); the commits it covers are all there, so removing it loses nothing.
-    distrusted = [d for d in snapshot.distrusted if d["file"].endswith(".compacted.json")]
-    for d in distrusted:
-        log.warning("%s: removing %s, which disagrees with the commits it covers: %s", storage.root, d["file"],
-                    d["reason"])
-    storage.delete_many([d["file"] for d in distrusted])
+    distrusted = _remove_distrusted(storage, snapshot)
     configuration = snapshot.metadata.configuration
     window_len = compaction_interval(configuration, interval)
     retention_ms = _retention_ms(configuration)
-    latest = snapshot.version
-
-    checkpoint_metrics: dict[str, Any] | None = None
-    if checkpoint_interval is not None:
-        base = snapshot.segment.checkpoint_version
-        if latest - (base if base is not None else -1) >= checkpoint_interval and base != latest:
-            from airflow_delta_maint.delta.log.checkpoint import write_checkpoint
-
-            check_supported(snapshot.protocol, "checkpoint", snapshot.metadata)
-            checkpoint_metrics = checkpoint_writer(latest) if checkpoint_writer is not None else \
-                write_checkpoint(snapshot.eager(), now_ms=now_ms)
+    checkpoint_metrics = _checkpoint_if_due(snapshot, checkpoint_interval, checkpoint_writer, now_ms)
 
     listing = list_log(storage)
     checkpoint_version = max((c.version for c in listing.checkpoints), default=None)
-    missing, blocked = plan_windows(latest, checkpoint_version, window_len,
+    missing, blocked = plan_windows(snapshot.version, checkpoint_version, window_len,
                                     ((c.start, c.end) for c in listing.compactions))
-    written: list[dict[str, Any]] = []
-    skipped: list[dict[str, Any]] = [
-        {"start": w.start, "end": w.end, "reason": f"overlaps existing compaction file {s}..{e}"}
-        for w, (s, e) in blocked]
-    already = commits_read = actions_read = actions_out = bytes_out = 0
+    run = _WindowsRun(skipped=[{"start": w.start, "end": w.end, "reason": f"overlaps existing compaction file {s}..{e}"}
+                               for w, (s, e) in blocked])
     for window in missing:
-        size, gap = _window_bytes(listing, window)
-        if gap is not None:
-            skipped.append({"start": window.start, "end": window.end, "reason": f"commit {gap} is missing"})
-            continue
-        if size > max_window_bytes:
-            skipped.append({"start": window.start, "end": window.end,
-                            "reason": f"commit files total {size} bytes, over max_window_bytes {max_window_bytes}"})
-            continue
-        commits = [parse_json_lines(storage.read(commit_key(v)), commit_key(v))
-                   for v in range(window.start, window.end + 1)]
-        actions = reconcile_window(commits, storage.root)
-        data = render_window(actions)
-        commits_read += len(commits)
-        actions_read += sum(1 for c in commits for a in c if "commitInfo" not in a)
-        if write_window(storage, window, data):
-            actions_out += len(actions)
-            bytes_out += len(data)
-            written.append({"start": window.start, "end": window.end, "numCommits": len(commits),
-                            "numActions": len(actions), "bytes": len(data)})
-        else:
-            already += 1
+        run.write(storage, listing, window, max_window_bytes)
 
     cleaned = [c.file.key for c in expired_compactions(listing.compactions, checkpoint_version, retention_ms, now_ms)]
     storage.delete_many(cleaned)
-
     checkpoint_written = checkpoint_metrics is not None and not checkpoint_metrics.get("already_existed")
-    changed = bool(written) or checkpoint_written or bool(cleaned) or bool(distrusted)
+    changed = bool(run.written) or checkpoint_written or bool(cleaned) or bool(distrusted)
     return {
         "status": "committed" if changed else "skipped",
-        "version_read": latest,
+        "version_read": snapshot.version,
         "version_committed": checkpoint_metrics["version"] if checkpoint_written and checkpoint_metrics else None,
         "interval": window_len,
         "max_window_bytes": max_window_bytes,
         "last_checkpoint_version": checkpoint_version,
-        "windows_written": written,
-        "windows_skipped": skipped,
-        "numWindowsWritten": len(written),
-        "numWindowsSkipped": len(skipped),
-        "numWindowsAlreadyPresent": already,
-        "numCommitsReconciled": commits_read,
-        "numActionsReconciled": actions_read,
-        "numActionsWritten": actions_out,
-        "numBytesWritten": bytes_out,
+        **run.metrics(),
         "checkpoint": checkpoint_metrics,
         "numDistrustedFilesRemoved": len(distrusted),
         "distrustedFilesRemoved": distrusted,
@@ -418,7 +324,7 @@ def windows_nothing_to_do(table: str | Storage, storage_options: Mapping[str, st
     missing, _ = plan_windows(latest, checkpoint_version, window_len,
                               ((c.start, c.end) for c in listing.compactions))
     for window in missing:
-        size, gap = _window_bytes(listing, window)
+        size, gap = window_bytes(listing, window)
         if gap is None and size <= max_bytes:
             return None
     if any(checkpoint_version is None or c.start > checkpoint_version for c in listing.compactions):

@@ -44,8 +44,9 @@ from airflow_delta_maint.delta.log.listing import commit_key, list_log, read_com
 from airflow_delta_maint.delta.log.reconciliation import commit_problem
 from airflow_delta_maint.delta.log.table_header import TableHeader
 from airflow_delta_maint.delta.protocol.features import check_supported, table_features
+from airflow_delta_maint.delta.log.winning_commits import WinningCommit, canonical_key, conflicting_files, winning_commits
 from airflow_delta_maint.delta.protocol.row_tracking import DOMAIN as ROW_TRACKING_DOMAIN
-from airflow_delta_maint.delta.protocol.row_tracking import assign_fresh_ids, domain_action, high_water_mark, row_tracking
+from airflow_delta_maint.delta.protocol.row_tracking import assign_fresh_ids, domain_action, row_tracking
 from airflow_delta_maint.delta.storage.store import AlreadyExistsError, Storage
 
 log = logging.getLogger(__name__)
@@ -92,104 +93,6 @@ class ConflictError(CommitConflictError):
         if listed:
             message += f" ({listed})"
         super().__init__(message)
-
-
-@dataclass(frozen=True)
-class WinningCommit:
-    """What one concurrent commit did, as far as conflict detection cares."""
-
-    version: int
-    removed_paths: frozenset[str]
-    data_change_adds: int
-    domains: frozenset[str]
-    app_ids: frozenset[str]
-    protocol_changed: bool
-    metadata_changed: bool
-    commit_info: dict = field(default_factory=dict, compare=False)
-    #: the ``rowIdHighWaterMark`` the commit set, if it wrote the row-tracking domain
-    row_id_high_water_mark: int | None = None
-
-    @property
-    def in_commit_timestamp(self) -> int | None:
-        value = self.commit_info.get("inCommitTimestamp")
-        return int(value) if value is not None else None
-
-
-def _canonical(storage: Storage, path: str) -> str:
-    """A path from the log as a storage key, so relative and absolute spellings compare equal."""
-    key = storage.key_for_path(path)
-    return key if key is not None else path
-
-
-def _summarise(storage: Storage, version: int, actions: list[dict]) -> WinningCommit:
-    removed: set[str] = set()
-    adds = 0
-    domains: set[str] = set()
-    app_ids: set[str] = set()
-    protocol = metadata = False
-    info: dict = {}
-    high_water: int | None = None
-    for action in actions:
-        if action.get("remove") is not None:
-            removed.add(_canonical(storage, action["remove"]["path"]))
-        elif action.get("add") is not None:
-            if action["add"].get("dataChange", True):
-                adds += 1
-        elif action.get("domainMetadata") is not None:
-            domains.add(action["domainMetadata"]["domain"])
-            if action["domainMetadata"]["domain"] == ROW_TRACKING_DOMAIN:
-                high_water = high_water_mark({ROW_TRACKING_DOMAIN: action["domainMetadata"]})
-        elif action.get("txn") is not None:
-            app_ids.add(action["txn"]["appId"])
-        elif action.get("protocol") is not None:
-            protocol = True
-        elif action.get("metaData") is not None:
-            metadata = True
-        elif action.get("commitInfo") is not None:
-            info = action["commitInfo"]
-    return WinningCommit(version, frozenset(removed), adds, frozenset(domains), frozenset(app_ids),
-                         protocol, metadata, info, high_water)
-
-
-def winning_commits(storage: Storage, read_version: int, until_version: int | None = None) -> Iterator[WinningCommit]:
-    """The commits after ``read_version`` (up to ``until_version``, default the latest), in order."""
-    if until_version is None:
-        listing = list_log(storage, read_version + 1)
-        versions = sorted(v for v in listing.commits if v > read_version)
-    else:
-        versions = list(range(read_version + 1, until_version + 1))
-    for v in versions:
-        yield _summarise(storage, v, read_commit(storage, v))
-
-
-def conflicting_files(storage: Storage, read_version: int, paths: Iterable[str],
-                      until_version: int | None = None) -> dict[str, int]:
-    """Which of ``paths`` commits after ``read_version`` removed, each with the first version that did.
-
-    OPTIMIZE uses this after a ``ConcurrentDeleteDelete`` conflict: it drops only the bins
-    whose input files appear here and commits the others again from the same read version
-    (appends in between never conflict). A file whose deletion vector a winner replaced counts
-    as removed, since its rows changed.
-
-    Args:
-        storage: the table's storage.
-        read_version: the version the caller planned from.
-        paths: file paths as they appear in the log's add actions.
-        until_version: the last commit to look at (default: the latest).
-
-    Returns:
-        ``{path: winning_version}`` for each given path a later commit removed; paths keep the
-        caller's spelling.
-    """
-    wanted: dict[str, list[str]] = {}
-    for p in paths:
-        wanted.setdefault(_canonical(storage, p), []).append(p)
-    found: dict[str, int] = {}
-    for winner in winning_commits(storage, read_version, until_version):
-        for key in winner.removed_paths & wanted.keys():
-            for original in wanted[key]:
-                found.setdefault(original, winner.version)
-    return found
 
 
 class Transaction:
@@ -313,11 +216,11 @@ class Transaction:
             raise ConflictError("ProtocolChanged", v, detail="changed the table protocol")
         if winner.metadata_changed:
             raise ConflictError("MetadataChanged", v, detail="changed the table metadata")
-        ours_removed = {_canonical(self.storage, body["path"]) for k, body in self._file_actions() if k == "remove"}
+        ours_removed = {canonical_key(self.storage, body["path"]) for k, body in self._file_actions() if k == "remove"}
         both = ours_removed & winner.removed_paths
         if both:
             raise ConflictError("ConcurrentDeleteDelete", v, both, detail="removed files this commit removes")
-        ours_added = {_canonical(self.storage, body["path"]) for k, body in self._file_actions() if k == "add"}
+        ours_added = {canonical_key(self.storage, body["path"]) for k, body in self._file_actions() if k == "add"}
         readded = ours_added & winner.removed_paths
         if readded:
             raise ConflictError("ConcurrentDeleteRead", v, readded, detail="removed files this commit adds back")
@@ -412,60 +315,25 @@ class Transaction:
         if self._committed is not None:
             return self._committed
         self._check_writable()
-        # the live files the commit's file actions touch, from the state's scan (none when it has none)
-        live = (table for _kind, table in self.snapshot.scan([])) if any(self._file_actions()) else ()
-        problem = commit_problem(live, self.read_version, self._actions, self.storage.root)
-        if problem:
-            raise InconsistentStateError(f"refusing to commit {self.operation} to {self.storage.root}: {problem}")
+        self._check_consistent()
         use_ict = ict_enabled(self.snapshot)
-        icts: dict[int, int | None] = {}
-        high_water = self._row_tracking.high_water_mark
+        seen = _WinnersSeen(high_water=self._row_tracking.high_water_mark)
         version = self.read_version + 1
         if after_version is not None and after_version > self.read_version:
             for winner in winning_commits(self.storage, self.read_version, after_version):
                 self._check_winner(winner)
-                if winner.in_commit_timestamp is not None:
-                    icts[winner.version] = winner.in_commit_timestamp
-                if winner.row_id_high_water_mark is not None:
-                    high_water = max(high_water, winner.row_id_high_water_mark)
+                seen.note(winner)
             version = after_version + 1
         self.attempts = 0
         lost = 0
         while True:
-            now = int(time.time() * 1000)
-            ict = None
-            if use_ict:
-                previous = self._previous_ict(version - 1, icts)
-                ict = max(now, previous + 1) if previous is not None else now
-            info = self._commit_info(ict if ict is not None else now, ict, metrics)
-            actions, mark = self._attempt_actions(version, high_water)
-            self.attempts += 1
-            try:
-                self.storage.put_if_absent(commit_key(version), self._encode(info, actions))
-            except AlreadyExistsError:
-                pass
-            else:
-                self._committed = version
-                self.row_id_high_water_mark = mark
-                log.info("committed %s to %s at version %d (read version %d, %d attempts)", self.operation,
-                         self.storage.root, version, self.read_version, self.attempts)
+            if self._put_attempt(version, metrics, use_ict, seen):
                 return version
             # Lost the race for ``version``: check it and every later commit, then rebase.
             lost += 1
-            latest = version
-            listed = [v for v in list_log(self.storage, version).commits if v >= version]
-            for winner in winning_commits(self.storage, version - 1, max([version, *listed])):
-                if winner.commit_info.get("txnId") == self.txn_id:
-                    # Our own earlier attempt landed (e.g. the store reported a failure after writing).
-                    self._committed = winner.version
-                    self.row_id_high_water_mark = winner.row_id_high_water_mark
-                    return winner.version
-                self._check_winner(winner)
-                if winner.in_commit_timestamp is not None:
-                    icts[winner.version] = winner.in_commit_timestamp
-                if winner.row_id_high_water_mark is not None:
-                    high_water = max(high_water, winner.row_id_high_water_mark)
-                latest = max(latest, winner.version)
+            own, latest = self._check_race_lost(version, seen)
+            if own is not None:
+                return own
             if lost > self.max_retries:
                 raise CommitFailedError(
                     f"could not commit {self.operation} after {self.attempts} attempts: concurrent writers "
@@ -475,6 +343,76 @@ class Transaction:
             delay = min(_BACKOFF_MAX_S, _BACKOFF_BASE_S * (2 ** (lost - 1)))
             time.sleep(delay * random.uniform(0.5, 1.5))
             log.info("rebased %s over versions up to %d; retrying at version %d", self.operation, latest, version)
+
+    def _check_consistent(self) -> None:
+        """Refuse (``InconsistentStateError``) actions that are not a valid version on top of the
+        read snapshot: a file added twice, a removed file that is not live, a path left live twice."""
+        # the live files the commit's file actions touch, from the state's scan (none when it has none)
+        live = (table for _kind, table in self.snapshot.scan([])) if any(self._file_actions()) else ()
+        problem = commit_problem(live, self.read_version, self._actions, self.storage.root)
+        if problem:
+            raise InconsistentStateError(f"refusing to commit {self.operation} to {self.storage.root}: {problem}")
+
+    def _put_attempt(self, version: int, metrics: Mapping[str, Any] | None, use_ict: bool,
+                     seen: _WinnersSeen) -> bool:
+        """Try to write the commit at ``version`` with put-if-absent; False when another writer
+        holds that version already."""
+        now = int(time.time() * 1000)
+        ict = None
+        if use_ict:
+            previous = self._previous_ict(version - 1, seen.icts)
+            ict = max(now, previous + 1) if previous is not None else now
+        info = self._commit_info(ict if ict is not None else now, ict, metrics)
+        actions, mark = self._attempt_actions(version, seen.high_water)
+        self.attempts += 1
+        try:
+            self.storage.put_if_absent(commit_key(version), self._encode(info, actions))
+        except AlreadyExistsError:
+            return False
+        self._committed = version
+        self.row_id_high_water_mark = mark
+        log.info("committed %s to %s at version %d (read version %d, %d attempts)", self.operation,
+                 self.storage.root, version, self.read_version, self.attempts)
+        return True
+
+    def _check_race_lost(self, version: int, seen: _WinnersSeen) -> tuple[int | None, int]:
+        """Check the commit that took ``version`` and every later one against this transaction.
+
+        Returns:
+            ``(own, latest)``: the version our own earlier attempt landed at, if one did (the
+            store reported a failure after writing), else None; and the latest winning version.
+
+        Raises:
+            ConflictError: a winner conflicts.
+        """
+        latest = version
+        listed = [v for v in list_log(self.storage, version).commits if v >= version]
+        for winner in winning_commits(self.storage, version - 1, max([version, *listed])):
+            if winner.commit_info.get("txnId") == self.txn_id:
+                self._committed = winner.version
+                self.row_id_high_water_mark = winner.row_id_high_water_mark
+                return winner.version, latest
+            self._check_winner(winner)
+            seen.note(winner)
+            latest = max(latest, winner.version)
+        return None, latest
+
+
+@dataclass
+class _WinnersSeen:
+    """What the winning commits checked so far tell the next attempt: their in-commit timestamps
+    (by version; a version read for its timestamp alone is cached here too) and the newest
+    row-id high-water mark."""
+
+    high_water: int
+    icts: dict[int, int | None] = field(default_factory=dict)
+
+    def note(self, winner: WinningCommit) -> None:
+        """Take a winner's in-commit timestamp and row-id high-water mark into account."""
+        if winner.in_commit_timestamp is not None:
+            self.icts[winner.version] = winner.in_commit_timestamp
+        if winner.row_id_high_water_mark is not None:
+            self.high_water = max(self.high_water, winner.row_id_high_water_mark)
 
 
 def _normalise_maps(body: dict) -> dict:

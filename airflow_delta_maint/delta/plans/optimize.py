@@ -12,23 +12,28 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_delta_maint.delta.errors import InvalidArgumentError, UnsupportedFeatureError
+from airflow_delta_maint.delta.errors import InvalidArgumentError
 from airflow_delta_maint.delta.log.snapshot import Snapshot
-from airflow_delta_maint.delta.log.table_header import TableHeader
 from airflow_delta_maint.delta.plans.auto_compaction import partition_key
 from airflow_delta_maint.delta.plans.clustering import (DEFAULT_MIN_CUBE_SIZE, DEFAULT_TARGET_CUBE_SIZE, clustering_columns, is_clustered,
                                                         select_files)
-from airflow_delta_maint.delta.plans.predicate import BoolOp, Cmp, Expr, In, Not, check_partition_columns, evaluate, parse_predicate
-from airflow_delta_maint.delta.protocol.schema import Column, parse_partition_value, parse_schema, resolve_column
-from airflow_delta_maint.delta.protocol.type_widening import check_type_changes, files_with_old_types
+from airflow_delta_maint.delta.plans.optimize_inputs import (GIB, check_rewritable_schema, file_size_settings, partition_filter,
+                                                             validate_zorder)
+from airflow_delta_maint.delta.protocol.schema import Column
+from airflow_delta_maint.delta.protocol.type_widening import files_with_old_types
 
-GIB = 1 << 30
+__all__ = [
+    "DEFAULT_DV_RATIO", "GIB", "SIZE_PERCENTILE_KEYS", "Bin", "OptimizePlan", "add_dicts", "check_rewritable_schema",
+    "dv_ratio_exceeded", "file_size_settings", "live_rows", "partition_filter", "plan_clustering", "plan_optimize",
+    "plan_target_files", "size_percentiles", "stats_num_records", "validate_zorder",
+]
+
 DEFAULT_DV_RATIO = 0.05
 
 
@@ -113,103 +118,6 @@ def _live(add: dict) -> int:
         return live_rows(add)
     except InvalidArgumentError:
         return 1
-
-
-def _void_columns(t: Any, name: str) -> list[str]:
-    """Columns of Spark's ``void`` type (NullType) in a schema type, by dotted name."""
-    if t == "void":
-        return [name]
-    if not isinstance(t, dict):
-        return []
-    kind = t.get("type")
-    if kind == "struct":
-        return [c for f in t.get("fields") or () if isinstance(f, dict)
-                for c in _void_columns(f.get("type"), f"{name}.{f.get('name')}" if name else str(f.get("name")))]
-    if kind == "array":
-        return _void_columns(t.get("elementType"), f"{name}.element")
-    if kind == "map":
-        return _void_columns(t.get("keyType"), f"{name}.key") + _void_columns(t.get("valueType"), f"{name}.value")
-    return []
-
-
-def check_rewritable_schema(snapshot: Snapshot) -> None:
-    """Refuse, before any Spark work, a table whose data files OPTIMIZE cannot rewrite: a column of
-    Spark's ``void`` type (never stored in data files, no parquet type to write it as) or a type
-    this project does not know. Reading jobs (inspect, checkpoints, log compaction) accept both."""
-    void = _void_columns(snapshot.metadata.schema, "")
-    if void:
-        shown = ", ".join(repr(c) for c in void)
-        raise UnsupportedFeatureError(
-            f"cannot OPTIMIZE {snapshot.storage.root}: column{'s' if len(void) > 1 else ''} {shown} "
-            f"{'have' if len(void) > 1 else 'has'} Spark's void type, which data files do not store; drop "
-            "the column or cast it to a concrete type first")
-    parse_schema(snapshot.metadata)
-    check_type_changes(snapshot.metadata)
-
-
-def file_size_settings(snapshot: TableHeader, min_file_size: int | None, max_file_size: int | None) -> tuple[int, int]:
-    """Defaults: the table's ``delta.targetFileSize``, else 1 GiB (delta-spark's defaults)."""
-    default = snapshot.properties.target_file_size or GIB
-    max_size = int(max_file_size) if max_file_size is not None else default
-    min_size = int(min_file_size) if min_file_size is not None else min(default, max_size)
-    if min_size <= 0 or max_size <= 0:
-        raise InvalidArgumentError(f"file sizes must be positive (min {min_size}, max {max_size})")
-    return min_size, max_size
-
-
-def validate_zorder(snapshot: TableHeader, columns: Sequence[str]) -> list[Column]:
-    """Z-order columns must exist and must not be partition columns."""
-    partition = {c.lower() for c in snapshot.partition_columns}
-    out: list[Column] = []
-    for name in columns:
-        if name.lower() in partition:
-            raise InvalidArgumentError(f"cannot Z-order by partition column {name!r}: partition columns are"
-                                       " already clustered; Z-order by data columns instead")
-        out.append(resolve_column(snapshot.metadata.schema_string, name))
-    if len({c.logical_path for c in out}) != len(out):
-        raise InvalidArgumentError(f"Z-order columns repeat: {', '.join(columns)}")
-    return out
-
-
-def partition_filter(snapshot: TableHeader, predicate: str | None):
-    if not predicate:
-        return None
-    expr: Expr = parse_predicate(predicate)
-    mapping = check_partition_columns(expr, snapshot.partition_columns)
-    schema = parse_schema(snapshot.metadata.schema_string)
-    types = {c: schema.field(mapping[c]).type for c in mapping}
-
-    def coerce(column: str, literal: Any) -> Any:
-        if literal is None:
-            return None
-        try:
-            return parse_partition_value(str(literal).lower() if isinstance(literal, bool) else str(literal),
-                                         types[column])
-        except (ValueError, TypeError, InvalidArgumentError) as exc:
-            raise InvalidArgumentError(f"invalid literal {literal!r} for column {column} in predicate "
-                                       f"{predicate!r}: {exc}") from None
-
-    def matches(values: dict[str, str | None]) -> bool:
-        typed = {c: parse_partition_value(values.get(mapping[c]), types[c]) for c in mapping}
-        return evaluate(expr, typed, coerce) is True
-
-    for column, literal in _literals(expr):  # bad literals fail now, before any file is read
-        coerce(column, literal)
-    return matches
-
-
-def _literals(expr: Expr):
-    """(column, literal) of every comparison in the predicate."""
-    if isinstance(expr, Cmp):
-        yield expr.column, expr.value
-    elif isinstance(expr, In):
-        for value in expr.values:
-            yield expr.column, value
-    elif isinstance(expr, Not):
-        yield from _literals(expr.part)
-    elif isinstance(expr, BoolOp):
-        for part in expr.parts:
-            yield from _literals(part)
 
 
 def dv_ratio_exceeded(add: dict, ratio: float) -> bool:
@@ -339,27 +247,14 @@ def plan_optimize(snapshot: Snapshot, *, predicate: str | None = None, zorder_by
     counts (splitting files that are too large), see :func:`plan_target_files`.
     """
     if target_files is not None:
-        if zorder_by or full or rewrite_type_widened or min_cube_size is not None or target_cube_size is not None:
-            raise InvalidArgumentError("--target-files rewrites partitions into even files: it takes no "
-                                       "--zorder-by, --full, --rewrite-type-widened or cube sizes")
-        if is_clustered(snapshot.protocol):
-            raise InvalidArgumentError("--target-files does not apply to a liquid-clustered table: its files are "
-                                       "laid out by the clustering columns")
+        _check_target_files_options(snapshot, zorder_by, full, rewrite_type_widened, min_cube_size, target_cube_size)
         return plan_target_files(snapshot, target_files, predicate=predicate, max_file_size=max_file_size,
                                  partitions=partitions)
     if rewrite_type_widened and (zorder_by or full or min_cube_size is not None or target_cube_size is not None):
         raise InvalidArgumentError("--rewrite-type-widened rewrites files as they are: it takes no --zorder-by, "
                                    "--full or cube sizes")
     if is_clustered(snapshot.protocol) and not rewrite_type_widened:
-        if zorder_by:
-            raise InvalidArgumentError("cannot Z-order a liquid-clustered table: OPTIMIZE clusters it by its "
-                                       "clustering columns; leave out --zorder-by (zorder_by)")
-        if predicate:
-            raise InvalidArgumentError("a liquid-clustered table takes no partition predicate: OPTIMIZE "
-                                       "clusters the whole table; leave out --where")
-        if min_file_size is not None:
-            raise InvalidArgumentError("--min-file-size does not apply to a liquid-clustered table: files are "
-                                       "chosen by their ZCube; use --min-cube-size")
+        _check_clustered_options(zorder_by, predicate, min_file_size)
         if clustering_columns(snapshot.metadata.schema_string, snapshot.domains):
             plan = plan_clustering(snapshot, full=full, max_file_size=max_file_size, min_cube_size=min_cube_size,
                                    target_cube_size=target_cube_size)
@@ -371,6 +266,38 @@ def plan_optimize(snapshot: Snapshot, *, predicate: str | None = None, zorder_by
     if full or min_cube_size is not None or target_cube_size is not None:
         raise InvalidArgumentError("--full, --min-cube-size and --target-cube-size apply to liquid-clustered "
                                    "tables only (the table has no 'clustering' feature)")
+    return _plan_bins(snapshot, predicate, zorder_by, min_file_size, max_file_size, dv_ratio, rewrite_type_widened,
+                      partitions)
+
+
+def _check_target_files_options(snapshot: Snapshot, zorder_by: Sequence[str], full: bool, rewrite_type_widened: bool,
+                                min_cube_size: int | None, target_cube_size: int | None) -> None:
+    """Refuse the options ``--target-files`` does not combine with, and a liquid-clustered table."""
+    if zorder_by or full or rewrite_type_widened or min_cube_size is not None or target_cube_size is not None:
+        raise InvalidArgumentError("--target-files rewrites partitions into even files: it takes no "
+                                   "--zorder-by, --full, --rewrite-type-widened or cube sizes")
+    if is_clustered(snapshot.protocol):
+        raise InvalidArgumentError("--target-files does not apply to a liquid-clustered table: its files are "
+                                   "laid out by the clustering columns")
+
+
+def _check_clustered_options(zorder_by: Sequence[str], predicate: str | None, min_file_size: int | None) -> None:
+    """Refuse the options a liquid-clustered table does not take, as delta-spark refuses them."""
+    if zorder_by:
+        raise InvalidArgumentError("cannot Z-order a liquid-clustered table: OPTIMIZE clusters it by its "
+                                   "clustering columns; leave out --zorder-by (zorder_by)")
+    if predicate:
+        raise InvalidArgumentError("a liquid-clustered table takes no partition predicate: OPTIMIZE "
+                                   "clusters the whole table; leave out --where")
+    if min_file_size is not None:
+        raise InvalidArgumentError("--min-file-size does not apply to a liquid-clustered table: files are "
+                                   "chosen by their ZCube; use --min-cube-size")
+
+
+def _plan_bins(snapshot: Snapshot, predicate: str | None, zorder_by: Sequence[str], min_file_size: int | None,
+               max_file_size: int | None, dv_ratio: float, rewrite_type_widened: bool,
+               partitions: set[tuple] | None) -> OptimizePlan:
+    """Bin-packing (or one Z-ordered group per partition) of the selected partitions' candidates."""
     check_rewritable_schema(snapshot)
     min_size, max_size = file_size_settings(snapshot, min_file_size, max_file_size)
     if not 0 <= dv_ratio <= 1:
@@ -380,14 +307,36 @@ def plan_optimize(snapshot: Snapshot, *, predicate: str | None = None, zorder_by
     plan = OptimizePlan(snapshot.version, min_size, max_size, [c.name for c in zorder], predicate,
                         zorder_columns=zorder, num_table_files=snapshot.num_files,
                         layout="zorder" if zorder else "binpack")
-    files = snapshot.files
-    if files.num_rows == 0:
+    if snapshot.files.num_rows == 0:
         return plan
-    if not zorder and not rewrite_type_widened:
+    every_file = bool(zorder) or rewrite_type_widened
+    adds = _selected_adds(snapshot, min_size, every_file, matches, partitions)
+    if rewrite_type_widened:  # the footers of the selected files only
+        old = {a["path"] for a in files_with_old_types(snapshot.storage, snapshot.metadata,
+                                                       [{"path": a["path"]} for a in adds])}
+        adds = [a for a in adds if a["path"] in old]
+    groups = _candidate_groups(adds, min_size, dv_ratio, every_file)
+    plan.num_candidate_files = sum(len(g) for g in groups.values())
+    for key in sorted(groups, key=lambda k: [(a, b or "") for a, b in k]):
+        group = groups[key]
+        pv = dict(key)
+        if zorder:
+            plan.bins.append(Bin(pv, sorted(group, key=lambda a: a["path"]), sum(a["size"] for a in group)))
+            continue
+        plan.bins.extend(b for b in _pack(pv, group, max_size)
+                         if len(b.files) > 1 or b.files[0].get("deletionVector") or rewrite_type_widened)
+    return plan
+
+
+def _selected_adds(snapshot: Snapshot, min_size: int, every_file: bool, matches: Callable[[dict], bool] | None,
+                   partitions: set[tuple] | None) -> list[dict]:
+    """The add actions of the selected partitions (predicate and partition keys), their partition
+    values as dicts; unless ``every_file``, only the small files and those with a deletion vector."""
+    files = snapshot.files
+    if not every_file:
         small = pc.less(files.column("size"), min_size)
         with_dv = files.column("deletionVector").is_valid()
         files = files.filter(pc.or_(small, with_dv))
-    groups: dict[tuple, list[dict]] = {}
     adds = []
     for add in files.to_pylist():
         pv = dict(add["partitionValues"] or [])
@@ -397,41 +346,40 @@ def plan_optimize(snapshot: Snapshot, *, predicate: str | None = None, zorder_by
         if partitions is not None and partition_key(pv) not in partitions:
             continue
         adds.append(add)
-    if rewrite_type_widened:  # the footers of the selected files only
-        old = {a["path"] for a in files_with_old_types(snapshot.storage, snapshot.metadata,
-                                                       [{"path": a["path"]} for a in adds])}
-        adds = [a for a in adds if a["path"] in old]
+    return adds
+
+
+def _candidate_groups(adds: list[dict], min_size: int, dv_ratio: float, every_file: bool) -> dict[tuple, list[dict]]:
+    """The candidates (every file when ``every_file``, else those smaller than ``min_size`` or
+    whose deletion vector deletes more than ``dv_ratio``) by partition, without null fields."""
+    groups: dict[tuple, list[dict]] = {}
     for add in adds:
         pv = add["partitionValues"]
-        if not zorder and not rewrite_type_widened and add["size"] >= min_size \
-                and not dv_ratio_exceeded(add, dv_ratio):
+        if not every_file and add["size"] >= min_size and not dv_ratio_exceeded(add, dv_ratio):
             continue
         add = {k: v for k, v in add.items() if v is not None}
         if isinstance(add.get("tags"), list):
             add["tags"] = dict(add["tags"])
         groups.setdefault(tuple(sorted(pv.items(), key=lambda kv: kv[0])), []).append(add)
-    plan.num_candidate_files = sum(len(g) for g in groups.values())
-    for key in sorted(groups, key=lambda k: [(a, b or "") for a, b in k]):
-        group = groups[key]
-        pv = dict(key)
-        if zorder:
-            plan.bins.append(Bin(pv, sorted(group, key=lambda a: a["path"]), sum(a["size"] for a in group)))
-            continue
-        group.sort(key=lambda a: (a["size"], a["path"]))
-        current: list[dict] = []
-        current_bytes = 0
-        packed: list[Bin] = []
-        for add in group:
-            if current and current_bytes + add["size"] > max_size:
-                packed.append(Bin(pv, current, current_bytes))
-                current, current_bytes = [], 0
-            current.append(add)
-            current_bytes += add["size"]
-        if current:
+    return groups
+
+
+def _pack(pv: dict[str, str | None], group: list[dict], max_size: int) -> list[Bin]:
+    """One partition's candidates, smallest first, packed into bins of at most ``max_size`` bytes
+    (a file larger than that gets a bin of its own)."""
+    group.sort(key=lambda a: (a["size"], a["path"]))
+    current: list[dict] = []
+    current_bytes = 0
+    packed: list[Bin] = []
+    for add in group:
+        if current and current_bytes + add["size"] > max_size:
             packed.append(Bin(pv, current, current_bytes))
-        plan.bins.extend(b for b in packed
-                         if len(b.files) > 1 or b.files[0].get("deletionVector") or rewrite_type_widened)
-    return plan
+            current, current_bytes = [], 0
+        current.append(add)
+        current_bytes += add["size"]
+    if current:
+        packed.append(Bin(pv, current, current_bytes))
+    return packed
 
 
 #: the file-size figures of an OPTIMIZE run's metrics, delta-spark's names

@@ -235,61 +235,20 @@ def scan_partitions(state: StreamedState, *, min_file_size: int, max_file_size: 
     for kind, table in state.scan(columns):
         if kind != "add" or table.num_rows == 0:
             continue
-        n = table.num_rows
-        keys: list[PartitionKey]
-        if one_partition:
-            local, keys = np.zeros(n, np.int64), [()]
-        else:
-            local, keys = partition_ids(table.column("partitionValues"), names)
-        if whole_table and any(k != () for k in keys):
-            raise StreamFallback("partition values on a table planned as one partition")
+        local, keys = _piece_partitions(table, names, one_partition, whole_table)
         gid = grow.ids(keys)[local]
         size_col = table.column("size")
         size_valid = size_col.is_valid().to_numpy(zero_copy_only=False)
         size = pc.fill_null(size_col, 0).to_numpy(zero_copy_only=False).astype(np.int64)
-        dv_col = table.column("deletionVector")
-        has_dv = dv_col.is_valid().to_numpy(zero_copy_only=False)
-        plan_ratio = np.zeros(n, bool)
-        auto_ratio_hit = np.zeros(n, bool)
-        dv_rows = np.flatnonzero(has_dv)
-        if len(dv_rows):
-            take = pa.array(dv_rows, pa.int64())
-            dvs = dv_col.take(take).to_pylist()
-            stats = table.column("stats").take(take).to_pylist()
-            for row, dv, st in zip(dv_rows, dvs, stats):
-                plan_ratio[row] = _dv_ratio_exceeded(dv, st, dv_ratio)
-                if auto_min_file_size is not None:
-                    auto_ratio_hit[row] = deleted_ratio_exceeded({"deletionVector": dv, "stats": st}, auto_ratio)
-        scan.total_files += n
+        has_dv = table.column("deletionVector").is_valid().to_numpy(zero_copy_only=False)
+        plan_ratio, auto_ratio_hit = _ratios_exceeded(table, has_dv, dv_ratio,
+                                                      auto_ratio if auto_min_file_size is not None else None)
+        scan.total_files += table.num_rows
         if auto_min_file_size is not None:
             if not size_valid.all():
                 raise StreamFallback("an add action without a size")
-            small = size < auto_min_file_size
-            uniq, inverse = np.unique(gid, return_inverse=True)
-            files_n = np.bincount(inverse, minlength=len(uniq))
-            small_n = np.bincount(inverse, weights=small, minlength=len(uniq)).astype(np.int64)
-            dels = np.bincount(inverse, weights=auto_ratio_hit, minlength=len(uniq)).astype(np.int64)
-            small_bytes_exact = _exact_sums(inverse, np.where(small, size, 0), len(uniq))
-            for j, g in enumerate(uniq):
-                key = scan.keys[g]
-                c = scan.counts.get(key)
-                if c is None:
-                    c = scan.counts[key] = PartitionCounts()
-                c.files += int(files_n[j])
-                c.small += int(small_n[j])
-                c.small_bytes += int(small_bytes_exact[j])
-                c.deletes += int(dels[j])
-        keep = np.ones(n, bool)
-        if young_after_ms is not None:
-            mtime = pc.fill_null(table.column("modificationTime"), 0).to_numpy(zero_copy_only=False)
-            young = mtime > young_after_ms
-            scan.young_files += int(young.sum())
-            keep &= ~young
-        if recent:
-            hit_key = np.fromiter((k in recent for k in keys), dtype=bool, count=len(keys))
-            hit = hit_key[local]
-            scan.recent_partition_files += int((hit & keep).sum())
-            keep &= ~hit
+            _count_for_policy(scan, gid, size, auto_ratio_hit, auto_min_file_size)
+        keep = _planning_view(scan, table, keys, local, young_after_ms, recent)
         np.add.at(scan.files, gid[keep], 1)
         if visit is not None:
             visit(table, gid, keep, scan.keys)
@@ -303,23 +262,101 @@ def scan_partitions(state: StreamedState, *, min_file_size: int, max_file_size: 
             scan.candidate_rows.append(pa.table({
                 "gid": pa.array(gid[cand], pa.int64()), "size": pa.array(size[cand], pa.int64()),
                 "dv": pa.array(has_dv[cand]), "path": table.column("path").take(rows)}))
-        g_c, s_c = gid[cand], size[cand]
-        scan.candidate_dv[np.unique(g_c[has_dv[cand]])] = True
-        np.add.at(scan.candidates, g_c, 1)
-        order = np.lexsort((s_c, g_c))
-        g_s, s_s = g_c[order], s_c[order]
-        first = np.flatnonzero(np.concatenate(([True], g_s[1:] != g_s[:-1])))
-        second = first + 1
-        has_second = second < len(g_s)
-        has_second[has_second] = g_s[second[has_second]] == g_s[first[has_second]]
-        groups = g_s[first]
-        firsts = s_s[first]
-        seconds = np.full(len(first), _BIG, np.int64)
-        seconds[has_second] = s_s[second[has_second]]
-        merged = np.sort(np.stack([scan.smallest[groups, 0], scan.smallest[groups, 1], firsts, seconds], axis=1),
-                         axis=1)
-        scan.smallest[groups] = merged[:, :2]
+        _note_candidates(scan, gid[cand], size[cand], has_dv[cand])
     return scan
+
+
+def _piece_partitions(table: pa.Table, names: Sequence[str], one_partition: bool,
+                      whole_table: bool) -> tuple[np.ndarray, list[PartitionKey]]:
+    """Each row's index into the piece's distinct partition keys, and those keys; every row in
+    ``()`` when ``one_partition``. Partition values on a table planned ``whole_table`` make the
+    stream give way (``StreamFallback``)."""
+    keys: list[PartitionKey]
+    if one_partition:
+        local, keys = np.zeros(table.num_rows, np.int64), [()]
+    else:
+        local, keys = partition_ids(table.column("partitionValues"), names)
+    if whole_table and any(k != () for k in keys):
+        raise StreamFallback("partition values on a table planned as one partition")
+    return local, keys
+
+
+def _ratios_exceeded(table: pa.Table, has_dv: np.ndarray, dv_ratio: float,
+                     auto_ratio: float | None) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, whether its deletion vector deletes more than the plan's ratio, and more than the
+    auto policy's (all False without a policy); read in Python for the rows with a vector only."""
+    n = table.num_rows
+    plan_ratio = np.zeros(n, bool)
+    auto_ratio_hit = np.zeros(n, bool)
+    dv_rows = np.flatnonzero(has_dv)
+    if len(dv_rows):
+        take = pa.array(dv_rows, pa.int64())
+        dvs = table.column("deletionVector").take(take).to_pylist()
+        stats = table.column("stats").take(take).to_pylist()
+        for row, dv, st in zip(dv_rows, dvs, stats):
+            plan_ratio[row] = _dv_ratio_exceeded(dv, st, dv_ratio)
+            if auto_ratio is not None:
+                auto_ratio_hit[row] = deleted_ratio_exceeded({"deletionVector": dv, "stats": st}, auto_ratio)
+    return plan_ratio, auto_ratio_hit
+
+
+def _count_for_policy(scan: PartitionScan, gid: np.ndarray, size: np.ndarray, auto_ratio_hit: np.ndarray,
+                      auto_min_file_size: int) -> None:
+    """Add a piece's files, small files, their bytes and files past the deleted-rows ratio to
+    the auto policy's counts per partition."""
+    small = size < auto_min_file_size
+    uniq, inverse = np.unique(gid, return_inverse=True)
+    files_n = np.bincount(inverse, minlength=len(uniq))
+    small_n = np.bincount(inverse, weights=small, minlength=len(uniq)).astype(np.int64)
+    dels = np.bincount(inverse, weights=auto_ratio_hit, minlength=len(uniq)).astype(np.int64)
+    small_bytes_exact = _exact_sums(inverse, np.where(small, size, 0), len(uniq))
+    for j, g in enumerate(uniq):
+        key = scan.keys[g]
+        c = scan.counts.get(key)
+        if c is None:
+            c = scan.counts[key] = PartitionCounts()
+        c.files += int(files_n[j])
+        c.small += int(small_n[j])
+        c.small_bytes += int(small_bytes_exact[j])
+        c.deletes += int(dels[j])
+
+
+def _planning_view(scan: PartitionScan, table: pa.Table, keys: list[PartitionKey], local: np.ndarray,
+                   young_after_ms: int | None, recent: set[PartitionKey] | None) -> np.ndarray:
+    """The mask of a piece's rows the plan sees: young files and recently written partitions
+    left out (and counted on ``scan``)."""
+    keep = np.ones(table.num_rows, bool)
+    if young_after_ms is not None:
+        mtime = pc.fill_null(table.column("modificationTime"), 0).to_numpy(zero_copy_only=False)
+        young = mtime > young_after_ms
+        scan.young_files += int(young.sum())
+        keep &= ~young
+    if recent:
+        hit_key = np.fromiter((k in recent for k in keys), dtype=bool, count=len(keys))
+        hit = hit_key[local]
+        scan.recent_partition_files += int((hit & keep).sum())
+        keep &= ~hit
+    return keep
+
+
+def _note_candidates(scan: PartitionScan, g_c: np.ndarray, s_c: np.ndarray, dv_c: np.ndarray) -> None:
+    """Add a piece's candidates (partition ids, sizes, deletion vector or not) to the counts,
+    the deletion-vector flags and the two smallest sizes per partition."""
+    scan.candidate_dv[np.unique(g_c[dv_c])] = True
+    np.add.at(scan.candidates, g_c, 1)
+    order = np.lexsort((s_c, g_c))
+    g_s, s_s = g_c[order], s_c[order]
+    first = np.flatnonzero(np.concatenate(([True], g_s[1:] != g_s[:-1])))
+    second = first + 1
+    has_second = second < len(g_s)
+    has_second[has_second] = g_s[second[has_second]] == g_s[first[has_second]]
+    groups = g_s[first]
+    firsts = s_s[first]
+    seconds = np.full(len(first), _BIG, np.int64)
+    seconds[has_second] = s_s[second[has_second]]
+    merged = np.sort(np.stack([scan.smallest[groups, 0], scan.smallest[groups, 1], firsts, seconds], axis=1),
+                     axis=1)
+    scan.smallest[groups] = merged[:, :2]
 
 
 def _exact_sums(inverse: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:

@@ -19,6 +19,7 @@ from typing import Any, Sequence
 from airflow_delta_maint.app.runners.connect_tasks import remote_url
 from airflow_delta_maint.catalogs.errors import CatalogError
 from airflow_delta_maint.delta.errors import DeltaError, InvalidArgumentError
+from .client_logs import quieted_client_loggers
 from .context import JobContext
 from .execution import needs_spark, uses_delta_spark
 from .fleet_cli import FLEET, add_fleet_parser, run_fleet_command
@@ -74,6 +75,12 @@ def run(argv: Sequence[str] | None = None, *, console: bool = False) -> tuple[in
     spark-submit and the Airflow hook run, tests) Spark's output is left as it is.
     """
     args = build_parser().parse_args(argv)
+    with quieted_client_loggers(bool(getattr(args, "verbose", False))):
+        return _run_parsed(args, console)
+
+
+def _run_parsed(args: argparse.Namespace, console: bool) -> tuple[int, dict[str, Any]]:
+    """:func:`run` once its arguments are parsed (the client libraries' loggers quiet unless ``--verbose``)."""
     if args.job == REPORT:
         return run_report(args)
     quiet = console and not args.verbose and not _spark_runs_elsewhere(args.master)

@@ -51,6 +51,14 @@ def error_code(exc: Exception) -> str:
     return str((response.get("Error") or {}).get("Code", ""))
 
 
+def raise_unreachable(exc: Exception, where: str) -> None:
+    """Raise one line for botocore's failures that carry no AWS answer (a refused connection, a timeout, no
+    credentials); return for anything else."""
+    if getattr(exc, "response", None) is None and type(exc).__module__.startswith("botocore"):
+        line = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise CatalogError(f"cannot reach {where}: {line}") from None
+
+
 class GlueCatalog:
     """A Glue Data Catalog reached through boto3 Glue clients.
 
@@ -82,6 +90,7 @@ class GlueCatalog:
                 raise CatalogError(f"{self._where()} has no {what}") from None
             if code in ("AccessDeniedException", "UnrecognizedClientException", "InvalidSignatureException"):
                 raise CatalogError(f"{self._where()} refused to describe {database}.{table}: {code}") from None
+            raise_unreachable(exc, self._where())
             raise
 
     def resolve(self, name: str, operation: str = "READ") -> ResolvedTable:
@@ -117,6 +126,7 @@ class GlueCatalog:
         except Exception as exc:
             if error_code(exc) == "EntityNotFoundException":
                 raise CatalogError(f"{self._where()} has no database {schema}") from None
+            raise_unreachable(exc, self._where())
             raise
         out = []
         for name in select_names(entries, include, exclude):

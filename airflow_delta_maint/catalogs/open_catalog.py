@@ -44,12 +44,12 @@ def open_catalog(kind: str, options: Mapping[str, str]) -> TableCatalog:
         if not options.get("host"):
             raise CatalogError("--catalog hive needs --catalog-option host=METASTORE_HOST")
         return HiveCatalog(options["host"], int(options.get("port") or DEFAULT_PORT), label)
-    from airflow_delta_maint.catalogs.unity import UnityCatalog, workspace_client
+    from airflow_delta_maint.catalogs.unity import UnityCatalog, client_config, workspace_client
 
     if options.get("profile"):
         from databricks.sdk import WorkspaceClient
 
-        client = WorkspaceClient(profile=options["profile"], host=options.get("host"))
+        client = WorkspaceClient(config=client_config(profile=options["profile"], host=options.get("host")))
     else:
         client = workspace_client(options.get("host"))
     vend = str(options.get("vend_credentials", "true")).strip().lower() not in ("false", "0", "no")

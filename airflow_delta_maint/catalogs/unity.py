@@ -93,6 +93,12 @@ def check_lifetime(credentials: VendedCredentials, name: str, now: float | None 
                            f"than the {int(min_lifetime_s)} s a run needs at least; nothing was run")
 
 
+#: how long the SDK retries a request the server did not answer: its own default, 300 s, left a run with an
+#: unreachable catalog silent for ten minutes (the client's start probes the server too) before its one-line
+#: error; a task's own retries cover a longer outage
+RETRY_TIMEOUT_S = 10
+
+
 class UnityCatalog:
     """A Unity Catalog server reached through a ``databricks-sdk`` ``WorkspaceClient``.
 
@@ -203,9 +209,15 @@ def workspace_client(host: str | None = None, token: str | None = None) -> Any:
     from databricks.sdk import WorkspaceClient
 
     logging.getLogger("databricks.sdk").setLevel(logging.ERROR)  # its probe of /.well-known on other servers
-    if token:
-        return WorkspaceClient(host=host, token=token, auth_type="pat")
-    return WorkspaceClient(host=host) if host else WorkspaceClient()
+    return WorkspaceClient(config=client_config(host=host, token=token, auth_type="pat" if token else None))
 
 
-__all__ = ["MIN_LIFETIME_S", "REFRESHED_MIN_LIFETIME_S", "UnityCatalog", "check_lifetime", "unity_lineage", "vended", "workspace_client"]
+def client_config(**settings: Any) -> Any:
+    """A ``databricks-sdk`` ``Config`` of the settings given (None left out) that gives up on an unanswered
+    request after :data:`RETRY_TIMEOUT_S`."""
+    from databricks.sdk.config import Config
+
+    return Config(retry_timeout_seconds=RETRY_TIMEOUT_S, **{k: v for k, v in settings.items() if v is not None})
+
+
+__all__ = ["MIN_LIFETIME_S", "REFRESHED_MIN_LIFETIME_S", "RETRY_TIMEOUT_S", "UnityCatalog", "check_lifetime", "unity_lineage", "vended", "workspace_client"]

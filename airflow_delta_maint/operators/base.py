@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.sdk import Asset, BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_delta_maint.app.client_logs import quieted_client_loggers
 from airflow_delta_maint.app.execution import EXECUTIONS, choose_execution, run_in_process, uses_delta_spark
 from airflow_delta_maint.app.jobs import JOB_MODULES
 from airflow_delta_maint.app.metrics import base_metrics, finish
@@ -347,12 +349,14 @@ class DeltaMaintenanceOperator(BaseOperator):
 
     # -- Airflow ------------------------------------------------------------------------------
     def execute(self, context: Context) -> dict[str, Any]:
-        self.resolve_storage_credentials()
-        self.install_credential_refresh()
-        try:
-            return self._execute_resolved(context)
-        finally:
-            self.drop_credential_refresh()
+        # the store and catalog clients' own loggers stay quiet (a task logger at DEBUG shows them)
+        with quieted_client_loggers(self.log.isEnabledFor(logging.DEBUG)):
+            self.resolve_storage_credentials()
+            self.install_credential_refresh()
+            try:
+                return self._execute_resolved(context)
+            finally:
+                self.drop_credential_refresh()
 
     def _execute_resolved(self, context: Context) -> dict[str, Any]:
         history = configured_history_uri(self.history_uri)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
+from airflow_delta_maint.app.client_logs import quieted_client_loggers
 from airflow_delta_maint.hooks.catalogs.table_target import list_catalog_tables
 
 if TYPE_CHECKING:
@@ -48,7 +50,8 @@ class ListCatalogTablesOperator(BaseOperator):
         self.exclude = exclude
 
     def execute(self, context: Context) -> list[str]:
-        names = list_catalog_tables(self.catalog_conn_id, self.schema, self.include, self.exclude)
+        with quieted_client_loggers(self.log.isEnabledFor(logging.DEBUG)):  # a task logger at DEBUG shows them
+            names = list_catalog_tables(self.catalog_conn_id, self.schema, self.include, self.exclude)
         self.log.info("%d Delta tables in %s: %s", len(names), self.schema, ", ".join(names[:50]))
         return names
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_delta_maint.app.client_logs import quieted_client_loggers
 from airflow_delta_maint.app.execution import (LOCAL_MAX_LOG_BYTES, LOCAL_MAX_REWRITE_BYTES, log_bytes, parse_job_args,
                                                reads_older_commits, rewrite_bytes, spark_only)
 from airflow_delta_maint.app.fleet import Decision, FleetJob, FleetSpec, FleetTable, decide, merge, run_fleet
@@ -285,6 +287,10 @@ class MaintainTablesOperator(BaseOperator):
 
     # -- Airflow ------------------------------------------------------------------------------
     def execute(self, context: Context) -> list[dict[str, Any]]:
+        with quieted_client_loggers(self.log.isEnabledFor(logging.DEBUG)):  # a task logger at DEBUG shows them
+            return self._execute(context)
+
+    def _execute(self, context: Context) -> list[dict[str, Any]]:
         history = configured_history_uri(self.history_uri)
         if not self.all_tables():
             self.log.info("No table to maintain")

@@ -180,23 +180,62 @@ def _execute(ctx: JobContext, options: OptimizeOptions, snapshot: Snapshot, plan
     return {**out, **delta_spark.optimize(ctx, options.purged(), snapshot, plan, partitions)}
 
 
+#: the function that rewrites one unit of bins (its index, its bins), and how many units may be
+#: rewritten at once
+UnitRewriter = tuple[Callable[[int, list[Bin]], list[BinOutputs]], int]
+
+
 def _execute_plan(ctx: JobContext, options: OptimizeOptions, snapshot: Snapshot, plan: OptimizePlan,
                   out: dict[str, Any], deferred: int, added_sizes: list[int] | None = None,
                   load_base: Callable[[int], Snapshot] | None = None, whole_table: bool = True,
                   path: RewritePath | None = None) -> dict[str, Any]:
     """Rewrite the plan's bins and commit them group by group as they are rewritten."""
     clustered = plan.layout == "hilbert"
-    batch_bytes = options.batch_bytes
+    spec = _rewrite_spec(ctx, options, snapshot, plan)
+    parameters = _commit_parameters(options, plan, deferred)
+    if path is not None:
+        path.decide(ctx.storage, snapshot.version)
+    per_unit, eager = rewrite_units(options, len(plan.bins), path)
+    units = commit_groups(plan.bins, options.batch_bytes, per_unit)
+    if plan.layout in ("zorder", "hilbert") and per_unit == 0:
+        units = [list(range(len(plan.bins)))]  # one shuffle for the whole plan
+    log.info("OPTIMIZE %s at version %d: %d bins, %d files, %.1f MiB to rewrite in %d units%s", ctx.storage.root,
+             snapshot.version, len(plan.bins), plan.input_files, plan.input_bytes / 2**20, len(units),
+             f" ({path.path} path: {path.cadence.reason()})" if path is not None and path.cadence else "")
+    # a quiet run records no row maps (about a tenth of a Z-order's time): a bin whose inputs a writer
+    # deletes from meanwhile is dropped instead of rebased, and the run turns busy for the rest
+    rewriter = _group_rewriter(ctx, options, spec, plan, per_unit, row_maps=path is None or path.busy)
+    run = _PlanRun(ctx, options, plan, spec, BinCommitter(snapshot, plan, parameters, load_base), units, eager, path,
+                   rewriters=[rewriter])
+    try:
+        rewrite_and_commit(plan.bins, run.units, run.rewrite_unit, run.rewritten, run.concurrency)
+        run.flush()
+    except BaseException:
+        _delete_run_outputs(spec, plan.bins, run.committed_keys)
+        raise
+    if added_sizes is not None:
+        added_sizes.extend(a["size"] for _, r in run.results for i in r.committed for a in r.adds.get(i, []))
+    return {**out, **run_metrics(plan, run.results, clustered and whole_table, snapshot), "numBatches": len(run.results),
+            **(path.metrics() if path is not None else {})}
+
+
+def _rewrite_spec(ctx: JobContext, options: OptimizeOptions, snapshot: Snapshot, plan: OptimizePlan) -> RewriteSpec:
+    """How the plan's tasks write their files: the table's metadata, compression, target size,
+    tight bounds, row tracking, a token of this run, the statistics clustering needs."""
+    clustered = plan.layout == "hilbert"
     # On a table with deletion vectors every file's stats say whether they are exact; ours are.
     tight_bounds = True if "deletionVectors" in table_features(snapshot.protocol)[1] else None
-    compression = options.compression
     rows = row_tracking(snapshot.protocol, snapshot.metadata, snapshot.domains)
-    spec = RewriteSpec(ctx.storage, snapshot.metadata.to_action(), compression=compression,
+    return RewriteSpec(ctx.storage, snapshot.metadata.to_action(), compression=options.compression,
                        target_file_bytes=plan.max_file_size, tight_bounds=tight_bounds,
                        run_token=uuid.uuid4().hex[:8], row_tracking=rows,
                        required_stats_columns=tuple(c.logical_path for c in plan.zorder_columns) if clustered else ())
-    # delta-spark's names and order: predicate, zOrderBy, clusterBy (always; [] unless clustered), auto, and
-    # isFull on a clustered table
+
+
+def _commit_parameters(options: OptimizeOptions, plan: OptimizePlan, deferred: int) -> dict[str, Any]:
+    """The commits' ``operationParameters``, in delta-spark's names and order: predicate, zOrderBy,
+    clusterBy (always; [] unless clustered), auto, and isFull on a clustered table; then ours."""
+    clustered = plan.layout == "hilbert"
     parameters: dict[str, Any] = {"predicate": [plan.predicate] if plan.predicate else [], "zOrderBy": plan.zorder_by,
                                   "clusterBy": plan.clustering_by if clustered else [],
                                   "auto": options.auto}
@@ -208,89 +247,109 @@ def _execute_plan(ctx: JobContext, options: OptimizeOptions, snapshot: Snapshot,
     # auto-compaction policy looks past this commit for them
     if deferred or options.auto:
         parameters["partitionsDeferred"] = deferred
-    if path is not None:
-        path.decide(ctx.storage, snapshot.version)
-    per_unit, eager = rewrite_units(options, len(plan.bins), path)
-    units = commit_groups(plan.bins, batch_bytes, per_unit)
-    if plan.layout in ("zorder", "hilbert") and per_unit == 0:
-        units = [list(range(len(plan.bins)))]  # one shuffle for the whole plan
-    log.info("OPTIMIZE %s at version %d: %d bins, %d files, %.1f MiB to rewrite in %d units%s", ctx.storage.root,
-             snapshot.version, len(plan.bins), plan.input_files, plan.input_bytes / 2**20, len(units),
-             f" ({path.path} path: {path.cadence.reason()})" if path is not None and path.cadence else "")
-    # a quiet run records no row maps (about a tenth of a Z-order's time): a bin whose inputs a writer
-    # deletes from meanwhile is dropped instead of rebased, and the run turns busy for the rest
-    rewriters = [_group_rewriter(ctx, options, spec, plan, per_unit, row_maps=path is None or path.busy)]
-    committer = BinCommitter(snapshot, plan, parameters, load_base)
-    results: list[tuple[list[int], GroupResult]] = []
-    committed_keys: set[str] = set()
-    held: list[tuple[list[int], list[BinOutputs]]] = []
-    done = [0]
-    busy = [False]
-    wait = options.wait_for_writer or 0.0
+    return parameters
 
-    def flush() -> None:
-        if not held:
+
+@dataclasses.dataclass
+class _PlanRun:
+    """One plan's rewrite under way: its units (``units[n + 1:]`` may be cut again when the run
+    turns busy), the rewritten units held for one commit, and the commits made.
+
+    Units are held and committed together until the log moves; on a busy table (or with
+    ``eager``) each goes in as soon as it is rewritten.
+    """
+
+    ctx: JobContext
+    options: OptimizeOptions
+    plan: OptimizePlan
+    spec: RewriteSpec
+    committer: BinCommitter
+    #: the bins' indexes of each unit, the list ``rewrite_and_commit`` works through
+    units: list[list[int]]
+    #: commit each unit as soon as it is rewritten
+    eager: bool
+    path: RewritePath | None
+    #: the unit rewriters, the newest in use (a run that turns busy adds one of smaller units)
+    rewriters: list[UnitRewriter]
+    results: list[tuple[list[int], GroupResult]] = dataclasses.field(default_factory=list)
+    #: storage keys of the files committed so far (kept when a failed run deletes its outputs)
+    committed_keys: set[str] = dataclasses.field(default_factory=set)
+    held: list[tuple[list[int], list[BinOutputs]]] = dataclasses.field(default_factory=list)
+    #: units rewritten so far
+    done: int = 0
+    #: another writer committed during the run and the run does not wait for writers: commit each
+    #: unit as soon as it is rewritten
+    busy: bool = False
+
+    @property
+    def wait(self) -> float:
+        """How long a commit waits for a writer at work (``--wait-for-writer``; 0: not at all)."""
+        return self.options.wait_for_writer or 0.0
+
+    def rewrite_unit(self, n: int, bins: list[Bin]) -> list[BinOutputs]:
+        """Rewrite unit ``n`` with the rewriter in use."""
+        return self.rewriters[-1][0](n, bins)
+
+    def concurrency(self) -> int:
+        """How many units the rewriter in use may rewrite at once."""
+        return self.rewriters[-1][1]
+
+    def flush(self) -> None:
+        """Commit the held units in one commit (rebased, bins whose inputs went dropped)."""
+        if not self.held:
             return
-        group = [i for g, _ in held for i in g]
-        outputs = [o for _, outs in held for o in outs]
-        held.clear()
-        result = committer.commit([plan.bins[i] for i in group], outputs, wait_for_writer_s=wait)
-        results.append((group, result))
+        group = [i for g, _ in self.held for i in g]
+        outputs = [o for _, outs in self.held for o in outs]
+        self.held.clear()
+        result = self.committer.commit([self.plan.bins[i] for i in group], outputs, wait_for_writer_s=self.wait)
+        self.results.append((group, result))
+        storage = self.ctx.storage
         for adds in result.adds.values():
-            committed_keys.update(k for k in (ctx.storage.key_for_path(a["path"]) for a in adds) if k)
-        log.info("OPTIMIZE %s: %d bins %s; %d/%d units rewritten", ctx.storage.root, len(group),
+            self.committed_keys.update(k for k in (storage.key_for_path(a["path"]) for a in adds) if k)
+        log.info("OPTIMIZE %s: %d bins %s; %d/%d units rewritten", storage.root, len(group),
                  f"committed as version {result.version}" if result.version is not None else "dropped",
-                 done[0], len(units))
+                 self.done, len(self.units))
 
-    def turn_busy(n: int) -> None:
-        """A quiet run saw another writer's commit: the units left are rewritten the busy way."""
-        nonlocal eager
-        left = [i for g in units[n + 1:] for i in g]
-        if not left or path is None or not path.turn_busy(
-                f"another writer committed while unit {n + 1} of {len(units)} was rewritten"):
-            return
-        units[n + 1:] = commit_groups([plan.bins[i] for i in left], batch_bytes, busy_unit_bins(len(left)))
-        units[n + 1:] = [[left[j] for j in g] for g in units[n + 1:]]
-        eager = False
-        busy[0] = not wait
-        # units of few bins, more of them at once
-        rewriters.append(_group_rewriter(ctx, options, spec, plan, busy_unit_bins(len(left)), row_maps=True))
-        log.info("OPTIMIZE %s: another writer committed during the run; the %d bins left are rewritten in %d "
-                 "units, each committed as soon as it is rewritten", ctx.storage.root, len(left), len(units) - n - 1)
-
-    def rewritten(n: int, outputs: list[BinOutputs]) -> None:
-        done[0] += 1
+    def rewritten(self, n: int, outputs: list[BinOutputs]) -> None:
+        """Unit ``n`` is rewritten: hold it, and commit what is held when the run commits eagerly,
+        is busy or holds a batch's bytes; a quiet run that sees the log move turns busy."""
+        self.done += 1
+        bins = self.plan.bins
         for hook in list(AFTER_REWRITE):
-            hook([plan.bins[i] for i in units[n]])
-        held.append((units[n], outputs))
-        held_bytes = sum(plan.bins[i].input_bytes for g, _ in held for i in g)
+            hook([bins[i] for i in self.units[n]])
+        self.held.append((self.units[n], outputs))
+        held_bytes = sum(bins[i].input_bytes for g, _ in self.held for i in g)
         # held units go in one commit; once someone else has committed during this run (a busy
         # table: the sooner a bin lands, the fewer writer commits it is rebased over), each unit
         # goes in as soon as it is rewritten
-        moved = not busy[0] and committer.log_moved()
-        busy[0] = busy[0] or (not wait and moved)
-        if eager or busy[0] or held_bytes >= batch_bytes:
-            flush()
-        if moved and path is not None and not path.busy:
-            turn_busy(n)
+        moved = not self.busy and self.committer.log_moved()
+        self.busy = self.busy or (not self.wait and moved)
+        if self.eager or self.busy or held_bytes >= self.options.batch_bytes:
+            self.flush()
+        if moved and self.path is not None and not self.path.busy:
+            self.turn_busy(n)
 
-    def unit_rewriter(n: int, bins: list[Bin]) -> list[BinOutputs]:
-        return rewriters[-1][0](n, bins)
-
-    try:
-        rewrite_and_commit(plan.bins, units, unit_rewriter, rewritten, lambda: rewriters[-1][1])
-        flush()
-    except BaseException:
-        _delete_run_outputs(spec, plan.bins, committed_keys)
-        raise
-    if added_sizes is not None:
-        added_sizes.extend(a["size"] for _, r in results for i in r.committed for a in r.adds.get(i, []))
-    return {**out, **run_metrics(plan, results, clustered and whole_table, snapshot), "numBatches": len(results),
-            **(path.metrics() if path is not None else {})}
+    def turn_busy(self, n: int) -> None:
+        """A quiet run saw another writer's commit: the units left are rewritten the busy way."""
+        units = self.units
+        left = [i for g in units[n + 1:] for i in g]
+        if not left or self.path is None or not self.path.turn_busy(
+                f"another writer committed while unit {n + 1} of {len(units)} was rewritten"):
+            return
+        units[n + 1:] = commit_groups([self.plan.bins[i] for i in left], self.options.batch_bytes,
+                                      busy_unit_bins(len(left)))
+        units[n + 1:] = [[left[j] for j in g] for g in units[n + 1:]]
+        self.eager = False
+        self.busy = not self.wait
+        # units of few bins, more of them at once
+        self.rewriters.append(_group_rewriter(self.ctx, self.options, self.spec, self.plan, busy_unit_bins(len(left)),
+                                              row_maps=True))
+        log.info("OPTIMIZE %s: another writer committed during the run; the %d bins left are rewritten in %d "
+                 "units, each committed as soon as it is rewritten", self.ctx.storage.root, len(left), len(units) - n - 1)
 
 
 def _group_rewriter(ctx: JobContext, options: OptimizeOptions, spec: RewriteSpec, plan: OptimizePlan,
-                    per_commit: int, row_maps: bool = True) -> tuple[Callable[[int, list[Bin]], list[BinOutputs]], int]:
+                    per_commit: int, row_maps: bool = True) -> UnitRewriter:
     """The function that rewrites one group of bins, and how many groups may be rewritten at once;
     ``row_maps``: Z-order and clustering record the row maps a rebase needs (see ``MAX_ROW_MAP_ROWS``)."""
     max_bins = options.max_concurrent_bins

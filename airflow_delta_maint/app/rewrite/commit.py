@@ -214,11 +214,7 @@ class BinCommitter:
         superseded: list[str] = []  # deletion vector files replaced by a later computation
         try:
             if wait_for_writer_s > 0:
-                seen = self.wait_for_writer(wait_for_writer_s)
-                paths = [f["path"] for b in bins for f in b.files]
-                if seen is not None and self._changes(seen, paths):  # rebase now, not after a lost attempt
-                    self.base = self.load_base(seen)
-                    self.after = None
+                self._rebase_after_writer(wait_for_writer_s, bins)
             for attempt in range(1, MAX_ATTEMPTS + 1):
                 if self.base.version > synced:
                     self._bring_up(states, result, superseded)
@@ -226,63 +222,94 @@ class BinCommitter:
                 if not states:  # every bin dropped: nothing of this group lands
                     delete_outputs(self.storage, superseded)
                     return result
-                for hook in list(BEFORE_COMMIT):
-                    hook(CommitAttempt(self.storage, self.base.version, [s.bin for s in states.values()], attempt))
-                now = int(time.time() * 1000)
-                removes = {i: [remove_action(f, now) for f in s.current] for i, s in states.items()}
-                adds = {i: self._final_adds(s, superseded) for i, s in states.items()}
-                txn = Transaction(self.base, "OPTIMIZE", self.parameters, job="optimize")
-                if self.row_tracking.materializes:
-                    txn.tags[PRESERVED_TAG] = "true"  # every copied row keeps its stable id and commit version
-                txn_ids.append(txn.txn_id)
-                txn.add_actions([r for i in states for r in removes[i]] + [{"add": a} for i in states for a in adds[i]])
-                after = self.after if self.after is not None and self.after > self.base.version else None
-                try:
-                    version = txn.commit(self._metrics(states, removes, adds, result), after_version=after)
-                except ConflictError as exc:
-                    if exc.kind != "ConcurrentDeleteDelete":
-                        raise
-                    latest = self._latest(exc.winning_version)
-                    self._changes(latest, [])  # a protocol or metadata change in between fails the run
-                    log.info("OPTIMIZE %s: version %d changed inputs of this commit; rebasing onto version %d",
-                             self.storage.root, exc.winning_version, latest)
-                    self.base = self.load_base(latest)
-                    self.after = None
-                    continue
-                self.after = version
-                result.version = version
-                for i, s in states.items():
-                    result.committed.append(i)
-                    result.adds[i] = adds[i]
-                    result.removed[i] = removes[i]
-                    if s.carry.changed_inputs:
-                        result.rebased.append(i)
-                    result.carried += sum(1 for a in adds[i] if a.get("deletionVector"))
-                    dropped_outputs = {a["path"] for a in s.outputs.adds} - {a["path"] for a in adds[i]}
-                    delete_outputs(self.storage, sorted(dropped_outputs))  # every row of them deleted meanwhile
-                states.clear()
-                return result
+                if self._try_commit(states, result, superseded, attempt, txn_ids):
+                    states.clear()
+                    return result
             raise CommitFailedError(f"could not commit OPTIMIZE to {self.storage.root} after {MAX_ATTEMPTS} attempts: "
                                     "concurrent writers kept changing its input files")
         except BaseException:
-            landed = landed_version(self.storage, base_at_start, txn_ids)
-            if landed == _UNKNOWN:  # cannot tell whether it landed: keep the files (VACUUM removes orphans)
-                raise
-            if landed is not None:  # the store failed after writing: the commit stands, keep its files
-                log.warning("OPTIMIZE %s: the commit reported a failure but landed as version %d",
-                            self.storage.root, landed)
-                result.version = landed
-                self.after = landed
-                result.committed = sorted(states)
+            if self._landed_despite_failure(states, result, superseded, base_at_start, txn_ids):
                 return result
-            paths = [a["path"] for s in states.values() for a in s.outputs.adds]
-            log.warning("OPTIMIZE %s: the commit failed; deleting the %d files this group wrote",
-                        self.storage.root, len(paths))
-            delete_outputs(self.storage, paths + [p for s in states.values() for p in self._dv_paths(s)] + superseded)
             raise
         finally:
             if superseded and result.version is not None:
                 delete_outputs(self.storage, superseded)
+
+    def _rebase_after_writer(self, seconds: float, bins: list[Bin]) -> None:
+        """Wait up to ``seconds`` for another writer's commit; when it changed the group's inputs,
+        rebase onto it now rather than after a lost attempt."""
+        seen = self.wait_for_writer(seconds)
+        paths = [f["path"] for b in bins for f in b.files]
+        if seen is not None and self._changes(seen, paths):
+            self.base = self.load_base(seen)
+            self.after = None
+
+    def _try_commit(self, states: dict[int, _BinState], result: GroupResult, superseded: list[str], attempt: int,
+                    txn_ids: list[str]) -> bool:
+        """One attempt to commit the group's bins on top of ``self.base``; True when it committed (and
+        is recorded in ``result``), False when a concurrent commit deleted from or removed an input
+        (the base then moved to the latest version, to bring the bins up to it).
+
+        Raises:
+            ConflictError: any other conflict (a protocol or metadata change fails the run).
+        """
+        for hook in list(BEFORE_COMMIT):
+            hook(CommitAttempt(self.storage, self.base.version, [s.bin for s in states.values()], attempt))
+        now = int(time.time() * 1000)
+        removes = {i: [remove_action(f, now) for f in s.current] for i, s in states.items()}
+        adds = {i: self._final_adds(s, superseded) for i, s in states.items()}
+        txn = Transaction(self.base, "OPTIMIZE", self.parameters, job="optimize")
+        if self.row_tracking.materializes:
+            txn.tags[PRESERVED_TAG] = "true"  # every copied row keeps its stable id and commit version
+        txn_ids.append(txn.txn_id)
+        txn.add_actions([r for i in states for r in removes[i]] + [{"add": a} for i in states for a in adds[i]])
+        after = self.after if self.after is not None and self.after > self.base.version else None
+        try:
+            version = txn.commit(self._metrics(states, removes, adds, result), after_version=after)
+        except ConflictError as exc:
+            if exc.kind != "ConcurrentDeleteDelete":
+                raise
+            latest = self._latest(exc.winning_version)
+            self._changes(latest, [])  # a protocol or metadata change in between fails the run
+            log.info("OPTIMIZE %s: version %d changed inputs of this commit; rebasing onto version %d",
+                     self.storage.root, exc.winning_version, latest)
+            self.base = self.load_base(latest)
+            self.after = None
+            return False
+        self.after = version
+        result.version = version
+        for i, s in states.items():
+            result.committed.append(i)
+            result.adds[i] = adds[i]
+            result.removed[i] = removes[i]
+            if s.carry.changed_inputs:
+                result.rebased.append(i)
+            result.carried += sum(1 for a in adds[i] if a.get("deletionVector"))
+            dropped_outputs = {a["path"] for a in s.outputs.adds} - {a["path"] for a in adds[i]}
+            delete_outputs(self.storage, sorted(dropped_outputs))  # every row of them deleted meanwhile
+        return True
+
+    def _landed_despite_failure(self, states: dict[int, _BinState], result: GroupResult, superseded: list[str],
+                                base_at_start: int, txn_ids: list[str]) -> bool:
+        """After a failure: True when one of the group's attempts landed all the same (the store
+        failed after writing; ``result`` then names that version and the commit's files stay).
+        Otherwise the files the group wrote are deleted, unless the log cannot tell whether an
+        attempt landed (VACUUM removes the orphans then), and False is returned."""
+        landed = landed_version(self.storage, base_at_start, txn_ids)
+        if landed == _UNKNOWN:  # cannot tell whether it landed: keep the files (VACUUM removes orphans)
+            return False
+        if landed is not None:  # the store failed after writing: the commit stands, keep its files
+            log.warning("OPTIMIZE %s: the commit reported a failure but landed as version %d",
+                        self.storage.root, landed)
+            result.version = landed
+            self.after = landed
+            result.committed = sorted(states)
+            return True
+        paths = [a["path"] for s in states.values() for a in s.outputs.adds]
+        log.warning("OPTIMIZE %s: the commit failed; deleting the %d files this group wrote",
+                    self.storage.root, len(paths))
+        delete_outputs(self.storage, paths + [p for s in states.values() for p in self._dv_paths(s)] + superseded)
+        return False
 
     def _bring_up(self, states: dict[int, _BinState], result: GroupResult, superseded: list[str]) -> None:
         """Rebase every bin of the group onto ``self.base``: carry new deletions, or drop the bin."""

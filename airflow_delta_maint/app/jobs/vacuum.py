@@ -19,6 +19,7 @@ path :mod:`.vacuum_at_scale`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import logging
 import time
@@ -28,13 +29,14 @@ from airflow_delta_maint.delta.log.listing import list_log
 from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.delta.log.state_stream import StreamedState
 from airflow_delta_maint.delta.log.table_state import TableState
-from airflow_delta_maint.delta.plans.vacuum import lite_candidates, plan_vacuum, remove_empty_dirs
-from airflow_delta_maint.delta.plans.vacuum_inventory import check_fresh, open_inventory, read_inventory
+from airflow_delta_maint.delta.plans.vacuum import VacuumPlan, lite_candidates, plan_vacuum, remove_empty_dirs
+from airflow_delta_maint.delta.plans.vacuum_inventory import Inventory, check_fresh, open_inventory, read_inventory
 from airflow_delta_maint.delta.plans.vacuum_options import VacuumOptions
 from airflow_delta_maint.delta.plans.vacuum_keep import kept_version_keys, readable_kept_versions
 from airflow_delta_maint.delta.storage.prefetch import PrefetchedListing
 from airflow_delta_maint.delta.plans.vacuum_valid import valid_keys
 from airflow_delta_maint.delta.protocol.features import check_supported
+from airflow_delta_maint.delta.storage.store import FileInfo, Storage
 
 from ..context import JobContext
 from ..engines import DELTA_SPARK, add_engine_argument, check_engine
@@ -102,15 +104,7 @@ def _vacuum(options: VacuumOptions, ctx: JobContext, prefetch: PrefetchedListing
     keep_versions = list(options.keep_versions)
     if isinstance(state, StreamedState) and plan.mode == "full" and ctx.spark_allowed and not ctx.connect \
             and _executors_see_scratch(ctx):
-        if prefetch is not None:
-            prefetch.cancel()
-        # bad input fails here, before any work: a version that cannot be kept, a stale inventory
-        kept_versions = readable_kept_versions(storage, keep_versions, state.version) if keep_versions else []
-        source = None
-        if options.inventory:
-            source = open_inventory(options.inventory, ctx.storage_options)
-            check_fresh(source, plan.cutoff_ms)
-        return full_at_scale(ctx, options, state, plan, keep_versions, kept_versions, source)
+        return _full_at_scale(ctx, options, state, plan, keep_versions, prefetch)
     kept = kept_version_keys(storage, keep_versions, state.version) if keep_versions else set()
     # full mode builds the valid set beside the listing, in memory: the whole state, at the version planned from
     snapshot = state.eager(paths_only=True) if plan.mode == "full" else state
@@ -118,49 +112,15 @@ def _vacuum(options: VacuumOptions, ctx: JobContext, prefetch: PrefetchedListing
     if options.inventory:
         inventory = read_inventory(options.inventory, ctx.storage_options)
         check_fresh(inventory, plan.cutoff_ms)
-    listing_job = None
-    if plan.mode == "full" and inventory is not None:
-        listing_job = Background(inventory_listing, inventory, storage, plan.cutoff_ms, plan.partition_columns)
-    elif plan.mode == "full":  # list while the driver builds the valid set
-        assert isinstance(snapshot, Snapshot)
-        listing_job = Background(list_table, ctx, storage, plan.cutoff_ms, plan.partition_columns,
-                                  snapshot.num_files + snapshot.tombstones.num_rows, prefetch)
+    listing_job = _start_listing(ctx, plan, snapshot, inventory, prefetch)
     if listing_job is not None:  # lite mode looks up only its candidates
         plan.valid = valid_keys(snapshot, plan.cutoff_ms)
-    retention_hours = plan.retention_ms / 3_600_000
-    metrics: dict[str, Any] = {
-        "version_read": snapshot.version,
-        "mode": plan.mode,
-        "retention_hours": retention_hours,
-        "cutoff_timestamp": plan.cutoff_ms,
-    }
+    metrics = _first_metrics(storage, plan, snapshot, listed=listing_job is not None)
     if listing_job is not None:
-        metrics["numValidFiles"] = len(plan.valid)
-    log.info("VACUUM %s of %s at version %d: deleting untracked files older than %s (retention %g hours)",
-             plan.mode, storage.root, snapshot.version,
-             time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(plan.cutoff_ms / 1000)), retention_hours)
-
-    watermark: int | None
-    listed_dirs: dict[str, int] | None = None
-    if listing_job is not None:
-        found = listing_job.join()
-        files = found.untracked(plan.valid)
-        log.info("%d files are untracked and older than the cutoff", len(files))
-        listed_dirs = found.dirs if inventory is None else None  # an inventory: the emptied folders
-        dirs_vacuumed = len(found.dirs) + 1
-        watermark = plan.latest_outside
-        metrics.update(numFilesListed=found.files, sizeOfFilesListed=found.bytes)
+        found = _untracked_files(listing_job, plan, listed_dirs=inventory is None, metrics=metrics)
     else:
-        assert plan.lite is not None
-        lite = lite_candidates(plan, storage, state)
-        files = lite.files
-        dirs_vacuumed = 1
-        watermark = lite.watermark
-        metrics.update(eligibleStartCommitVersion=plan.lite.start if not plan.lite.empty else None,
-                       eligibleEndCommitVersion=plan.lite.end if not plan.lite.empty else None,
-                       numCommitsRead=lite.commits_read, numTombstonesNotExpired=lite.skipped_young)
-        log.info("read commits %d to %d: %d files to delete", plan.lite.start, plan.lite.end, len(files))
-
+        found = _lite_files(plan, storage, state, metrics)
+    files = found.files
     if keep_versions:  # files the kept versions read stay, and are never counted as deletable
         before = len(files)
         files = [f for f in files if f.key not in kept]
@@ -176,15 +136,97 @@ def _vacuum(options: VacuumOptions, ctx: JobContext, prefetch: PrefetchedListing
                        files_to_delete=[f.key for f in files[:DRY_RUN_LIST_CAP]],
                        files_to_delete_truncated=len(files) > DRY_RUN_LIST_CAP)
         return metrics
+    delete = functools.partial(_delete_files, ctx, [f.key for f in files], plan, found.listed_dirs)
+    return delete_between_markers(storage, snapshot, plan, metrics, len(files), size, found.dirs_vacuumed,
+                                  found.watermark, delete)
 
-    keys = [f.key for f in files]
 
-    def delete() -> tuple[int, int]:
-        deleted = delete_parallel(ctx, storage, keys)
-        return deleted, remove_empty_dirs(storage, keys, plan.cutoff_ms, plan.partition_columns, walk=False,
-                                          listed_dirs=listed_dirs)
+def _full_at_scale(ctx: JobContext, options: VacuumOptions, state: StreamedState, plan: VacuumPlan,
+                   keep_versions: list[int], prefetch: PrefetchedListing | None) -> dict[str, Any]:
+    """Full mode of a large table as an anti-join in Spark; the driver's own listing is cancelled
+    and bad input (a version that cannot be kept, a stale inventory) fails before any work."""
+    if prefetch is not None:
+        prefetch.cancel()
+    kept_versions = readable_kept_versions(ctx.storage, keep_versions, state.version) if keep_versions else []
+    source = None
+    if options.inventory:
+        source = open_inventory(options.inventory, ctx.storage_options)
+        check_fresh(source, plan.cutoff_ms)
+    return full_at_scale(ctx, options, state, plan, keep_versions, kept_versions, source)
 
-    return delete_between_markers(storage, snapshot, plan, metrics, len(files), size, dirs_vacuumed, watermark, delete)
+
+def _start_listing(ctx: JobContext, plan: VacuumPlan, snapshot: TableState, inventory: Inventory | None,
+                   prefetch: PrefetchedListing | None) -> Background | None:
+    """Full mode: list the table (or read the inventory) in the background while the driver builds
+    the valid set; None in lite mode."""
+    if plan.mode != "full":
+        return None
+    if inventory is not None:
+        return Background(inventory_listing, inventory, ctx.storage, plan.cutoff_ms, plan.partition_columns)
+    assert isinstance(snapshot, Snapshot)
+    return Background(list_table, ctx, ctx.storage, plan.cutoff_ms, plan.partition_columns,
+                      snapshot.num_files + snapshot.tombstones.num_rows, prefetch)
+
+
+def _first_metrics(storage: Storage, plan: VacuumPlan, snapshot: TableState, listed: bool) -> dict[str, Any]:
+    """The metrics known before any file is found (the valid set's size when the table is listed);
+    logs what the run deletes."""
+    retention_hours = plan.retention_ms / 3_600_000
+    metrics: dict[str, Any] = {
+        "version_read": snapshot.version,
+        "mode": plan.mode,
+        "retention_hours": retention_hours,
+        "cutoff_timestamp": plan.cutoff_ms,
+    }
+    if listed:
+        metrics["numValidFiles"] = len(plan.valid)
+    log.info("VACUUM %s of %s at version %d: deleting untracked files older than %s (retention %g hours)",
+             plan.mode, storage.root, snapshot.version,
+             time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(plan.cutoff_ms / 1000)), retention_hours)
+    return metrics
+
+
+@dataclasses.dataclass
+class _Deletable:
+    """The files a run would delete, and what its commits and watermark record of how it found them."""
+
+    files: list[FileInfo]
+    #: folders the run covered (VACUUM END's ``numVacuumedDirectories``)
+    dirs_vacuumed: int
+    #: the lite-mode watermark recorded after the run (None: none)
+    watermark: int | None
+    #: the folders a listing found, for removing the emptied ones (None: walk for them)
+    listed_dirs: dict[str, int] | None = None
+
+
+def _untracked_files(listing_job: Background, plan: VacuumPlan, listed_dirs: bool,
+                     metrics: dict[str, Any]) -> _Deletable:
+    """Full mode: the listed files that are untracked and older than the cutoff; ``listed_dirs``:
+    the listing's folders are the table's (not an inventory's)."""
+    found = listing_job.join()
+    files = found.untracked(plan.valid)
+    log.info("%d files are untracked and older than the cutoff", len(files))
+    metrics.update(numFilesListed=found.files, sizeOfFilesListed=found.bytes)
+    return _Deletable(files, len(found.dirs) + 1, plan.latest_outside, found.dirs if listed_dirs else None)
+
+
+def _lite_files(plan: VacuumPlan, storage: Storage, state: TableState, metrics: dict[str, Any]) -> _Deletable:
+    """Lite mode: the expired files the commits past the watermark removed and no version needs."""
+    assert plan.lite is not None
+    lite = lite_candidates(plan, storage, state)
+    metrics.update(eligibleStartCommitVersion=plan.lite.start if not plan.lite.empty else None,
+                   eligibleEndCommitVersion=plan.lite.end if not plan.lite.empty else None,
+                   numCommitsRead=lite.commits_read, numTombstonesNotExpired=lite.skipped_young)
+    log.info("read commits %d to %d: %d files to delete", plan.lite.start, plan.lite.end, len(lite.files))
+    return _Deletable(lite.files, 1, lite.watermark)
+
+
+def _delete_files(ctx: JobContext, keys: list[str], plan: VacuumPlan,
+                  listed_dirs: dict[str, int] | None) -> tuple[int, int]:
+    """Delete ``keys`` in parallel, then the folders they left empty; (files, folders) deleted."""
+    deleted = delete_parallel(ctx, ctx.storage, keys)
+    return deleted, remove_empty_dirs(ctx.storage, keys, plan.cutoff_ms, plan.partition_columns, walk=False,
+                                      listed_dirs=listed_dirs)
 
 
 def _executors_see_scratch(ctx: JobContext) -> bool:

@@ -9,6 +9,7 @@ import functools
 import logging
 import math
 import time
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from airflow_delta_maint.delta.errors import CommitFailedError, InvalidArgumentError
@@ -37,6 +38,22 @@ _MARKER_ROUNDS = 30
 log = logging.getLogger("delta_maint.vacuum")
 
 
+@dataclass
+class _DeleteProgress:
+    """The driver's deletions so far, logged at most every ``_PROGRESS_EVERY_S`` seconds."""
+
+    total: int
+    done: int = 0
+    last_logged: float = field(default_factory=time.monotonic)
+
+    def note(self, n: int) -> None:
+        """Count ``n`` more files deleted; log the progress when it is time to."""
+        self.done += n
+        if time.monotonic() - self.last_logged >= _PROGRESS_EVERY_S:
+            self.last_logged = time.monotonic()
+            log.info("deleted %d / %d files", self.done, self.total)
+
+
 def delete_parallel(ctx: JobContext, storage: Storage, keys: list[str]) -> int:
     """Delete ``keys`` (sorted) in parallel and log progress.
 
@@ -49,20 +66,12 @@ def delete_parallel(ctx: JobContext, storage: Storage, keys: list[str]) -> int:
         return 0
     total = len(keys)
     if total < SPARK_DELETE_MIN or not ctx.spark_allowed or ctx.connect:  # Spark Connect: no RDDs
-        done = [0]
-        last = [time.monotonic()]
-
-        def progress(n: int) -> None:
-            done[0] += n
-            if time.monotonic() - last[0] >= _PROGRESS_EVERY_S:
-                last[0] = time.monotonic()
-                log.info("deleted %d / %d files", done[0], total)
-
+        progress = _DeleteProgress(total)
         # object stores: one bulk request per batch, the keys spread over the threads in as few
         # requests as the store takes (S3: 1,000 keys); local disk: small batches keep every thread busy
         batch = LOCAL_DELETE_BATCH if storage.is_local else \
             min(STORE_DELETE_BATCH_MAX, max(DELETE_BATCH, math.ceil(total / DRIVER_DELETE_THREADS)))
-        deleted = delete_files_parallel(storage, keys, DRIVER_DELETE_THREADS, batch, progress)
+        deleted = delete_files_parallel(storage, keys, DRIVER_DELETE_THREADS, batch, progress.note)
         log.info("deleted %d / %d files", deleted, total)
         return deleted
     sc = ctx.spark().sparkContext

@@ -1,0 +1,251 @@
+"""What the fault tests share: a fault proxy process in front of a store, a small table written straight to
+the store, and the checks a table must pass after a job ran through the proxy (rows, referenced files,
+commits)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pytest
+import pyarrow.parquet as pq
+from deltalake import DeltaTable, write_deltalake
+
+from airflow_delta_maint.app.execution import run_in_process
+from airflow_delta_maint.delta.storage.store import Storage
+from tests.storage.conftest import Store
+from tests.storage.servers import REPO, free_port, wait_for_port
+
+#: the faults a seeded run draws, spread evenly over every request kind (timeouts are tested on their own)
+RANDOM_FAULTS = ("slowdown", "internal", "reset", "reset_body", "lost_reply")
+#: the share of requests a seeded run fails
+RATE = 0.05
+COMMITS = 12
+ROWS = 10
+
+
+@dataclass
+class Proxy:
+    """A running fault proxy (``tests/storage/fault_proxy.py``) in front of one store."""
+
+    port: int
+    proc: subprocess.Popen
+    store: str
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(f"{self.endpoint}/__proxy__/{path}", data=data, method=method)
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read())
+
+    def configure(self, seed: int = 0, rates: dict[str, dict[str, float]] | None = None,
+                  script: list[dict[str, Any]] | None = None, latency_ms: float = 0, hold_s: float = 10) -> None:
+        """Replace the proxy's faults (none by default); counts start again."""
+        self._call("PUT", "config", {"store": self.store, "seed": seed, "rates": rates or {}, "script": script or [],
+                                     "latency_ms": latency_ms, "hold_s": hold_s})
+
+    def stats(self) -> dict[str, Any]:
+        return self._call("GET", "stats")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(10)
+
+
+def start_proxy(upstream: str, store: str, seed: int = 0, config: dict[str, Any] | None = None) -> Proxy:
+    """``python -m tests.storage.fault_proxy`` on a free port, its own process group."""
+    port = free_port()
+    argv = [sys.executable, "-m", "tests.storage.fault_proxy", "--upstream", upstream, "--port", str(port),
+            "--seed", str(seed), "--config", json.dumps({"store": store, **(config or {})})]
+    proc = subprocess.Popen(argv, cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, proc)
+    except Exception:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    return Proxy(port, proc, store)
+
+
+def through(store: Store, proxy: Proxy) -> dict[str, str]:
+    """The store's options with the endpoint at the proxy."""
+    if store.name == "s3":
+        return {**store.options, "AWS_ENDPOINT_URL": proxy.endpoint}
+    return {**store.options, "endpoint": f"{proxy.endpoint}/{store.options['account_name']}"}
+
+
+def storage_args(options: dict[str, str]) -> list[str]:
+    return [arg for k, v in options.items() for arg in ("--storage-option", f"{k}={v}")]
+
+
+@contextlib.contextmanager
+def delta_rs_env(store: Store) -> Iterator[None]:
+    """The emulator variables delta-rs 1.6.0 needs to list Azurite right, for the length of a delta-rs call
+    only: obstore would send the jobs' requests to the emulator's own URL, around the proxy."""
+    if store.name != "azure":
+        yield
+        return
+    saved = {k: os.environ.get(k) for k in ("AZURE_STORAGE_USE_EMULATOR", "AZURITE_BLOB_STORAGE_URL")}
+    os.environ.update({"AZURE_STORAGE_USE_EMULATOR": "true", "AZURITE_BLOB_STORAGE_URL": store.server.endpoint})
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def write_table(store: Store, uri: str, commits: int = COMMITS) -> None:
+    """delta-rs appends ``commits`` times to two partitions: 2 * ``commits`` small files."""
+    with delta_rs_env(store):
+        for i in range(commits):
+            _append(uri, store.options, i)
+
+
+def _append(uri: str, options: dict[str, str], i: int) -> None:
+    ids = list(range(i * ROWS, (i + 1) * ROWS))
+    write_deltalake(uri, pa.table({"id": pa.array(ids, pa.int64()), "part": pa.array([x % 2 for x in ids]),
+                                   "value": pa.array([f"v{x}" for x in ids])}),
+                    mode="append", partition_by=["part"], storage_options=options)
+
+
+def strip_stats(uri: str, options: dict[str, str], versions: tuple[int, ...]) -> None:
+    """Take the statistics out of the adds of ``versions`` (so compute-stats has work)."""
+    storage = Storage(uri, options)
+    for version in versions:
+        key = f"_delta_log/{version:020d}.json"
+        actions = [json.loads(line) for line in storage.read(key).decode().splitlines() if line.strip()]
+        for action in actions:
+            action.get("add", {}).pop("stats", None)
+        storage.put(key, "".join(json.dumps(a) + "\n" for a in actions).encode())
+
+
+def live_files(store: Store, uri: str) -> tuple[int, list[str]]:
+    """(version, keys of the live files) as delta-rs sees the table, reading straight from the store."""
+    with delta_rs_env(store):
+        dt = DeltaTable(uri, storage_options=store.options)
+        version, uris = dt.version(), dt.file_uris()
+    storage = Storage(uri, store.options)
+    keys = [storage.key_for_path(u) for u in uris]
+    assert None not in keys, uris
+    return version, [k for k in keys if k is not None]
+
+
+def rows(store: Store, uri: str) -> tuple[int, Counter]:
+    """(version, rows) as delta-rs sees the table: its live files, each read from the store.
+    A live file that is missing raises FileNotFoundError."""
+    version, keys = live_files(store, uri)
+    storage = Storage(uri, store.options)
+    counter: Counter = Counter()
+    for key in keys:
+        for row in pq.read_table(io.BytesIO(storage.read(key))).to_pylist():
+            counter[tuple(sorted(row.items()))] += 1
+    return version, counter
+
+
+def data_files(uri: str, options: dict[str, str]) -> set[str]:
+    """The keys of the table's objects outside ``_delta_log``."""
+    return {f.key for f in Storage(uri, options).list_recursive() if not f.key.startswith("_delta_log/")}
+
+
+def commits(uri: str, options: dict[str, str], after: int) -> list[dict[str, Any]]:
+    """The commitInfo of every version after ``after``, oldest first."""
+    storage = Storage(uri, options)
+    out = []
+    for f in storage.list_from("_delta_log/"):
+        name = f.key.rsplit("/", 1)[-1]
+        stem = name.split(".")[0]
+        if name.endswith(".json") and name.count(".") == 1 and stem.isdigit() and int(stem) > after:
+            for line in storage.read(f.key).decode().splitlines():
+                action = json.loads(line)
+                if "commitInfo" in action:
+                    out.append(action["commitInfo"])
+    return out
+
+
+@pytest.fixture(scope="module", params=["s3_store", "azure_store"], ids=["s3", "azure"])
+def proxied(request) -> Iterator[tuple[Store, Proxy]]:
+    """A store and a fault proxy in front of it (faults off until a test configures them)."""
+    store: Store = request.getfixturevalue(request.param)
+    proxy = start_proxy(store.server.endpoint, "azure" if store.name == "azure" else "s3")
+    try:
+        yield store, proxy
+    finally:
+        proxy.stop()
+
+
+@pytest.fixture
+def clean_env(monkeypatch) -> None:
+    """No store variable in the environment: the jobs get options only (the proxy's endpoint)."""
+    for key in list(os.environ):
+        if key.startswith(("AWS_", "AZURE_", "AZURITE_")):
+            monkeypatch.delenv(key)
+
+
+@dataclass
+class Table:
+    """A table under test: reached straight (``store.options``) and through the proxy (``faulty``)."""
+
+    store: Store
+    proxy: Proxy
+    uri: str
+    before: Counter
+    stats: dict[str, Any] = field(default_factory=dict)
+    removed: set[str] = field(default_factory=set)
+
+    @property
+    def options(self) -> dict[str, str]:
+        return self.store.options
+
+    @property
+    def faulty(self) -> dict[str, str]:
+        return through(self.store, self.proxy)
+
+    def run(self, job: str, argv: list[str], seed: int | None = None, options: dict[str, str] | None = None,
+            **faults: Any) -> tuple[int, dict]:
+        """Run ``job`` in this process through the proxy (``options`` added to its storage options), with
+        seeded random faults (at :data:`RATE`) or ``faults``; faults are off again afterwards."""
+        if seed is not None:
+            faults = {"seed": seed, "rates": {"*": {f: RATE / len(RANDOM_FAULTS) for f in RANDOM_FAULTS}},
+                      "latency_ms": 20}
+        self.proxy.configure(**faults)
+        try:
+            return run_in_process(job, self.uri, argv, {**self.faulty, **(options or {})})
+        finally:
+            self.stats = self.proxy.stats()
+            self.proxy.configure()
+
+    def check(self) -> int:
+        """The rows are the same and every live file is there (a missing one fails the read); the version."""
+        version, now = rows(self.store, self.uri)
+        assert now == self.before
+        return version
+
+    def live(self) -> set[str]:
+        return set(live_files(self.store, self.uri)[1])
+
+
+def new_table(store: Store, proxy: Proxy, path: str) -> Table:
+    """A fresh table of 24 files, four of them without statistics (so compute-stats has work)."""
+    uri = store.uri(path)
+    write_table(store, uri)
+    strip_stats(uri, store.options, (0, 1))
+    _, before = rows(store, uri)
+    return Table(store, proxy, uri, before)

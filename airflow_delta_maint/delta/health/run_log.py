@@ -38,6 +38,7 @@ from airflow_delta_maint.delta.log.transaction import Transaction, default_engin
 from airflow_delta_maint.delta.protocol.actions import Metadata
 from airflow_delta_maint.delta.protocol.stats import stats_json, table_stats
 from airflow_delta_maint.delta.storage.store import AlreadyExistsError, Storage, normalize_table_uri
+from airflow_delta_maint.delta.storage.write_once import put_once
 
 log = logging.getLogger(__name__)
 
@@ -214,7 +215,7 @@ def create_run_log(uri: str | Storage, storage_options: Mapping[str, str] | None
                 {"metaData": _metadata_action()}]
         data = ("\n".join(json.dumps(a, separators=(",", ":")) for a in body) + "\n").encode()
         try:
-            storage.put_if_absent(commit_key(0), data)
+            put_once(storage, commit_key(0), data)
             log.info("created the maintenance run log at %s", storage.root)
         except AlreadyExistsError:
             pass  # another appender created it first
@@ -237,7 +238,7 @@ def _parquet_bytes(table: pa.Table) -> bytes:
 def _add_action(storage: Storage, table: pa.Table, metadata: Metadata, data_change: bool) -> dict[str, Any]:
     data = _parquet_bytes(table)
     name = f"part-00000-{uuid.uuid4()}-c000.zstd.parquet"
-    storage.put_if_absent(name, data)
+    put_once(storage, name, data)
     return {"add": {"path": name, "partitionValues": {}, "size": len(data),
                     "modificationTime": int(time.time() * 1000), "dataChange": data_change,
                     "stats": stats_json(table_stats(table, metadata))}}

@@ -65,6 +65,7 @@ from airflow_delta_maint.delta.protocol.actions import Metadata
 from airflow_delta_maint.delta.protocol.features import check_supported
 from airflow_delta_maint.delta.protocol.schema import parse_schema, to_arrow_schema
 from airflow_delta_maint.delta.storage.store import AlreadyExistsError, Storage
+from airflow_delta_maint.delta.storage.write_once import put_once
 
 __all__ = [
     "build_checkpoint_table", "describe_checkpoint", "existing_checkpoint", "last_checkpoint_checksum", "update_hint",
@@ -439,7 +440,7 @@ def write_checkpoint(snapshot: Snapshot, *, now_ms: int | None = None,
     key = f"{LOG_DIR}{version:020d}.checkpoint.{uuid.uuid4()}.parquet" if uuid_named else classic_key
     already = False
     try:
-        storage.put_if_absent(key, data)
+        put_once(storage, key, data)
     except AlreadyExistsError:  # a concurrent writer won: its checkpoint is as good as ours
         already = True
     written = Checkpoint(version, "v2" if uuid_named else "classic", (storage.head(key),))

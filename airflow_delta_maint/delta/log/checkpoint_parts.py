@@ -48,6 +48,7 @@ from airflow_delta_maint.delta.log.state_stream import StreamedState
 from airflow_delta_maint.delta.protocol.actions import ADD, Metadata
 from airflow_delta_maint.delta.protocol.features import check_supported
 from airflow_delta_maint.delta.storage.store import AlreadyExistsError, Storage
+from airflow_delta_maint.delta.storage.write_once import put_once
 
 __all__ = ["CheckpointParts", "CheckpointSlice", "SliceWriter", "discard_parts", "plan_checkpoint_parts",
            "publish_checkpoint_parts", "write_checkpoint_in_parts"]
@@ -104,7 +105,7 @@ class SliceWriter:
             return {"index": s.index, "key": None, "rows": 0, "adds": 0, "size": 0, "mtime": 0}
         data = _to_parquet(table, self.compression)
         try:
-            self.storage.put_if_absent(key, data)
+            put_once(self.storage, key, data)
         except AlreadyExistsError:
             raise CommitFailedError(f"checkpoint part {key} was written by someone else meanwhile; "
                                     "nothing was published, run the checkpoint again") from None
@@ -311,7 +312,7 @@ def publish_checkpoint_parts(plan: CheckpointParts, results: list[dict[str, Any]
     else:
         key = classic_checkpoint_key(version)
     try:
-        storage.put_if_absent(key, data)
+        put_once(storage, key, data)
     except AlreadyExistsError:
         discard_parts(storage, written)
         raise CommitFailedError(f"{key} was written by someone else meanwhile; this run's parts were discarded") \

@@ -18,6 +18,7 @@ from airflow_delta_maint.delta.log.listing import Compaction, LogListing, compac
 from airflow_delta_maint.delta.log.reconciliation import Replay, actions_problem
 from airflow_delta_maint.delta.protocol.table_properties import TableProperties
 from airflow_delta_maint.delta.storage.store import AlreadyExistsError, Storage
+from airflow_delta_maint.delta.storage.write_once import put_once
 
 __all__ = [
     "Window", "compaction_interval", "expired_compactions", "plan_windows", "reconcile_window",
@@ -128,7 +129,7 @@ def render_window(actions: Iterable[Mapping[str, Any]]) -> bytes:
 def write_window(storage: Storage, window: Window, data: bytes) -> bool:
     """Create the window's file with put-if-absent. False when it already exists (a no-op)."""
     try:
-        storage.put_if_absent(window.key, data)
+        put_once(storage, window.key, data)
         return True
     except AlreadyExistsError:
         return False

@@ -48,6 +48,7 @@ from airflow_delta_maint.delta.log.winning_commits import WinningCommit, canonic
 from airflow_delta_maint.delta.protocol.row_tracking import DOMAIN as ROW_TRACKING_DOMAIN
 from airflow_delta_maint.delta.protocol.row_tracking import assign_fresh_ids, domain_action, row_tracking
 from airflow_delta_maint.delta.storage.store import AlreadyExistsError, Storage
+from airflow_delta_maint.delta.storage.write_once import put_once
 
 log = logging.getLogger(__name__)
 
@@ -366,7 +367,7 @@ class Transaction:
         actions, mark = self._attempt_actions(version, seen.high_water)
         self.attempts += 1
         try:
-            self.storage.put_if_absent(commit_key(version), self._encode(info, actions))
+            put_once(self.storage, commit_key(version), self._encode(info, actions))
         except AlreadyExistsError:
             return False
         self._committed = version

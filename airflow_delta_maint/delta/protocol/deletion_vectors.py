@@ -24,6 +24,7 @@ from pyroaring import BitMap
 
 from airflow_delta_maint.delta.errors import CorruptLogError, DeltaError, InvalidArgumentError
 from airflow_delta_maint.delta.storage.store import Storage
+from airflow_delta_maint.delta.storage.write_once import put_once
 
 __all__ = [
     "DV_MAGIC",
@@ -405,5 +406,5 @@ def write_deletion_vector(storage: Storage, row_indexes: Iterable[int] | np.ndar
         "sizeInBytes": len(data),
         "cardinality": int(len(rows)),
     }
-    storage.put_if_absent(dv_file_name(descriptor), framed)
+    put_once(storage, dv_file_name(descriptor), framed)
     return descriptor

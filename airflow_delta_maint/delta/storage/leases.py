@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from airflow_delta_maint.delta.storage.store import AlreadyExistsError, Storage
+from airflow_delta_maint.delta.storage.write_once import put_once
 
 __all__ = ["DEFAULT_LEASE_SECONDS", "RESERVATIONS_DIR", "Reservation", "reserve_partitions"]
 
@@ -151,7 +152,7 @@ def _try_reserve(storage: Storage, label: str, run_id: str, lease_seconds: float
     body = {"run_id": run_id, "partition": label, "acquired_at": now, "expires_at": now + lease_seconds,
             **_holder()}
     try:
-        storage.put_if_absent(key, json.dumps(body).encode("utf-8"))
+        put_once(storage, key, json.dumps(body).encode("utf-8"))
     except AlreadyExistsError:
         try:
             winner = json.loads(storage.read(key)).get("run_id")

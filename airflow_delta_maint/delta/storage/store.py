@@ -204,17 +204,17 @@ class Storage:
 
     def read(self, key: str) -> bytes:
         """The whole object. Raises FileNotFoundError when it does not exist."""
-        with self._errors("read"):
+        with self._errors("read", key):
             return bytes(obstore.get(self._store, key).bytes())
 
     def read_range(self, key: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of an object."""
-        with self._errors("read"):
+        with self._errors("read", key):
             return bytes(obstore.get_range(self._store, key, start=start, end=end))
 
     def head(self, key: str) -> FileInfo:
         """Size and modification time of one object."""
-        with self._errors("read"):
+        with self._errors("read", key):
             return _info(obstore.head(self._store, key))
 
     def exists(self, key: str) -> bool:
@@ -267,18 +267,18 @@ class Storage:
     def put_if_absent(self, key: str, data: bytes) -> None:
         """Create the object; raises AlreadyExistsError if it exists. Never overwrites."""
         self.require_put_if_absent()
-        with self._errors("write to"):
+        with self._errors("write to", key):
             obstore.put(self._store, key, data, mode="create")
 
     def put(self, key: str, data: bytes) -> None:
         """Create or overwrite the object (whole or not at all)."""
         self.require_put_if_absent()
-        with self._errors("write to"):
+        with self._errors("write to", key):
             obstore.put(self._store, key, data)
         self.drop_checksum_sidecar(key)
 
     def delete(self, key: str) -> None:
-        with self._errors("delete from"):
+        with self._errors("delete from", key):
             obstore.delete(self._store, key)
         self.drop_checksum_sidecar(key)
 
@@ -300,8 +300,9 @@ class Storage:
                 self.delete(key)
 
     @contextlib.contextmanager
-    def _errors(self, action: str) -> Iterator[None]:
-        """Turn object-store failures into one-line StorageErrors (the raw text is logged at debug)."""
+    def _errors(self, action: str, key: str | None = None) -> Iterator[None]:
+        """Turn object-store failures into one-line StorageErrors (the raw text is logged at debug); ``key``:
+        the object the request was for."""
         if self.is_local:
             yield
             return
@@ -310,7 +311,7 @@ class Storage:
         except MemoryError:  # out of memory is not a storage failure
             raise
         except Exception as exc:
-            raise translate(exc, self.root, self.family, action) from None
+            raise translate(exc, self.root, self.family, action, key) from None
 
     # -- paths ----------------------------------------------------------------------------
     def key_for_path(self, path: str) -> str | None:

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from itertools import zip_longest
 from typing import Callable, Iterable, Sequence
 
-from airflow_delta_maint.delta.errors import InvalidArgumentError
+from airflow_delta_maint.delta.errors import InvalidArgumentError, StorageError
+from airflow_delta_maint.delta.storage.failures import translate
 from airflow_delta_maint.delta.storage.store import FileInfo, Storage
 
 __all__ = ["LocalSidecars", "Subtree", "delete_files", "delete_files_parallel", "hidden_name", "is_hidden", "list_folder", "list_subtree", "partition_prefixes"]
@@ -221,20 +222,37 @@ def delete_files(storage: Storage, keys: Sequence[str], sidecars: LocalSidecars 
         raise InvalidArgumentError("refusing to delete a file under _delta_log")
     if storage.is_local:
         return _delete_local(storage, keys, sidecars or LocalSidecars.for_keys(storage, keys))
-    import obstore
-
     deleted = 0
     for start in range(0, len(keys), 1000):
-        chunk = list(keys[start:start + 1000])
+        deleted += _delete_chunk(storage, list(keys[start:start + 1000]))
+    return deleted
+
+
+#: attempts of one bulk delete whose request failed without an answer (a delete can be repeated; obstore
+#: does not repeat a bulk delete itself)
+DELETE_ATTEMPTS = 3
+
+
+def _delete_chunk(storage: Storage, chunk: list[str]) -> int:
+    """One bulk delete of up to 1,000 keys, repeated when the store's answer is lost; failures as one line."""
+    import obstore
+
+    for attempt in range(1, DELETE_ATTEMPTS + 1):
         try:
             obstore.delete(storage.store, chunk)
-            deleted += len(chunk)
+            return len(chunk)
         except FileNotFoundError:
+            deleted = 0
             for key in chunk:
                 with contextlib.suppress(FileNotFoundError):
-                    obstore.delete(storage.store, key)
+                    storage.delete(key)
                     deleted += 1
-    return deleted
+            return deleted
+        except Exception as exc:  # the store's failure, one line (the raw text goes to the debug log)
+            error = translate(exc, storage.root, storage.family, "delete from")
+            if attempt == DELETE_ATTEMPTS or not isinstance(error, StorageError):
+                raise error from None
+    raise AssertionError("unreachable")
 
 
 def list_folder(storage: Storage, prefix: str,

@@ -14,7 +14,7 @@ from airflow_delta_maint.delta.parquet.footer import read_range
 from airflow_delta_maint.delta.parquet.format import (BLOOM_FILTER_HEADER, COLUMN_INDEX, DATA_PAGE, DATA_PAGE_V2,
                                                       DICTIONARY_PAGE, OFFSET_INDEX, PAGE_HEADER)
 
-__all__ = ["BLOCK_BYTES", "CorruptChunkError", "PageWalk", "copy_chunk", "read_bloom_filter", "read_page_index",
+__all__ = ["BLOCK_BYTES", "CorruptChunkError", "IndexBytes", "PageWalk", "copy_chunk", "read_bloom_filter", "read_page_index",
            "rebase_offset_index"]
 
 #: a column chunk is read and written in pieces of at most this many bytes
@@ -95,7 +95,38 @@ def copy_chunk(source: IO[bytes], start: int, length: int, write: Callable[[byte
     return walk
 
 
-def read_page_index(source: IO[bytes], chunk: Struct, start: int,
+class IndexBytes:
+    """Reads a file's page indexes and bloom filters: when they lie within ``REGION_BYTES`` of one
+    another (as writers put them, after the row groups), all in one read, else one read each."""
+
+    REGION_BYTES = 32 << 20
+
+    def __init__(self, source: IO[bytes], row_groups: list[Struct]):
+        self.source = source
+        self.start, self.data = 0, b""
+        ranges = []
+        for rg in row_groups:
+            for cc in rg.get("columns", []):
+                meta = cc.get("meta_data")
+                for at, n in ((cc.get("offset_index_offset"), cc.get("offset_index_length")),
+                              (cc.get("column_index_offset"), cc.get("column_index_length")),
+                              (meta.get("bloom_filter_offset") if meta else None,
+                               meta.get("bloom_filter_length") if meta else None)):
+                    if at is not None and n:
+                        ranges.append((at, at + n))
+        if ranges:
+            lo, hi = min(r[0] for r in ranges), max(r[1] for r in ranges)
+            if hi - lo <= self.REGION_BYTES:
+                self.start, self.data = lo, read_range(source, lo, hi - lo)
+
+    def read(self, at: int, n: int) -> bytes:
+        """``n`` bytes from ``at``."""
+        if self.start <= at and at + n <= self.start + len(self.data):
+            return self.data[at - self.start:at - self.start + n]
+        return read_range(self.source, at, n)
+
+
+def read_page_index(source: IndexBytes, chunk: Struct, start: int,
                     walk: PageWalk) -> tuple[bytes | None, Struct | None]:
     """A chunk's column index (its bytes, which hold no offsets) and offset index (decoded), each
     None when absent or not matching the data pages of the chunk (starting at ``start``); no column
@@ -104,14 +135,14 @@ def read_page_index(source: IO[bytes], chunk: Struct, start: int,
     at, n = chunk.get("offset_index_offset"), chunk.get("offset_index_length")
     if at is not None and n:
         try:
-            index, _ = decode(read_range(source, at, n), OFFSET_INDEX)
+            index, _ = decode(source.read(at, n), OFFSET_INDEX)
             if [p["offset"] - start for p in index["page_locations"]] == walk.data_page_offsets:
                 offset_index = index
         except (ThriftDecodeError, KeyError):
             offset_index = None
     at, n = chunk.get("column_index_offset"), chunk.get("column_index_length")
     if offset_index is not None and at is not None and n:
-        raw = read_range(source, at, n)
+        raw = source.read(at, n)
         try:
             pages = len(decode(raw, COLUMN_INDEX)[0]["null_pages"])
         except (ThriftDecodeError, KeyError):
@@ -132,12 +163,12 @@ def rebase_offset_index(index: Struct, delta: int) -> bytes:
     return encode(out)
 
 
-def read_bloom_filter(source: IO[bytes], meta: Struct) -> bytes | None:
+def read_bloom_filter(source: IndexBytes, meta: Struct) -> bytes | None:
     """A chunk's bloom filter (header and bitset), or None when absent or unreadable."""
     at, n = meta.get("bloom_filter_offset"), meta.get("bloom_filter_length")
     if at is None:
         return None
-    head = read_range(source, at, n if n else 256)
+    head = source.read(at, n if n else 256)
     try:
         header, size = decode(head, BLOOM_FILTER_HEADER)
         total = size + header["numBytes"]
@@ -145,4 +176,4 @@ def read_bloom_filter(source: IO[bytes], meta: Struct) -> bytes | None:
         return None
     if n and n != total:
         return None
-    return head if len(head) == total else read_range(source, at, total)
+    return head if len(head) == total else source.read(at, total)

@@ -16,71 +16,27 @@ and a field table covers parquet-format in a page.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from airflow_delta_maint.delta.errors import DeltaError
 
+from airflow_delta_maint.delta.parquet.thrift_spec import (BINARY, BOOL, BYTE, DOUBLE, I16, I32, I64, LIST, STRING,
+                                                           WIRE_BINARY, WIRE_BYTE, WIRE_DOUBLE, WIRE_FALSE, WIRE_I16,
+                                                           WIRE_I32, WIRE_I64, WIRE_LIST, WIRE_STRUCT, WIRE_TRUE, Field,
+                                                           ListOf, StructSpec, wire_of)
+
 __all__ = ["BINARY", "BOOL", "BYTE", "DOUBLE", "I16", "I32", "I64", "LIST", "STRING", "Field", "ListOf",
            "ThriftDecodeError", "Struct", "StructSpec", "decode", "encode", "skip_struct"]
 
-# wire types of the compact protocol
-_STOP, _TRUE, _FALSE, _BYTE, _I16, _I32, _I64, _DOUBLE, _BINARY, _LIST, _SET, _MAP, _STRUCT, _UUID = range(14)
-
-#: field kinds of the table: the wire type, except strings (binary read as UTF-8) and bools
-BOOL, BYTE, I16, I32, I64, DOUBLE, BINARY, STRING, LIST = "bool", "i8", "i16", "i32", "i64", "double", "binary", \
-    "string", "list"
-_WIRE = {BOOL: _TRUE, BYTE: _BYTE, I16: _I16, I32: _I32, I64: _I64, DOUBLE: _DOUBLE, BINARY: _BINARY,
-         STRING: _BINARY}
+# module globals, short: the decoding loop compares wire types with them
+_TRUE, _FALSE, _BYTE, _I16, _I32, _I64, _DOUBLE, _BINARY, _LIST, _STRUCT = (
+    WIRE_TRUE, WIRE_FALSE, WIRE_BYTE, WIRE_I16, WIRE_I32, WIRE_I64, WIRE_DOUBLE, WIRE_BINARY, WIRE_LIST, WIRE_STRUCT)
+_STOP, _SET, _MAP, _UUID = 0, 10, 11, 13
 _DOUBLE_FORMAT = struct.Struct("<d")
 
 
 class ThriftDecodeError(DeltaError):
     """Bytes that are not a struct of Thrift's compact protocol."""
-
-
-@dataclass(frozen=True)
-class ListOf:
-    """A list field's elements: a kind, or a struct."""
-
-    element: "str | StructSpec"
-
-
-@dataclass
-class Field:
-    """One field of a struct: its name and kind (a kind name, a struct, or a list)."""
-
-    name: str
-    kind: "str | StructSpec | ListOf"
-    #: kept encoded until read: for fields most footer work never reads (statistics, histograms)
-    lazy: bool = False
-    wire: int = 0
-    element_wire: int = 0
-
-    def __post_init__(self) -> None:
-        self.wire = _wire_of(self.kind)
-        if isinstance(self.kind, ListOf):
-            self.element_wire = _wire_of(self.kind.element)
-
-
-def _wire_of(kind: "str | StructSpec | ListOf") -> int:
-    if isinstance(kind, StructSpec):
-        return _STRUCT
-    if isinstance(kind, ListOf):
-        return _LIST
-    return _WIRE[kind]
-
-
-@dataclass
-class StructSpec:
-    """A struct (or union) of the field table: its fields by id."""
-
-    name: str
-    fields: dict[int, Field] = field(default_factory=dict)
-    ids: dict[str, int] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.ids = {f.name: fid for fid, f in self.fields.items()}
 
 
 class _Lazy:
@@ -359,7 +315,7 @@ def _put_value(out: bytearray, wire: int, kind: Any, v: Any) -> None:
 
 
 def _put_list(out: bytearray, element: Any, values: list) -> None:
-    wire = _wire_of(element)
+    wire = wire_of(element)
     n = len(values)
     out.append((n << 4 | wire) if n < 15 else (0xF0 | wire))
     if n >= 15:

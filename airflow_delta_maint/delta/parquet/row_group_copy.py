@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from airflow_delta_maint import __version__
 from airflow_delta_maint.delta.errors import DeltaError
 from airflow_delta_maint.delta.parquet.bounds import statistics_for_copy
-from airflow_delta_maint.delta.parquet.chunks import (CorruptChunkError, copy_chunk, read_bloom_filter,
+from airflow_delta_maint.delta.parquet.chunks import (CorruptChunkError, IndexBytes, copy_chunk, read_bloom_filter,
                                                       read_page_index, rebase_offset_index)
 from airflow_delta_maint.delta.parquet.compact import Struct, encode
 from airflow_delta_maint.delta.parquet.eligibility import chunk_range, codec_number, refusal
@@ -191,8 +191,9 @@ class RowGroupCopyWriter:
         same_order = [encode(o) for o in footer.metadata.get("column_orders") or []] == self._orders
         first = len(self.row_groups)
         blooms: list[tuple[Struct, bytes]] = []
+        indexes = IndexBytes(f, footer.row_groups) if self.page_index or self.bloom_filters else None
         for rg in footer.row_groups:
-            columns = [self._copy_chunk(f, cc, leaf, footer.created_by, same_order, blooms)
+            columns = [self._copy_chunk(f, indexes, cc, leaf, footer.created_by, same_order, blooms)
                        for leaf, cc in enumerate(rg["columns"])]
             self.row_groups.append(self._row_group(rg, columns))
         for meta, bloom in blooms:
@@ -201,8 +202,8 @@ class RowGroupCopyWriter:
         self._key_values.append(footer.key_value_metadata())
         self.parts.append(CopiedPart(footer.created_by, range(first, len(self.row_groups)), same_order))
 
-    def _copy_chunk(self, f: IO[bytes], cc: Struct, leaf: int, created_by: str, same_order: bool,
-                    blooms: list[tuple[Struct, bytes]]) -> Struct:
+    def _copy_chunk(self, f: IO[bytes], indexes: IndexBytes | None, cc: Struct, leaf: int, created_by: str,
+                    same_order: bool, blooms: list[tuple[Struct, bytes]]) -> Struct:
         meta = cc["meta_data"]
         start, length = chunk_range(cc)
         new_start = self.pos
@@ -223,13 +224,13 @@ class RowGroupCopyWriter:
             moved["statistics"] = statistics_for_copy(stats, self._leaves[leaf], created_by, same_order)
         chunk = Struct(COLUMN_CHUNK)
         chunk["file_offset"], chunk["meta_data"] = 0, moved
-        if self.page_index:
-            column_index, offset_index = read_page_index(f, cc, start, walk)
+        if self.page_index and indexes is not None:
+            column_index, offset_index = read_page_index(indexes, cc, start, walk)
             if offset_index is not None:
                 self._indexes.append(_PendingIndex(chunk, column_index if same_order else None,
                                                    rebase_offset_index(offset_index, delta)))
-        if self.bloom_filters:
-            bloom = read_bloom_filter(f, meta)
+        if self.bloom_filters and indexes is not None:
+            bloom = read_bloom_filter(indexes, meta)
             if bloom is not None:
                 blooms.append((moved, bloom))
         return chunk

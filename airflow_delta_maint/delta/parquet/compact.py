@@ -244,6 +244,12 @@ def _skip(data: bytes, pos: int, wire: int) -> int:
             size, pos = _varint(data, pos)
         if element in (_TRUE, _FALSE):
             return pos + size
+        if element in (_I16, _I32, _I64):  # varints: count the bytes that end one
+            for _ in range(size):
+                while data[pos] & 0x80:
+                    pos += 1
+                pos += 1
+            return pos
         for _ in range(size):
             pos = _skip(data, pos, element)
         return pos
@@ -276,7 +282,16 @@ def skip_struct(data: bytes, pos: int) -> int:
             return pos
         if not head >> 4:
             pos = _varint(data, pos)[1]
-        pos = _skip(data, pos, head & 0x0F)
+        wire = head & 0x0F
+        if wire == _I64 or wire == _I32 or wire == _I16:  # inlined: most fields are varints
+            while data[pos] & 0x80:
+                pos += 1
+            pos += 1
+        elif wire == _BINARY:
+            n, pos = _varint(data, pos)
+            pos += n
+        elif wire != _TRUE and wire != _FALSE:
+            pos = _skip(data, pos, wire)
 
 
 def decode(data: bytes, spec: StructSpec, pos: int = 0) -> tuple[Struct, int]:

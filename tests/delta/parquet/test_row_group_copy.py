@@ -16,6 +16,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from airflow_delta_maint.delta.parquet.chunks import CorruptChunkError
 from airflow_delta_maint.delta.parquet.compact import decode
@@ -29,6 +31,7 @@ from airflow_delta_maint.delta.parquet.row_group_copy import (DEFAULT_CREATED_BY
 from airflow_delta_maint.delta.storage.range_reader import RangeReader
 from airflow_delta_maint.delta.storage.store import Storage
 from tests.delta.parquet.tables import many_types
+from tests.hypothesis_profiles import examples
 
 
 def write(path: Path, table: pa.Table, **options) -> str:
@@ -321,3 +324,46 @@ def test_an_output_footer_decodes_as_pyarrow_reads_it(tmp_path):
     out, result = copy(tmp_path, paths)
     assert decode_file_metadata(read_footer(out).raw) == result.metadata
     assert result.footer().raw == read_footer(out).raw
+
+
+class CountingStorage(Storage):
+    """A local store that counts its ranged reads."""
+
+    reads = 0
+
+    def read_range(self, key: str, start: int, end: int) -> bytes:
+        type(self).reads += 1
+        return super().read_range(key, start, end)
+
+
+def test_a_remote_input_costs_few_requests(tmp_path):
+    """The footer in one request, each chunk in one, the page indexes and bloom filters in one."""
+    path = write(tmp_path / "in.parquet", many_types(400), row_group_size=100, write_page_index=True,
+                 bloom_filter_options={"s": {"ndv": 50}})
+    storage = CountingStorage(str(tmp_path))
+    reader = RangeReader(storage, "in.parquet", Path(path).stat().st_size)
+    footer = read_footer(reader)
+    CountingStorage.reads = 0
+    sink = io.BytesIO()
+    writer = RowGroupCopyWriter(sink, footer, "snappy")
+    writer.add_file(reader, footer)
+    writer.close()
+    chunks = sum(len(rg["columns"]) for rg in footer.row_groups)
+    assert CountingStorage.reads == chunks + 1
+    assert pq.read_table(io.BytesIO(sink.getvalue())).equals(pq.read_table(path))
+
+
+@settings(max_examples=examples(25), deadline=None)
+@given(sizes=st.lists(st.integers(1, 120), min_size=1, max_size=5), row_group=st.integers(1, 80),
+       page_index=st.booleans(), pages=st.sampled_from([None, 7]), seed=st.integers(0, 1000))
+def test_any_split_of_rows_copies_back_to_the_same_rows(tmp_path_factory, sizes, row_group, page_index, pages, seed):
+    tmp_path = tmp_path_factory.mktemp("split")
+    options = {"row_group_size": row_group, "write_page_index": page_index}
+    if pages:
+        options["max_rows_per_page"] = pages
+    paths = [write(tmp_path / f"in{i}.parquet", many_types(n, seed=seed + i), **options) for i, n in enumerate(sizes)]
+    out, result = copy(tmp_path, paths)
+    assert result.num_rows == sum(sizes)
+    assert same_rows(rows(out), rows(paths))
+    assert chunk_bytes(out) == [b for p in paths for b in chunk_bytes(p)]
+    check_offsets(out)

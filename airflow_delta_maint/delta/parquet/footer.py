@@ -34,8 +34,8 @@ class ParquetFooterError(DeltaError):
 
 @dataclass
 class Footer:
-    """A file's decoded footer: ``metadata`` (FileMetaData), its encoded length, the file's size
-    and whether the footer is encrypted (then ``metadata`` is None)."""
+    """A file's decoded footer: ``metadata`` (FileMetaData), its encoded length and bytes, and the
+    file's size."""
 
     metadata: Struct
     length: int

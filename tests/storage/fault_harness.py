@@ -116,10 +116,11 @@ def write_table(store: Store, uri: str, commits: int = COMMITS) -> None:
     """delta-rs appends ``commits`` times to two partitions: 2 * ``commits`` small files."""
     with delta_rs_env(store):
         for i in range(commits):
-            _append(uri, store.options, i)
+            append(uri, store.options, i)
 
 
-def _append(uri: str, options: dict[str, str], i: int) -> None:
+def append(uri: str, options: dict[str, str], i: int) -> None:
+    """delta-rs appends the ``i``-th batch of ``ROWS`` rows (two files, one per partition)."""
     ids = list(range(i * ROWS, (i + 1) * ROWS))
     write_deltalake(uri, pa.table({"id": pa.array(ids, pa.int64()), "part": pa.array([x % 2 for x in ids]),
                                    "value": pa.array([f"v{x}" for x in ids])}),

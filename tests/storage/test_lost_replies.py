@@ -12,8 +12,10 @@ import pytest
 from deltalake import DeltaTable
 
 from airflow_delta_maint.app.execution import run_in_process
+from airflow_delta_maint.app.settings import Settings
 from airflow_delta_maint.delta.storage.store import Storage
-from tests.storage.fault_harness import Table, clean_env, commits, data_files, delta_rs_env, new_table, proxied
+from tests.storage.fault_harness import (COMMITS, Table, append, clean_env, commits, data_files, delta_rs_env, new_table,
+                                         proxied, rows)
 
 __all__ = ["clean_env", "proxied"]  # fixtures
 
@@ -60,6 +62,26 @@ def test_classic_checkpoint(table):
     hint = json.loads(Storage(table.uri, table.options).read("_delta_log/_last_checkpoint"))
     assert hint["version"] == LATEST and hint["numOfAddFiles"] == 24, hint
     assert table.check() == LATEST
+
+
+def test_multipart_checkpoint_part(table):
+    """A checkpoint written in parts from the streamed state (a checkpoint to stream from, then one more
+    commit): the first part's answer is lost."""
+    assert run_in_process("checkpoint", table.uri, [], table.options)[0] == 0
+    with delta_rs_env(table.store):
+        append(table.uri, table.options, COMMITS)
+    table.before = rows(table.store, table.uri)[1]
+    table.proxy.configure(script=[lost(r"\.checkpoint\.0+1\.0+2\.parquet$")])
+    try:
+        code, m = run_in_process("checkpoint", table.uri, [], table.faulty, settings=Settings(stream_min_files=0))
+    finally:
+        table.stats = table.proxy.stats()
+        table.proxy.configure()
+    assert fired(table) == [1] and code == 0, m
+    assert (m["checkpoint"]["kind"], m["checkpoint"]["parts"], m["checkpoint_version"]) == ("multipart", 2, LATEST + 1), m
+    hint = json.loads(Storage(table.uri, table.options).read("_delta_log/_last_checkpoint"))
+    assert (hint["version"], hint["parts"]) == (LATEST + 1, 2), hint
+    assert table.check() == LATEST + 1
 
 
 def test_last_checkpoint_is_overwritten_harmlessly(table):

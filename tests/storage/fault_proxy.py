@@ -200,96 +200,107 @@ def reset(conn: socket.socket) -> None:
         pass
 
 
-def make_handler(state: FaultState, upstream: str) -> type[BaseHTTPRequestHandler]:
-    """The request handler class: forwards to ``upstream`` or injects the drawn fault."""
-    parts = urlsplit(upstream)
-    local = threading.local()
+class Upstream:
+    """The store behind the proxy: one keep-alive connection per handler thread."""
 
-    def forward(method: str, target: str, body: bytes | None, headers: dict[str, str]) -> http.client.HTTPResponse:
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        self.host, self.port = parts.hostname, parts.port
+        self.local = threading.local()
+
+    def forward(self, method: str, target: str, body: bytes | None,
+                headers: dict[str, str]) -> http.client.HTTPResponse:
+        """Send the request on this thread's connection (a new one if the old one broke)."""
         for attempt in (0, 1):
-            conn = getattr(local, "conn", None)
+            conn = getattr(self.local, "conn", None)
             if conn is None:
-                conn = local.conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=300)
+                conn = self.local.conn = http.client.HTTPConnection(self.host, self.port, timeout=300)
             try:
                 conn.request(method, target, body=body, headers=headers)
                 return conn.getresponse()
             except (http.client.HTTPException, OSError):
-                local.conn = None
+                self.local.conn = None
                 if attempt:
                     raise
         raise AssertionError("unreachable")
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
 
-        def log_message(self, *args: Any) -> None:
-            pass
+class FaultHandler(BaseHTTPRequestHandler):
+    """Forwards each request to ``upstream`` or injects the fault ``state`` draws for it."""
 
-        def _body(self) -> bytes | None:
-            if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-                chunks = []
-                while (size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)) > 0:
-                    chunks.append(self.rfile.read(size))
-                    self.rfile.readline()
-                while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                    pass
-                return b"".join(chunks)
-            length = int(self.headers.get("Content-Length") or 0)
-            return self.rfile.read(length) if length else None
+    protocol_version = "HTTP/1.1"
+    state: FaultState
+    upstream: Upstream
 
-        def _send(self, status: int, headers: dict[str, str] | list[tuple[str, str]], data: bytes,
-                  cut: bool = False) -> None:
-            self.send_response(status)
-            for key, value in (headers.items() if isinstance(headers, dict) else headers):
-                if key.lower() not in _HOP and key.lower() != "content-length":
-                    self.send_header(key, value)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(data[: len(data) // 2] if cut else data)
-            self.wfile.flush()
+    def log_message(self, *args: Any) -> None:
+        pass
 
-        def _drop(self) -> None:
-            self.close_connection = True
-            reset(self.connection)
+    def _body(self) -> bytes | None:
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            chunks = []
+            while (size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)) > 0:
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                pass
+            return b"".join(chunks)
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else None
 
-        def _control(self, body: bytes | None) -> None:
-            if self.command == "PUT" and self.path.startswith(CONTROL + "config"):
-                state.configure(Config.from_json(json.loads(body or b"{}")))
-            self._send(200, {"Content-Type": "application/json"}, json.dumps(state.stats()).encode())
+    def _send(self, status: int, headers: dict[str, str] | list[tuple[str, str]], data: bytes,
+              cut: bool = False) -> None:
+        self.send_response(status)
+        for key, value in (headers.items() if isinstance(headers, dict) else headers):
+            if key.lower() not in _HOP and key.lower() != "content-length":
+                self.send_header(key, value)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data[: len(data) // 2] if cut else data)
+        self.wfile.flush()
 
-        def _handle(self) -> None:
-            body = self._body()
-            if self.path.startswith(CONTROL):
-                self._control(body)
-                return
-            kind = request_kind(self.command, self.path, self.headers)
-            fault = state.draw(kind, urlsplit(self.path).path)
-            if state.config.latency_ms:
-                time.sleep(state.config.latency_ms / 1000)
-            if fault in ("slowdown", "internal"):
-                self._send(*error_body(state.config.store, fault))
-                return
-            if fault == "reset":
-                self._drop()
-                return
+    def _drop(self) -> None:
+        self.close_connection = True
+        reset(self.connection)
+
+    def _control(self, body: bytes | None) -> None:
+        if self.command == "PUT" and self.path.startswith(CONTROL + "config"):
+            self.state.configure(Config.from_json(json.loads(body or b"{}")))
+        self._send(200, {"Content-Type": "application/json"}, json.dumps(self.state.stats()).encode())
+
+    def _handle(self) -> None:
+        body = self._body()
+        if self.path.startswith(CONTROL):
+            self._control(body)
+            return
+        config = self.state.config
+        fault = self.state.draw(request_kind(self.command, self.path, self.headers), urlsplit(self.path).path)
+        if config.latency_ms:
+            time.sleep(config.latency_ms / 1000)
+        if fault in ("slowdown", "internal"):
+            self._send(*error_body(config.store, fault))
+            return
+        if fault in ("reset", "timeout"):
             if fault == "timeout":
-                time.sleep(state.config.hold_s)
-                self._drop()
-                return
-            headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
-            response = forward(self.command, self.path, body, headers)
-            data = response.read()
-            if fault == "lost_reply":
-                self._drop()
-                return
-            self._send(response.status, response.getheaders(), data, cut=fault == "reset_body")
-            if fault == "reset_body":
-                self._drop()
+                time.sleep(config.hold_s)
+            self._drop()
+            return
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
+        response = self.upstream.forward(self.command, self.path, body, headers)
+        data = response.read()
+        if fault == "lost_reply":
+            self._drop()
+            return
+        self._send(response.status, response.getheaders(), data, cut=fault == "reset_body")
+        if fault == "reset_body":
+            self._drop()
 
-        do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
+    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
 
-    return Handler
+
+def make_handler(state: FaultState, upstream: str) -> type[FaultHandler]:
+    """A handler class bound to ``state`` and the store at ``upstream``."""
+    return type("BoundFaultHandler", (FaultHandler,), {"state": state, "upstream": Upstream(upstream)})
 
 
 def serve(upstream: str, port: int, config: Config) -> None:

@@ -8,7 +8,7 @@ from airflow_delta_maint.delta.parquet.compact import Struct, encode
 from airflow_delta_maint.delta.parquet.footer import Footer
 from airflow_delta_maint.delta.parquet.format import CODECS, PHYSICAL_TYPES
 
-__all__ = ["chunk_range", "codec_number", "leaf_paths", "refusal", "schema_difference"]
+__all__ = ["chunk_range", "codec_number", "refusal", "schema_difference"]
 
 _ELEMENT_PARTS = ("type", "type_length", "repetition_type", "num_children", "converted_type", "scale",
                   "precision", "field_id", "logicalType")
@@ -21,25 +21,6 @@ def codec_number(codec: str) -> int:
     if name not in CODECS:
         raise ValueError(f"unknown parquet codec {codec!r}; known: {', '.join(CODECS)}")
     return CODECS.index(name)
-
-
-def leaf_paths(schema: list[Struct]) -> list[tuple[str, ...]]:
-    """Each leaf column's path of names (the root left out), in column order."""
-    out: list[tuple[str, ...]] = []
-    stack: list[tuple[tuple[str, ...], int]] = []  # (path, children left)
-    for el in schema[1:]:
-        while stack and stack[-1][1] == 0:
-            stack.pop()
-        parent = stack[-1][0] if stack else ()
-        if stack:
-            stack[-1] = (stack[-1][0], stack[-1][1] - 1)
-        path = parent + (el.get("name"),)
-        children = el.get("num_children") or 0
-        if children:
-            stack.append((path, children))
-        else:
-            out.append(path)
-    return out
 
 
 def _element_text(el: Struct) -> str:

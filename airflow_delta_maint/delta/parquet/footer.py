@@ -18,7 +18,8 @@ from airflow_delta_maint.delta.parquet.compact import Struct, ThriftDecodeError,
 from airflow_delta_maint.delta.parquet.format import FILE_META_DATA, PHYSICAL_TYPES
 
 __all__ = ["ENCRYPTED_MAGIC", "MAGIC", "Footer", "ParquetFooterError", "Source", "decode_file_metadata",
-           "encode_file_metadata", "file_bytes", "open_source", "read_footer"]
+           "encode_file_metadata", "file_bytes", "open_source", "read_footer",
+           "read_range"]
 
 MAGIC = b"PAR1"
 ENCRYPTED_MAGIC = b"PARE"

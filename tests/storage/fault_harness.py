@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
@@ -127,14 +128,30 @@ def append(uri: str, options: dict[str, str], i: int) -> None:
                     mode="append", partition_by=["part"], storage_options=options)
 
 
-def strip_stats(uri: str, options: dict[str, str], versions: tuple[int, ...]) -> None:
-    """Take the statistics out of the adds of ``versions`` (so compute-stats has work)."""
+def rewrite_log(uri: str, options: dict[str, str], commits: int, strip: tuple[int, ...], days: int | None) -> None:
+    """Rewrite the commits delta-rs wrote: no statistics in the adds of the versions in ``strip`` (work for
+    compute-stats), and with ``days``, in-commit timestamps that many days back, one second apart (the table
+    enables them from version 0, and delta-rs can no longer write to it), so the commits are older than
+    cleanup-log's cut-off."""
     storage = Storage(uri, options)
-    for version in versions:
+    start = int(time.time() * 1000) - (days or 0) * 86_400_000
+    for version in range(commits):
         key = f"_delta_log/{version:020d}.json"
         actions = [json.loads(line) for line in storage.read(key).decode().splitlines() if line.strip()]
+        if days is not None:
+            info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
+            info["inCommitTimestamp"] = info["timestamp"] = start + version * 1000
+            actions = [{"commitInfo": info}] + [a for a in actions if "commitInfo" not in a]
         for action in actions:
-            action.get("add", {}).pop("stats", None)
+            if version in strip:
+                action.get("add", {}).pop("stats", None)
+            if days is None:
+                continue
+            if "protocol" in action:
+                action["protocol"] = {"minReaderVersion": 1, "minWriterVersion": 7,
+                                      "writerFeatures": ["inCommitTimestamp"]}
+            if "metaData" in action:
+                action["metaData"].setdefault("configuration", {})["delta.enableInCommitTimestamps"] = "true"
         storage.put(key, "".join(json.dumps(a) + "\n" for a in actions).encode())
 
 
@@ -162,8 +179,21 @@ def rows(store: Store, uri: str) -> tuple[int, Counter]:
 
 
 def data_files(uri: str, options: dict[str, str]) -> set[str]:
-    """The keys of the table's objects outside ``_delta_log``."""
-    return {f.key for f in Storage(uri, options).list_recursive() if not f.key.startswith("_delta_log/")}
+    """The keys of the table's data files: its objects outside hidden folders (``_delta_log``, leases)."""
+    return {f.key for f in Storage(uri, options).list_recursive() if not f.key.startswith("_")}
+
+
+def removed_files(uri: str, options: dict[str, str]) -> set[str]:
+    """The keys of the files the log's commits remove."""
+    storage = Storage(uri, options)
+    out = set()
+    for f in storage.list_from("_delta_log/"):
+        if f.key.endswith(".json") and f.key.count(".") == 1:
+            for line in storage.read(f.key).decode().splitlines():
+                remove = json.loads(line).get("remove") if line.strip() else None
+                if remove:
+                    out.add(storage.key_for_path(remove["path"]))
+    return out
 
 
 def commits(uri: str, options: dict[str, str], after: int) -> list[dict[str, Any]]:
@@ -243,10 +273,11 @@ class Table:
         return set(live_files(self.store, self.uri)[1])
 
 
-def new_table(store: Store, proxy: Proxy, path: str) -> Table:
-    """A fresh table of 24 files, four of them without statistics (so compute-stats has work)."""
+def new_table(store: Store, proxy: Proxy, path: str, days: int | None = 3) -> Table:
+    """A fresh table of 24 files, four of them without statistics, its commits ``days`` old (so compute-stats
+    and cleanup-log have work; None: delta-rs's own timestamps, and delta-rs can still write to it)."""
     uri = store.uri(path)
     write_table(store, uri)
-    strip_stats(uri, store.options, (0, 1))
+    rewrite_log(uri, store.options, COMMITS, strip=(0, 1), days=days)
     _, before = rows(store, uri)
     return Table(store, proxy, uri, before)

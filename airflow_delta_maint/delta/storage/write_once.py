@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from airflow_delta_maint.delta.errors import StorageError
+from airflow_delta_maint.delta.errors import PutIfAbsentUnsupportedError, StorageError
 from airflow_delta_maint.delta.storage.store import AlreadyExistsError, Storage
 
 log = logging.getLogger("delta_maint.storage")
@@ -38,6 +38,8 @@ def put_once(storage: Storage, key: str, data: bytes, attempts: int = ATTEMPTS) 
             if unsure and _holds(storage, key, data):
                 log.info("%s/%s: an earlier attempt whose answer was lost wrote it", storage.root, key)
                 return
+            raise
+        except PutIfAbsentUnsupportedError:  # refused before anything was sent
             raise
         except StorageError as exc:
             try:

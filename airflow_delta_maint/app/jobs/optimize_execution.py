@@ -26,9 +26,12 @@ from ..context import JobContext
 from ..engines import DELTA_SPARK
 from .optimize_metrics import run_metrics
 from airflow_delta_maint.app.rewrite.commit import AFTER_REWRITE, BinCommitter, GroupResult
-from airflow_delta_maint.app.rewrite.data_files import RewriteSpec, delete_run_outputs, output_dir, rewrite_bin
+from airflow_delta_maint.app.rewrite.bin_copy import rewrite_bin
+from airflow_delta_maint.app.rewrite.data_files import RewriteSpec, delete_run_outputs, output_dir
 from airflow_delta_maint.app.rewrite.rebase import BinOutputs
-from airflow_delta_maint.app.rewrite.rewrite_path import RewritePath, busy_unit_bins, commit_groups, rewrite_and_commit
+from airflow_delta_maint.app.rewrite.rewrite_counts import RewriteCounts
+from airflow_delta_maint.app.rewrite.rewrite_path import (RewritePath, busy_unit_bins, commit_groups, rewrite_and_commit,
+                                                          rewrite_units)
 from airflow_delta_maint.app.runners.tasks import Tasks, raise_worker_error
 
 #: Z-order and liquid clustering record a row map (8 bytes a row, compressed, on the driver) so that
@@ -39,17 +42,20 @@ log = logging.getLogger("delta_maint.optimize")
 
 
 def execute_bins(tasks: Tasks, spec: RewriteSpec, bins: list[Bin], max_concurrent: int | None,
-                 label: str) -> list[list[dict]]:
-    """Rewrite bins, one task each (largest first); returns the add actions per bin, in order."""
+                 label: str, counts: dict[int, RewriteCounts] | None = None) -> list[list[dict]]:
+    """Rewrite bins, one task each (largest first); returns the add actions per bin, in order, and puts
+    what each bin copied and re-encoded into ``counts`` (by the bin's index)."""
     order = sorted(range(len(bins)), key=lambda i: -bins[i].input_bytes)
     waves = [order] if not max_concurrent else [order[i:i + max_concurrent] for i in range(0, len(order), max_concurrent)]
-    results: dict[int, list[dict]] = {}
+    results: dict[int, Any] = {}
     for wave in waves:
         payload = [(i, bins[i].files, bins[i].partition_values) for i in wave]
         log.info("%s: rewriting %d bins (%.1f MiB)", label, len(wave), sum(bins[i].input_bytes for i in wave) / 2**20)
         results.update(tasks.map_slices(lambda items: [(i, rewrite_bin(spec, files, pvs)) for i, files, pvs in items],
                                         payload, len(payload), f"{label} bins"))
-    return [results[i] for i in range(len(bins))]
+    if counts is not None:
+        counts.update((i, r.counts) for i, r in results.items())
+    return [results[i].adds for i in range(len(bins))]
 
 
 def _delete_run_outputs(spec: RewriteSpec, bins: list[Bin], committed: frozenset[str] | set[str] = frozenset()
@@ -77,24 +83,6 @@ def commit_batch(snapshot: Snapshot, plan: OptimizePlan, bins: list[Bin], output
     committer.after = after_version
     result = committer.commit(bins, [BinOutputs(o) for o in outputs])
     return result.version, sorted(result.dropped)
-
-
-def rewrite_units(options: OptimizeOptions, num_bins: int, path: RewritePath | None = None) -> tuple[int, bool]:
-    """How many bins are rewritten together (one Spark job, or one slice of local work; 0: a whole
-    batch) and whether each unit is committed as soon as it is rewritten (else rewritten units are
-    held and committed together when the log moves, see :func:`_execute_plan`).
-
-    ``--bins-per-commit N``: N bins, each unit committed at once; 0: whole batches, each committed
-    once rewritten (one shuffle for Z-order and clustering). Unset: the run's path
-    (:mod:`~airflow_delta_maint.app.rewrite.rewrite_path`): whole batches on a quiet table; on a busy
-    one, one bin (or as many as keep the run within ``MAX_COMMITS_PER_RUN`` units) held until the log moves.
-    """
-    value = options.bins_per_commit
-    if value is None:
-        if path is not None and not path.busy:
-            return 0, True
-        return busy_unit_bins(num_bins), False
-    return value, True
 
 
 def check_spark_for(ctx: JobContext, layout: str) -> None:
@@ -215,7 +203,9 @@ def _execute_plan(ctx: JobContext, options: OptimizeOptions, snapshot: Snapshot,
         raise
     if added_sizes is not None:
         added_sizes.extend(a["size"] for _, r in run.results for i in r.committed for a in r.adds.get(i, []))
-    return {**out, **run_metrics(plan, run.results, clustered and whole_table, snapshot), "numBatches": len(run.results),
+    copies = run.copy_counts if plan.layout == "binpack" else None
+    return {**out, **run_metrics(plan, run.results, clustered and whole_table, snapshot, copies),
+            "numBatches": len(run.results),
             **(path.metrics() if path is not None else {})}
 
 
@@ -227,6 +217,7 @@ def _rewrite_spec(ctx: JobContext, options: OptimizeOptions, snapshot: Snapshot,
     tight_bounds = True if "deletionVectors" in table_features(snapshot.protocol)[1] else None
     rows = row_tracking(snapshot.protocol, snapshot.metadata, snapshot.domains)
     return RewriteSpec(ctx.storage, snapshot.metadata.to_action(), compression=options.compression,
+                       row_group_bytes=options.row_group_bytes, copy_row_groups=options.copy_row_groups,
                        target_file_bytes=plan.max_file_size, tight_bounds=tight_bounds,
                        run_token=uuid.uuid4().hex[:8], row_tracking=rows,
                        required_stats_columns=tuple(c.logical_path for c in plan.zorder_columns) if clustered else ())
@@ -275,6 +266,8 @@ class _PlanRun:
     #: storage keys of the files committed so far (kept when a failed run deletes its outputs)
     committed_keys: set[str] = dataclasses.field(default_factory=set)
     held: list[tuple[list[int], list[BinOutputs]]] = dataclasses.field(default_factory=list)
+    #: what each rewritten bin (by its index in the plan) copied and re-encoded
+    copy_counts: dict[int, RewriteCounts] = dataclasses.field(default_factory=dict)
     #: units rewritten so far
     done: int = 0
     #: another writer committed during the run and the run does not wait for writers: commit each
@@ -318,6 +311,7 @@ class _PlanRun:
         for hook in list(AFTER_REWRITE):
             hook([bins[i] for i in self.units[n]])
         self.held.append((self.units[n], outputs))
+        self.copy_counts.update((i, o.counts) for i, o in zip(self.units[n], outputs) if o.counts is not None)
         held_bytes = sum(bins[i].input_bytes for g, _ in self.held for i in g)
         # held units go in one commit; once someone else has committed during this run (a busy
         # table: the sooner a bin lands, the fewer writer commits it is rebased over), each unit
@@ -388,7 +382,9 @@ def _group_rewriter(ctx: JobContext, options: OptimizeOptions, spec: RewriteSpec
             concurrency = max(1, min(concurrency, int(max_bins) // per_commit or 1))
 
     def binpack(n: int, bins: list[Bin]) -> list[BinOutputs]:
-        return [BinOutputs(a) for a in execute_bins(tasks, spec, bins, max_bins, f"commit {n + 1}")]
+        counts: dict[int, RewriteCounts] = {}
+        adds = execute_bins(tasks, spec, bins, max_bins, f"commit {n + 1}", counts)
+        return [BinOutputs(a, counts=counts.get(i)) for i, a in enumerate(adds)]
 
     return binpack, concurrency
 

@@ -36,6 +36,7 @@ from airflow_delta_maint.delta.storage.store import Storage
 
 from ..context import JobContext
 from .optimize_execution import check_spark_for, run_plan
+from airflow_delta_maint.app.rewrite.rewrite_counts import merge_copy_metrics
 from airflow_delta_maint.app.rewrite.rewrite_path import RewritePath
 
 log = logging.getLogger("delta_maint.optimize")
@@ -179,6 +180,7 @@ def merge_rounds(results: list[dict[str, Any]], added_sizes: list[int], total_fi
         out.pop(key, None)
     out.update(size_percentiles(added_sizes))
     out["droppedBins"] = [d for r in results for d in r.get("droppedBins") or ()]
+    out.update(merge_copy_metrics(results))
     versions = sorted(v for r in results for v in r.get("versions_committed") or ())
     out["versions_committed"] = versions
     out["version_committed"] = versions[-1] if versions else None

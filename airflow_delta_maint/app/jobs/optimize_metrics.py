@@ -1,20 +1,23 @@
 """OPTIMIZE's metrics from what each of its commits did: files and bytes added and removed, bins
-dropped and rebased, the versions committed and the clustering quality after the run."""
+dropped and rebased, the versions committed, the clustering quality after the run, and what the
+bin-packing rewrite copied and re-encoded."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.delta.plans.auto_compaction import partition_key, partition_label
 from airflow_delta_maint.delta.plans.clustering import clustering_quality
 from airflow_delta_maint.delta.plans.optimize import OptimizePlan, size_percentiles
 from airflow_delta_maint.app.rewrite.commit import GroupResult
+from airflow_delta_maint.app.rewrite.rewrite_counts import RewriteCounts
 
 
 def run_metrics(plan: OptimizePlan, results: list[tuple[list[int], GroupResult]], clustered: bool,
-                snapshot: Snapshot) -> dict[str, Any]:
-    """The run's metrics from what each commit did."""
+                snapshot: Snapshot, copies: Mapping[int, RewriteCounts] | None = None) -> dict[str, Any]:
+    """The run's metrics from what each commit did; ``copies``: what each bin's rewrite copied and
+    re-encoded (bin-packing), summed over the bins committed."""
     totals = {"numAddedFiles": 0, "numRemovedFiles": 0, "numAddedBytes": 0, "numRemovedBytes": 0,
               "numDeletionVectorsRemoved": 0}
     added_sizes: list[int] = []
@@ -45,6 +48,8 @@ def run_metrics(plan: OptimizePlan, results: list[tuple[list[int], GroupResult]]
                 added_sizes.append(a["size"])
                 committed_added.append(a)
     out: dict[str, Any] = {}
+    if copies is not None:
+        out.update(RewriteCounts.total(copies.get(group[i]) for group, r in results for i in r.committed).metrics())
     if clustered:
         after = [a for a in snapshot.add_actions() if a["path"] not in committed_removed] + committed_added
         out["clusteringQualityAfter"] = clustering_quality(after, plan.zorder_columns)

@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_delta_maint.delta.errors import CorruptLogError
+from airflow_delta_maint.delta.plans.optimize_options import DEFAULT_COPY_ROW_GROUPS, DEFAULT_ROW_GROUP_BYTES
 from airflow_delta_maint.delta.protocol.actions import Metadata
 from airflow_delta_maint.delta.protocol.deletion_vectors import live_row_mask, read_deletion_vector
 from airflow_delta_maint.delta.protocol.row_tracking import RowTracking
@@ -30,7 +31,6 @@ from airflow_delta_maint.delta.protocol.schema import to_arrow_schema
 from airflow_delta_maint.delta.protocol.stats import StatsCollector, stats_json
 from airflow_delta_maint.delta.storage.store import Storage
 
-DEFAULT_ROW_GROUP_BYTES = 128 << 20
 PREFETCH = 2
 
 
@@ -42,6 +42,8 @@ class RewriteSpec:
     metadata_action: dict
     compression: str = "snappy"
     row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES
+    #: bin-packing: ``auto``, ``always`` or ``never`` copy inputs' row groups (``app/rewrite/bin_copy.py``)
+    copy_row_groups: str = DEFAULT_COPY_ROW_GROUPS
     target_file_bytes: int = 1 << 30
     tight_bounds: bool | None = None  # True on tables with deletion vectors: stats are exact
     #: 8 hex digits that start the UUID of every file this run writes, so that a failed run can
@@ -245,6 +247,8 @@ class DataFileWriter:
         self._buffered = 0
         self.rows = 0
         self.bytes_in = 0
+        #: the compressed size of each row group written (known once closed)
+        self.row_group_sizes: list[int] = []
 
     def write(self, table: pa.Table) -> None:
         if table.num_rows == 0:
@@ -268,6 +272,9 @@ class DataFileWriter:
         """Finish the file (upload it to an object store) and return its add action."""
         self._flush()
         self.writer.close()
+        md = self.writer.writer.metadata
+        self.row_group_sizes = [sum(md.row_group(i).column(j).total_compressed_size for j in range(md.num_columns))
+                                for i in range(md.num_row_groups)]
         # The footer lacks what it cannot prove (float min/max, for one): gathered while writing.
         stats = self._stats.file_stats(self.local, tight_bounds=self.spec.tight_bounds)
         size = os.path.getsize(self.local)
@@ -335,9 +342,9 @@ def output_dir(storage: Storage, adds: list[dict]) -> str:
 
 
 def write_file(spec: RewriteSpec, out_dir: str, partition_values: dict[str, Any],
-               tables: Iterable[pa.Table]) -> list[dict]:
-    """Write ``tables`` into one data file; returns its add action (none if no rows come). A failure
-    leaves no file behind."""
+               tables: Iterable[pa.Table], row_group_sizes: list[int] | None = None) -> list[dict]:
+    """Write ``tables`` into one data file; returns its add action (none if no rows come) and adds the
+    compressed size of each row group written to ``row_group_sizes``. A failure leaves no file behind."""
     writer = DataFileWriter(spec, out_dir, partition_values)
     try:
         for table in tables:
@@ -345,15 +352,21 @@ def write_file(spec: RewriteSpec, out_dir: str, partition_values: dict[str, Any]
         if writer.rows == 0:
             writer.abort()
             return []
-        return [writer.close()]
+        add = writer.close()
+        if row_group_sizes is not None:
+            row_group_sizes.extend(writer.row_group_sizes)
+        return [add]
     except BaseException:
         writer.abort()
         raise
 
 
-def rewrite_bin(spec: RewriteSpec, adds: list[dict], partition_values: dict[str, str | None]) -> list[dict]:
-    """Rewrite one bin of files into one file; returns its add action (none if no rows remain)."""
-    return write_file(spec, output_dir(spec.storage, adds), partition_values, iter_files(spec, adds))
+def rewrite_bin(spec: RewriteSpec, adds: list[dict], partition_values: dict[str, str | None],
+                row_group_sizes: list[int] | None = None) -> list[dict]:
+    """Rewrite one bin of files into one file, re-encoding every row; returns its add action (none if no
+    rows remain). ``row_group_sizes`` collects the compressed size of each row group written."""
+    return write_file(spec, output_dir(spec.storage, adds), partition_values, iter_files(spec, adds),
+                      row_group_sizes)
 
 
 def to_json_lines(adds: Iterable[dict]) -> list[str]:

@@ -26,6 +26,8 @@ from airflow_delta_maint.delta.protocol.deletion_vectors import read_deletion_ve
 from airflow_delta_maint.delta.protocol.row_tracking import RowTracking
 from airflow_delta_maint.delta.storage.store import Storage
 
+from .rewrite_counts import RewriteCounts
+
 #: layouts whose outputs keep their inputs' live rows in order
 IN_ORDER_LAYOUTS = ("binpack", "even")
 
@@ -38,6 +40,8 @@ class BinOutputs:
 
     adds: list[dict]
     row_maps: list[bytes] | None = None
+    #: bin-packing: what the rewrite copied and re-encoded
+    counts: RewriteCounts | None = None
 
 
 @dataclass

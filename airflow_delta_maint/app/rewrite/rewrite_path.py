@@ -20,11 +20,12 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence, TypeVar
 
 from airflow_delta_maint.delta.plans.optimize import Bin
+from airflow_delta_maint.delta.plans.optimize_options import OptimizeOptions
 from airflow_delta_maint.delta.plans.write_cadence import WriteCadence, read_write_cadence
 from airflow_delta_maint.delta.storage.store import Storage
 
 __all__ = ["MAX_COMMITS_PER_RUN", "QUIET", "BUSY", "RewritePath", "busy_unit_bins", "commit_groups",
-           "rewrite_and_commit"]
+           "rewrite_and_commit", "rewrite_units"]
 
 #: on the busy path a run makes at most about this many commits
 MAX_COMMITS_PER_RUN = 50
@@ -123,3 +124,21 @@ def rewrite_and_commit(bins: Sequence[Bin], groups: list[list[int]], rewrite: Ca
         for f in futures:
             f.cancel()
         pool.shutdown(wait=True)
+
+
+def rewrite_units(options: OptimizeOptions, num_bins: int, path: RewritePath | None = None) -> tuple[int, bool]:
+    """How many bins are rewritten together (one Spark job, or one slice of local work; 0: a whole
+    batch) and whether each unit is committed as soon as it is rewritten (else rewritten units are
+    held and committed together when the log moves; see ``optimize_execution``).
+
+    ``--bins-per-commit N``: N bins, each unit committed at once; 0: whole batches, each committed
+    once rewritten (one shuffle for Z-order and clustering). Unset: the run's path: whole batches on a
+    quiet table; on a busy one, one bin (or as many as keep the run within ``MAX_COMMITS_PER_RUN``
+    units) held until the log moves.
+    """
+    value = options.bins_per_commit
+    if value is None:
+        if path is not None and not path.busy:
+            return 0, True
+        return busy_unit_bins(num_bins), False
+    return value, True

@@ -24,6 +24,21 @@ COMPRESSIONS = ("snappy", "zstd", "gzip", "lz4", "none")
 # delta-spark's (Spark's) default: the fastest to write and read; zstd writes files about a
 # quarter smaller for some 10-15% more time (docs/benchmarks.md).
 DEFAULT_COMPRESSION = "snappy"
+#: Arrow bytes the rewrite gathers into one row group of the files it writes
+DEFAULT_ROW_GROUP_BYTES = 128 << 20
+#: how a bin-packing rewrite treats its inputs' row groups: ``auto`` copies the row groups of inputs
+#: whose row groups are all large and re-encodes the rest, ``always`` copies every input it can,
+#: ``never`` re-encodes every row
+COPY_ROW_GROUPS = ("auto", "always", "never")
+DEFAULT_COPY_ROW_GROUPS = "auto"
+#: ``auto`` copies an input whose row groups all hold at least this share of ``row_group_bytes`` in
+#: compressed bytes on disk: about what a full row group of Arrow data compresses to (docs/optimize.md)
+COPY_THRESHOLD_SHARE = 0.25
+
+
+def copy_threshold(row_group_bytes: int) -> int:
+    """The compressed size from which ``copy_row_groups="auto"`` copies a row group as it is."""
+    return max(1, int(row_group_bytes * COPY_THRESHOLD_SHARE))
 
 
 def zorder_columns(text: str | Sequence[str] | None) -> tuple[str, ...]:
@@ -65,6 +80,10 @@ class OptimizeOptions:
     bins_per_commit: int | None = None
     wait_for_writer: float | None = None
     compression: str = DEFAULT_COMPRESSION
+    #: Arrow bytes per row group of the files written (``row_group_bytes``)
+    row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES
+    #: bin-packing: copy inputs' row groups byte for byte where exact (``auto``, ``always``) or not (``never``)
+    copy_row_groups: str = DEFAULT_COPY_ROW_GROUPS
     lease_seconds: int = DEFAULT_LEASE_SECONDS
     dry_run: bool = False
     #: who does the data work: ``native`` or ``delta-spark`` (checked by the application's engines)
@@ -94,6 +113,11 @@ class OptimizeOptions:
             raise InvalidArgumentError(f"lease seconds must be 0 (no reservation) or positive, got {self.lease_seconds}")
         if self.compression not in COMPRESSIONS:
             raise InvalidArgumentError(f"unknown compression {self.compression!r}; one of {', '.join(COMPRESSIONS)}")
+        if self.copy_row_groups not in COPY_ROW_GROUPS:
+            raise InvalidArgumentError(f"copy_row_groups must be one of {', '.join(COPY_ROW_GROUPS)}, "
+                                       f"got {self.copy_row_groups!r}")
+        if self.row_group_bytes <= 0:
+            raise InvalidArgumentError(f"row_group_bytes must be positive, got {self.row_group_bytes}")
         if (self.wait_for_writer or 0) < 0:
             raise InvalidArgumentError(f"wait for writer must not be negative, got {self.wait_for_writer}")
         if self.bins_per_commit is not None and self.bins_per_commit < 0:
@@ -127,10 +151,10 @@ class OptimizeOptions:
 
 _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "predicate": str, "zorder_by": zorder_columns, "compression": lambda v: str(v).strip().lower(),
-    "engine": lambda v: str(v).strip().lower(),
+    "engine": lambda v: str(v).strip().lower(), "copy_row_groups": lambda v: str(v).strip().lower(),
     **{name: int for name in ("min_file_size", "max_file_size", "min_cube_size", "target_cube_size", "target_files",
                               "min_num_files", "max_partitions", "skip_recent_partitions", "max_concurrent_bins",
-                              "batch_bytes", "bins_per_commit", "lease_seconds")},
+                              "batch_bytes", "bins_per_commit", "lease_seconds", "row_group_bytes")},
     **{name: float for name in ("dv_ratio", "max_deleted_rows_ratio", "min_file_age", "wait_for_writer")},
     **{name: as_bool for name in ("full", "rewrite_type_widened", "auto", "all_partitions", "purge", "dry_run")},
 }

@@ -1,0 +1,171 @@
+"""OPTIMIZE's bin-packing rewrite of one bin, its inputs' row groups copied byte for byte where that
+is exact (:mod:`.copy_choice` decides) and the other inputs read and re-encoded together into full
+row groups, in one output file.
+
+The output keeps the inputs' live rows in the bin's order (a rebase onto concurrent deletion vectors
+counts on it): rows waiting to be re-encoded are written before the next copied input. Its statistics
+are merged from the footers, reading back only the columns they cannot prove
+(:mod:`~airflow_delta_maint.delta.protocol.copied_stats`), so they are those a full rewrite gives. It
+is written as a stream (a multipart upload on object stores), its copied inputs read by ranges. A
+column chunk whose pages do not match its metadata discards the output and the bin is re-encoded.
+Pure pyarrow and the core: runs in a Spark task, a thread of the worker or a test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Iterator, NamedTuple
+
+import pyarrow as pa
+
+from airflow_delta_maint.delta.parquet.chunks import CorruptChunkError
+from airflow_delta_maint.delta.parquet.footer import Footer
+from airflow_delta_maint.delta.parquet.row_group_copy import CopyRefused, RowGroupCopyWriter
+from airflow_delta_maint.delta.protocol.copied_stats import copied_file_stats_reading
+from airflow_delta_maint.delta.protocol.stats import stats_json
+from airflow_delta_maint.delta.storage.range_reader import RangeReader
+from airflow_delta_maint.delta.storage.stream_write import open_stream
+
+from . import data_files
+from .copy_choice import CopyChoice, choose_copies, input_source, table_reason
+from .data_files import PREFETCH, RewriteSpec, output_dir, output_name, read_data_file
+from .rewrite_counts import RewriteCounts
+
+__all__ = ["BinRewrite", "rewrite_bin"]
+
+log = logging.getLogger("delta_maint.optimize")
+
+
+class BinRewrite(NamedTuple):
+    """One bin rewritten: the output's add action (none when no row is left) and what was copied."""
+
+    adds: list[dict]
+    counts: RewriteCounts
+
+
+def rewrite_bin(spec: RewriteSpec, adds: list[dict], partition_values: dict[str, str | None]) -> BinRewrite:
+    """Rewrite one bin into one file, copying row groups as ``spec.copy_row_groups`` allows."""
+    if spec.copy_row_groups == "never":
+        return _reencode(spec, adds, partition_values, RewriteCounts())
+    reason = table_reason(spec)
+    if reason is not None:
+        counts = RewriteCounts()
+        counts.fell_back(reason, len(adds))
+        return _reencode(spec, adds, partition_values, counts)
+    choice = choose_copies(spec, adds)
+    if not choice.copies:
+        return _reencode(spec, adds, partition_values, choice.counts)
+    try:
+        return _copy_bin(spec, adds, partition_values, choice)
+    except (CorruptChunkError, CopyRefused) as exc:
+        log.warning("OPTIMIZE %s: the row groups of a bin of %d files cannot be copied (%s); re-encoding it",
+                    spec.storage.root, len(adds), exc)
+        counts = RewriteCounts()
+        counts.fell_back("corruptChunk" if isinstance(exc, CorruptChunkError) else "fileLayout", len(adds))
+        return _reencode(spec, adds, partition_values, counts)
+
+
+def _reencode(spec: RewriteSpec, adds: list[dict], partition_values: dict[str, str | None],
+              counts: RewriteCounts) -> BinRewrite:
+    sizes: list[int] = []
+    out = data_files.rewrite_bin(spec, adds, partition_values, sizes)
+    counts.row_groups_reencoded += len(sizes)
+    counts.bytes_reencoded += sum(sizes)
+    return BinRewrite(out, counts)
+
+
+class _Pending:
+    """Rows waiting to be re-encoded into the output, written as one row group once they hold
+    ``row_group_bytes`` of Arrow data (or before the next copied input, or at the end)."""
+
+    def __init__(self, writer: RowGroupCopyWriter, row_group_bytes: int, counts: RewriteCounts):
+        self.writer, self.row_group_bytes, self.counts = writer, row_group_bytes, counts
+        self.tables: list[pa.Table] = []
+        self.nbytes = 0
+
+    def add(self, table: pa.Table) -> None:
+        if table.num_rows:
+            self.tables.append(table)
+            self.nbytes += table.nbytes
+        if self.nbytes >= self.row_group_bytes:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.tables:
+            return
+        data = pa.concat_tables(self.tables) if len(self.tables) > 1 else self.tables[0]
+        self.tables, self.nbytes = [], 0
+        before = len(self.writer.row_groups)
+        self.writer.add_table(data)
+        self.counts.row_groups_reencoded += len(self.writer.row_groups) - before
+        self.counts.bytes_reencoded += _compressed(self.writer, before)
+
+
+def _compressed(writer: RowGroupCopyWriter, first: int) -> int:
+    return sum(int(rg["total_compressed_size"]) for rg in writer.row_groups[first:])
+
+
+def _inputs(spec: RewriteSpec, adds: list[dict], footers: list[Footer | None]
+            ) -> Iterator[tuple[dict, Footer | None, pa.Table | None]]:
+    """The bin's inputs in order: (add, footer, None) to copy, (add, None, live rows) to re-encode,
+    the re-encoded ones read ahead (up to PREFETCH at once)."""
+    order = [i for i, f in enumerate(footers) if f is None]
+    with ThreadPoolExecutor(max_workers=PREFETCH) as pool:
+        pending: dict[int, Future] = {}
+        for i, add in enumerate(adds):
+            while order and len(pending) < PREFETCH:
+                j = order.pop(0)
+                pending[j] = pool.submit(read_data_file, spec, adds[j])
+            footer = footers[i]
+            yield (add, footer, None) if footer is not None else (add, None, pending.pop(i).result())
+
+
+def _write(spec: RewriteSpec, adds: list[dict], choice: CopyChoice, sink: object) -> RowGroupCopyWriter:
+    assert choice.reference is not None
+    writer = RowGroupCopyWriter(sink, choice.reference, spec.compression)  # type: ignore[arg-type]
+    counts = choice.counts
+    pending = _Pending(writer, spec.row_group_bytes, counts)
+    for add, footer, table in _inputs(spec, adds, choice.footers):
+        if footer is None:
+            assert table is not None
+            pending.add(table)
+            continue
+        pending.flush()  # the rows before this input go first: the bin's order is kept
+        before = len(writer.row_groups)
+        source = input_source(spec, add)
+        try:
+            writer.add_file(source, footer)
+        finally:
+            if isinstance(source, RangeReader):
+                source.close()
+        counts.row_groups_copied += len(writer.row_groups) - before
+        counts.bytes_copied += _compressed(writer, before)
+    pending.flush()
+    return writer
+
+
+def _copy_bin(spec: RewriteSpec, adds: list[dict], partition_values: dict[str, str | None],
+              choice: CopyChoice) -> BinRewrite:
+    storage = spec.storage
+    rel_path = f"{output_dir(storage, adds)}{output_name(spec)}"
+    key = storage.key_for_path(rel_path)
+    if key is None:
+        raise ValueError(f"{rel_path} is not inside the table {storage.root}")
+    with open_stream(storage, key) as sink:
+        result = _write(spec, adds, choice, sink).close()
+    try:
+        if result.num_rows == 0:
+            storage.delete(key)
+            return BinRewrite([], choice.counts)
+        output = storage.local_path(key) if storage.is_local else RangeReader(storage, key, result.size)
+        stats = copied_file_stats_reading(result, spec.metadata, output, tight_bounds=spec.tight_bounds)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            storage.delete(key)
+        raise
+    add = {"path": rel_path, "partitionValues": dict(partition_values), "size": result.size,
+           "modificationTime": int(time.time() * 1000), "dataChange": False, "stats": stats_json(stats)}
+    return BinRewrite([add], choice.counts)

@@ -44,9 +44,9 @@ class _Upload:
 
 
 @contextlib.contextmanager
-def open_stream(storage: Storage, key: str, part_bytes: int = PART_BYTES) -> Iterator[IO[bytes]]:
+def open_stream(storage: Storage, key: str, part_bytes: int | None = None) -> Iterator[IO[bytes]]:
     """A binary stream that becomes the object ``key`` when the block exits cleanly (overwriting it);
-    nothing is left of it when the block raises."""
+    nothing is left of it when the block raises. ``part_bytes``: of each part (default ``PART_BYTES``)."""
     if storage.is_local:
         path = storage.local_path(key)
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -61,7 +61,8 @@ def open_stream(storage: Storage, key: str, part_bytes: int = PART_BYTES) -> Ite
         return
     storage.require_put_if_absent()
     try:
-        writer = obstore.open_writer(storage.store, key, buffer_size=part_bytes, max_concurrency=UPLOADS)
+        writer = obstore.open_writer(storage.store, key, buffer_size=part_bytes or PART_BYTES,
+                                     max_concurrency=UPLOADS)
     except Exception as exc:
         raise translate(exc, storage.root, storage.family, "write to", key) from None
     failed_inside = False

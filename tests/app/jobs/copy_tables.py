@@ -94,24 +94,15 @@ def _canon(v: Any) -> Any:
     return v
 
 
-def rows(uri: str, storage_options: Mapping[str, str] | None = None) -> Counter:
+def rows(uri: str) -> Counter:
     """The table's rows as a multiset: delta-rs' file list read with pyarrow, partition values added."""
-    table = DeltaTable(uri, storage_options=dict(storage_options or {}) or None)
+    table = DeltaTable(uri)
     actions = pa.table(table.get_add_actions(flatten=True)).to_pylist()
     out: Counter = Counter()
-    fs = None
-    if storage_options:
-        from pyarrow import fs as pafs
-
-        fs = pafs.S3FileSystem(access_key=storage_options["AWS_ACCESS_KEY_ID"],
-                               secret_key=storage_options["AWS_SECRET_ACCESS_KEY"],
-                               endpoint_override=storage_options["AWS_ENDPOINT_URL"], scheme="http",
-                               region=storage_options.get("AWS_REGION", "us-east-1"))
     columns = [f.name for f in table.schema().fields]
     for uri_, action in zip(table.file_uris(), actions):
         parts = {k[len("partition."):]: v for k, v in action.items() if k.startswith("partition.")}
-        source = uri_.split("://", 1)[1] if fs is not None else uri_
-        for row in pq.read_table(source, filesystem=fs).to_pylist():
+        for row in pq.read_table(uri_).to_pylist():
             row = {c: row.get(c) for c in columns} | parts  # columns a file predates are null
             out[_canon(row)] += 1
     return out

@@ -18,8 +18,8 @@ from airflow_delta_maint.app.execution import run_in_process
 from airflow_delta_maint.app.runners.tasks import LocalTasks, split_slices
 from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.delta.storage.store import Storage
-from tests.app.test_optimize import copy_corpus, listing, make_table, rows_deltars, rows_ours
-from tests.app.test_vacuum import aged_table, make_old, make_young, rows, tree
+from tests.app.jobs.test_optimize import copy_corpus, listing, make_table, rows_deltars, rows_ours
+from tests.app.jobs.test_vacuum import aged_table, make_old, make_young, rows, tree
 from tests.conftest import CORPUS_DV_TABLES
 
 

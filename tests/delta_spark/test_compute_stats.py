@@ -25,7 +25,7 @@ from airflow_delta_maint.delta.log.listing import read_commit
 from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.delta.protocol.schema import all_columns
 from airflow_delta_maint.delta.storage.store import Storage
-from tests.app.test_optimize import rows_deltars
+from tests.app.jobs.test_optimize import rows_deltars
 
 pytestmark = pytest.mark.delta_spark
 

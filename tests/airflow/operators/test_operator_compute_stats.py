@@ -12,7 +12,7 @@ from deltalake import DeltaTable
 
 from airflow_delta_maint.hooks.delta_maint import APPLICATION, DeltaMaintHook
 from airflow_delta_maint.operators.maintenance import ComputeStatsOperator, available_jobs
-from tests.app.test_optimize import rows_deltars
+from tests.app.jobs.test_optimize import rows_deltars
 
 
 def _app_args(op: ComputeStatsOperator) -> list[str]:

@@ -174,7 +174,7 @@ def _refused_invalid_or_log_only(name: str, code: int, m: dict, path: Path, snap
 def run_optimize(name: str, oracle: dict, work: Path) -> dict[str, Any]:
     from airflow_delta_maint.app import cli
     from airflow_delta_maint.delta.log.snapshot import Snapshot
-    from tests.app.test_optimize import rows_deltars, rows_ours
+    from tests.app.jobs.test_optimize import rows_deltars, rows_ours
 
     path, snap, missing = _load_copy(name, work)
     rows_before = None
@@ -201,7 +201,7 @@ def run_optimize(name: str, oracle: dict, work: Path) -> dict[str, Any]:
 def run_vacuum(name: str, oracle: dict, work: Path) -> dict[str, Any]:
     from airflow_delta_maint.app import cli
     from airflow_delta_maint.delta.log.snapshot import Snapshot
-    from tests.app.test_vacuum import corpus_vacuum_copy, row_count, row_tables
+    from tests.app.jobs.test_vacuum import corpus_vacuum_copy, row_count, row_tables
 
     path, snap, missing = _load_copy(name, work)
     corpus_vacuum_copy(path, snap)
@@ -222,7 +222,7 @@ def run_checkpoint(name: str, oracle: dict, work: Path) -> dict[str, Any]:
     from airflow_delta_maint.delta.errors import UnsupportedFeatureError
     from airflow_delta_maint.delta.log.checkpoint import write_checkpoint
     from airflow_delta_maint.delta.log.snapshot import Snapshot
-    from tests.delta.test_checkpoint import (
+    from tests.delta.log.test_checkpoint import (
         _hide_log_up_to, _logical_rows, _now_keeping_half, kept_tombstones, remove_checkpoints_at)
 
     path = _copy(name, work, dv_names=False)

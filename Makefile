@@ -17,7 +17,7 @@ STAMP  := $(VENV)/.installed
 # the Azure Storage emulator the object-store tests start (npm package, installed beside the virtualenv)
 AZURITE := $(VENV)/azurite/node_modules/.bin/azurite-blob
 
-.PHONY: demo test test-fast test-nightly test-delta-spark test-compatibility test-cluster lint test-airflow-min bench bench-busy-table bench-guard check-java chromium clean
+.PHONY: demo test test-install test-fast test-nightly test-delta-spark test-compatibility test-cluster lint test-airflow-min bench bench-busy-table bench-guard check-java chromium clean
 
 # --compile-bytecode: every Python process (Airflow, spark-submit's driver, Spark's Python workers)
 # then loads bytecode instead of compiling its imports again, as after a pip install
@@ -50,6 +50,11 @@ demo: $(STAMP) check-java
 lint: $(STAMP)
 	$(VENV)/bin/ruff check airflow_delta_maint dags_example tests
 	$(VENV)/bin/mypy
+
+# the package as a deployment installs it: its wheel in fresh virtualenvs, with no extra (every job of the command
+# line on a local table and on moto's S3, the example DAG with airflow dags test) and with each documented extra
+test-install: $(STAMP) check-java
+	$(PY) -m pytest -q -p no:xdist tests/install $(PYTEST_ARGS)
 
 # the Airflow-side tests (without the end-to-end runs) on the lowest supported Airflow, in its own virtualenv
 AIRFLOW_MIN ?= 3.2.0

@@ -89,8 +89,9 @@ def spark():
 
 def pytest_ignore_collect(collection_path, config):
     """tests/delta_spark runs only when named (``make test-delta-spark``): its SparkSession has Delta jars.
-    tests/airflow/cluster too (``make test-cluster``): it starts a namespaced cluster, as root."""
-    for folder in (REPO / "tests" / "delta_spark", REPO / "tests" / "airflow" / "cluster"):
+    tests/airflow/cluster too (``make test-cluster``): it starts a namespaced cluster, as root; and tests/install
+    (``make test-install``): it builds the wheel and installs it into fresh virtualenvs."""
+    for folder in (REPO / "tests" / "delta_spark", REPO / "tests" / "airflow" / "cluster", REPO / "tests" / "install"):
         if collection_path == folder or folder in collection_path.parents:
             named = [Path(a.split("::")[0]).resolve() for a in config.args]
             if not any(p == folder or folder in p.parents for p in named):

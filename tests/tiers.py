@@ -50,7 +50,8 @@ FIXTURE_TIERS: dict[str, tuple[str, ...]] = {
 FOLDER_TIERS: dict[Path, tuple[str, ...]] = {
     TESTS / "delta_spark": ("delta_spark", "spark"),
     TESTS / "airflow" / "cluster": ("cluster", "e2e"),
-    TESTS / "storage": ("services",),  # object stores (moto, Azurite, a GCS emulator), also as parameters
+    TESTS / "storage": ("services",),
+    TESTS / "install": ("services", "e2e"),  # the wheel in fresh virtualenvs (make test-install)  # object stores (moto, Azurite, a GCS emulator), also as parameters
 }
 #: programs whose start makes a test end to end
 E2E_PROGRAMS = frozenset({"spark-submit", "spark-class", "pyspark", "java", "airflow", "delta-maint",

@@ -227,7 +227,7 @@ def test_shell_block_runs(block, tmp_path):
 def job_options() -> dict[str, set[str]]:
     """Every job's long options, from the command line's own parser."""
     from airflow_delta_maint.app.cli import build_parser
-    from airflow_delta_maint.app.jobs import JOB_MODULES
+    from airflow_delta_maint.app.job_definitions import JOBS as JOB_MODULES
 
     parser = build_parser()
     (subparsers,) = [a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction"]

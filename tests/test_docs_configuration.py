@@ -44,7 +44,7 @@ def rows(text: str) -> dict[str, list[str]]:
 
 def test_every_command_line_flag_is_documented():
     from airflow_delta_maint.app.cli import build_parser
-    from airflow_delta_maint.app.jobs import JOB_MODULES
+    from airflow_delta_maint.app.job_definitions import JOBS as JOB_MODULES
 
     parser = build_parser()
     (subparsers,) = [a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction"]

@@ -9,7 +9,6 @@ adds them to a submission), and, unless ``--verbose``, without Spark's start-up 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import logging
 import os
@@ -23,7 +22,8 @@ from .client_logs import quieted_client_loggers
 from .context import JobContext
 from .execution import needs_spark, uses_delta_spark
 from .fleet_cli import FLEET, add_fleet_parser, run_fleet_command
-from .jobs import JOB_MODULES, execute_job, refused
+from .job_definitions import JOBS, JobDefinition, definition
+from .jobs import execute_job, refused
 from .metrics import write_metrics
 from airflow_delta_maint.app.report.command import REPORT, add_report_parser, run_report
 from .settings import Settings
@@ -48,9 +48,8 @@ def _storage_option(text: str) -> tuple[str, str]:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="delta-maint", description="Maintain Delta Lake tables.")
     sub = parser.add_subparsers(dest="job", required=True, metavar="JOB")
-    for name, module_name in JOB_MODULES.items():
-        module = importlib.import_module(module_name)
-        p = sub.add_parser(name, help=(module.__doc__ or "").strip().splitlines()[0])
+    for name, job in JOBS.items():
+        p = sub.add_parser(name, help=job.summary)
         p.add_argument("table", nargs="?", help="table path or URI (s3://, gs://, abfss://, file://); or --table-name")
         p.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
         p.add_argument("--metrics-out", metavar="URI", help="also write the metrics JSON here")
@@ -61,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="append this run to the maintenance history (a Delta table) at URI")
         add_table_name_arguments(p, _storage_option)
         add_session_arguments(p)
-        module.add_arguments(p)
+        job.options.add_to(p)
     add_report_parser(sub)
     add_fleet_parser(sub)
     return parser
@@ -90,7 +89,7 @@ def _run_parsed(args: argparse.Namespace, console: bool) -> tuple[int, dict[str,
         silence_python_warnings()
     if args.job == FLEET:
         return run_fleet_command(args, quiet=quiet)
-    module = importlib.import_module(JOB_MODULES[args.job])
+    job = definition(args.job)
     refreshed = False
     try:
         try:
@@ -103,7 +102,7 @@ def _run_parsed(args: argparse.Namespace, console: bool) -> tuple[int, dict[str,
         code, metrics = refused(args.job, args.table or args.table_name or "", exc)
     else:
         try:
-            code, metrics = _run_job(args, module, settings, quiet)
+            code, metrics = _run_job(args, job, settings, quiet)
         finally:
             if refreshed:
                 drop_credential_refresh(args)
@@ -114,7 +113,7 @@ def _run_parsed(args: argparse.Namespace, console: bool) -> tuple[int, dict[str,
     if args.json:
         print(json.dumps(metrics, sort_keys=True, default=str))
     elif code == 0:
-        print(getattr(module, "format_human", _format_human)(metrics))
+        print(job.format_human(metrics))
     if code:
         print(f"delta-maint {args.job}: error: {metrics['error']}", file=sys.stderr)
     return code, metrics
@@ -125,7 +124,7 @@ def _spark_runs_elsewhere(master: str | None) -> bool:
     return bool(os.environ.get("PYSPARK_GATEWAY_PORT") or remote_url(master))
 
 
-def _run_job(args: argparse.Namespace, module: Any, settings: Settings, quiet: bool) -> tuple[int, dict[str, Any]]:
+def _run_job(args: argparse.Namespace, job: JobDefinition, settings: Settings, quiet: bool) -> tuple[int, dict[str, Any]]:
     params = vars(args)
     conf = {} if _spark_runs_elsewhere(args.master) else session_conf(
         dict(args.conf), delta_spark=uses_delta_spark(args.job, params), quiet=quiet, cache_dir=settings.cache_dir)
@@ -135,11 +134,7 @@ def _run_job(args: argparse.Namespace, module: Any, settings: Settings, quiet: b
         start_in_background(args.master)
     ctx = JobContext(table=args.table, storage_options=dict(args.storage_option), master=args.master,
                      settings=settings, spark_conf=conf)
-    return execute_job(args.job, module, args, ctx)
-
-
-def _format_human(metrics: dict[str, Any]) -> str:
-    return "\n".join(f"{k}: {v}" for k, v in metrics.items())
+    return execute_job(job.name, job.module(), args, ctx)
 
 
 def main(argv: Sequence[str] | None = None, *, console: bool = True) -> int:

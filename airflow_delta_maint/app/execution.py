@@ -11,7 +11,6 @@ only Spark does. This module imports no pyspark: the Airflow worker uses it to r
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -19,37 +18,21 @@ from typing import Any
 from airflow_delta_maint.delta.errors import InvalidArgumentError
 
 from .context import JobContext
-from .jobs import JOB_MODULES, execute_job
+from .job_definitions import JobDefinition, definition
+from .jobs import execute_job
 from .settings import Settings
-
-#: jobs whose work never starts Spark
-DRIVER_ONLY_JOBS = frozenset({"compact-log", "checkpoint", "cleanup-log", "inspect"})
 
 
 def needs_spark(job: str, params: Mapping[str, Any]) -> bool:
-    """True when the job (with these parsed options) starts Spark for its work under Spark execution.
-
-    Lite VACUUM counts as driver-only: it starts Spark only to delete a million files or more. Every
-    job on the delta-spark engine needs Spark (dry runs of OPTIMIZE and cleanup-log plan with our core).
-    """
-    if uses_delta_spark(job, params):
-        return True
-    if job in DRIVER_ONLY_JOBS:
-        return False
-    if job == "vacuum":
-        return (params.get("mode") or "full") != "lite"
-    if job == "optimize":
-        return not params.get("dry_run")
-    return True
+    """True when the job (with these parsed options) starts Spark for its work under Spark execution
+    (see :meth:`~.job_definitions.definition.JobDefinition.needs_spark`)."""
+    return definition(job).needs_spark(params)
 
 
 def uses_delta_spark(job: str, params: Mapping[str, Any]) -> bool:
     """True when delta-spark does the run's work, so its session needs delta-spark's jars (dry runs of
     OPTIMIZE and cleanup-log plan with our core)."""
-    if job in ("optimize", "cleanup-log") and params.get("dry_run"):
-        return False
-    engines = (params.get("engine"), params.get("checkpoint_engine"))
-    return any(str(e or "").strip().lower() == "delta-spark" for e in engines)
+    return definition(job).uses_delta_spark(params)
 
 
 def spark_only(job: str, params: Mapping[str, Any]) -> str | None:
@@ -58,35 +41,33 @@ def spark_only(job: str, params: Mapping[str, Any]) -> str | None:
     A liquid-clustered table is found only once its log is read: its OPTIMIZE fails under local
     execution with the same clear error.
     """
-    if uses_delta_spark(job, params):
-        return "the delta-spark engine"
-    if job == "optimize" and params.get("zorder_by"):
-        return "Z-order"
-    if job in JOB_MODULES:
-        return None
-    return job
+    return definition(job).spark_only(params)
 
 
-def job_parser(job: str, module: Any | None = None) -> argparse.ArgumentParser:
+def job_parser(job: str) -> argparse.ArgumentParser:
     """A parser of one job's own options (and ``--history-uri``) that raises instead of exiting."""
-    module = module if module is not None else importlib.import_module(JOB_MODULES[job])
     parser = argparse.ArgumentParser(prog=f"delta-maint {job}", exit_on_error=False, add_help=False)
-    module.add_arguments(parser)
+    definition(job).options.add_to(parser)
     parser.add_argument("--history-uri", metavar="URI")
     return parser
 
 
-def parse_job_args(job: str, argv: Sequence[str], module: Any | None = None) -> argparse.Namespace:
-    """Parse a job's options; bad options raise ``InvalidArgumentError`` with one clear message."""
-    if job not in JOB_MODULES:
-        raise InvalidArgumentError(f"unknown job {job!r} (jobs: {', '.join(JOB_MODULES)})")
+def parse_job_args(job: str, argv: Sequence[str]) -> argparse.Namespace:
+    """Parse a job's options given as arguments (a fleet spec's ``args``); bad options raise
+    ``InvalidArgumentError`` with one clear message."""
+    definition(job)  # an unknown job: one line naming the jobs
     try:
-        namespace, unknown = job_parser(job, module).parse_known_args([str(a) for a in argv])
+        namespace, unknown = job_parser(job).parse_known_args([str(a) for a in argv])
     except (argparse.ArgumentError, SystemExit) as exc:
         raise InvalidArgumentError(f"invalid options for {job}: {exc}") from None
     if unknown:
         raise InvalidArgumentError(f"invalid options for {job}: unknown {' '.join(unknown)}")
     return namespace
+
+
+def parsed_args(job: JobDefinition, params: Mapping[str, Any], history_uri: str | None = None) -> argparse.Namespace:
+    """The namespace a job's runner takes, from its parsed options (no command-line text in between)."""
+    return argparse.Namespace(**{**job.options.defaults(), **params, "history_uri": history_uri})
 
 
 def run_in_process(job: str, table: str, argv: Sequence[str], storage_options: Mapping[str, str] | None = None,
@@ -100,12 +81,19 @@ def run_in_process(job: str, table: str, argv: Sequence[str], storage_options: M
     ``settings``: the application's settings (default: this process's environment, as the command
     line reads them); a bad option or setting raises ``InvalidArgumentError``.
     """
-    module = importlib.import_module(JOB_MODULES[job]) if job in JOB_MODULES else None
-    args = parse_job_args(job, argv, module)
+    args = parse_job_args(job, argv)
+    return run_parsed(definition(job), table, args, storage_options, spark_allowed=spark_allowed, master=master,
+                      settings=settings)
+
+
+def run_parsed(job: JobDefinition, table: str, args: argparse.Namespace,
+               storage_options: Mapping[str, str] | None = None, *, spark_allowed: bool = False,
+               master: str | None = None, settings: Settings | None = None) -> tuple[int, dict[str, Any]]:
+    """:func:`run_in_process` with the job's options parsed already (:func:`parsed_args`)."""
     ctx = JobContext(table=table, storage_options=dict(storage_options or {}), master=master,
                      spark_allowed=spark_allowed,
                      settings=settings if settings is not None else Settings.from_environ(os.environ))
-    return execute_job(job, module, args, ctx)
+    return execute_job(job.name, job.module(), args, ctx)
 
 
 #: "auto" runs a job in the Airflow worker's process up to this many bytes of log it reads.
@@ -152,7 +140,7 @@ def reads_older_commits(job: str, params: Mapping[str, Any]) -> bool:
     """True when the job may read commits before the newest checkpoint (driver-only jobs and
     lite VACUUM are counted so, as :data:`LOCAL_MAX_LOG_BYTES` was measured); OPTIMIZE and full
     VACUUM read a snapshot only."""
-    return job not in ("optimize", "vacuum") or (job == "vacuum" and (params.get("mode") or "full") == "lite")
+    return definition(job).reads_older_commits(params)
 
 
 def choose_execution(requested: str, job: str, params: Mapping[str, Any], table: str,
@@ -183,53 +171,19 @@ def choose_execution(requested: str, job: str, params: Mapping[str, Any], table:
         return "spark", f"{only_spark} needs Spark"
     if requested == "local":
         return "local", "execution 'local'"
-    lite = job == "vacuum" and (params.get("mode") or "full") == "lite"
-    size = log_bytes(table, storage_options, all_commits=reads_older_commits(job, params))
+    defined = definition(job)
+    size = log_bytes(table, storage_options, all_commits=defined.reads_older_commits(params))
     if size > max_log_bytes:
         return "spark", f"the log holds {size} bytes, more than {max_log_bytes} for a run on the worker"
-    if job == "optimize" and not params.get("dry_run"):
-        return _optimize_execution(table, storage_options, params, size, max_rewrite_bytes)
-    kind = "full VACUUM" if job == "vacuum" and not lite else "driver-only job"
-    return "local", f"{kind}, the log holds {size} bytes (at most {max_log_bytes})"
+    if defined.rewrites_data(params):
+        return _rewrite_execution(defined.planned_rewrite_bytes(table, storage_options, params), size,
+                                  max_rewrite_bytes)
+    return "local", f"{defined.local_kind(params)}, the log holds {size} bytes (at most {max_log_bytes})"
 
 
-def rewrite_bytes(table: str, storage_options: Mapping[str, str] | None, params: Mapping[str, Any]) -> int | None:
-    """Bytes of data files an OPTIMIZE with these options would rewrite, planned on this machine
-    from the log alone; None when the plan needs Spark (Z-order, liquid clustering).
-
-    Reads the log streamed (``streamed_plan_outline``): per-partition aggregates for the auto
-    policy, and the candidate files' rows only (small files, deletion vectors past the ratio) for
-    their bins; the whole snapshot only for what the stream does not plan (liquid clustering,
-    ``target_files``, ``rewrite_type_widened``, a distrusted checkpoint). It runs only once the log
-    is found to hold at most ``LOCAL_MAX_LOG_BYTES``, which also bounds the candidates it keeps.
-    Before that the execution choice reads nothing but the log's listing (its size)."""
-    from airflow_delta_maint.delta.log.state_stream import StreamedState
-    from airflow_delta_maint.delta.log.table_state import TableState, read_table
-    from airflow_delta_maint.delta.storage.store import Storage
-
-    from airflow_delta_maint.delta.plans.optimize_decision import (auto_decision, plan_from_options,
-                                                                   streamed_plan_outline)
-
-    from .jobs.optimize import options_from
-
-    options = options_from(params)
-
-    def planned(state: TableState) -> int | None:
-        if isinstance(state, StreamedState):
-            outline = streamed_plan_outline(state, options, candidates=True)
-            if outline is not None:
-                return outline.input_bytes if outline.layout == "binpack" else None
-            state = state.eager()  # what the stream does not plan: the plan of the whole state
-        plan = plan_from_options(state, options, auto_decision(state, options))
-        return plan.input_bytes if plan.layout in ("binpack", "even") else None
-
-    return read_table(Storage(table, dict(storage_options or {})), planned, what="the execution choice")
-
-
-def _optimize_execution(table: str, storage_options: Mapping[str, str] | None, params: Mapping[str, Any],
-                        size: int, max_rewrite_bytes: int) -> tuple[str, str]:
-    """``auto`` for OPTIMIZE: plan on the worker (the log alone) and weigh the bytes to rewrite."""
-    planned = rewrite_bytes(table, storage_options, params)
+def _rewrite_execution(planned: int | None, size: int, max_rewrite_bytes: int) -> tuple[str, str]:
+    """``auto`` for a job that rewrites data files: weigh the bytes its plan (made on the worker from the log
+    alone) would rewrite; None: the plan needs Spark."""
     if planned is None:
         return "spark", "liquid clustering needs Spark"
     if planned > max_rewrite_bytes:

@@ -16,7 +16,6 @@ table's later jobs and no other table's.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import time
@@ -28,7 +27,8 @@ from airflow_delta_maint.delta.errors import DeltaError, InvalidArgumentError
 
 from .engines import check_engine
 from .execution import needs_spark, parse_job_args
-from .jobs import JOB_MODULES, execute_job
+from .job_definitions import definition
+from .jobs import execute_job
 from .metrics import base_metrics, finish
 from .settings import Settings
 
@@ -112,13 +112,12 @@ def skipped_metrics(job: str, table: str, reason: str, **extra: Any) -> dict[str
 def job_check(job: str, args: Sequence[str]) -> Callable[[str, Mapping[str, str]], Any] | None:
     """The job's cheap "nothing to do" check (no Spark) with its options ``args`` (checked here: a bad
     value raises ``DeltaError``), or None when it offers none."""
-    module = importlib.import_module(JOB_MODULES[job])
-    check = getattr(module, "nothing_to_do", None)
-    build = getattr(module, "options_from", None)
-    if check is None or build is None:
+    defined = definition(job)
+    module = defined.module()
+    if getattr(module, "nothing_to_do", None) is None or getattr(module, "options_from", None) is None:
         return None
-    options = build(vars(parse_job_args(job, args, module)))
-    return lambda table, storage_options: check(table, storage_options, options)
+    options = defined.typed_options(vars(parse_job_args(job, args)))
+    return lambda table, storage_options: defined.nothing_to_do(table, storage_options, options)
 
 
 @dataclass
@@ -219,13 +218,12 @@ def run_fleet(spec: FleetSpec, master: str | None = None, *, spark_allowed: bool
             if failed is not None:
                 jobs.append(skipped_metrics(j.job, t.table, f"not run: {failed} failed on this table"))
                 continue
-            module = importlib.import_module(JOB_MODULES[j.job])
-            args = parse_job_args(j.job, j.args, module)
+            args = parse_job_args(j.job, j.args)
             if spec.history_uri and not args.history_uri:
                 args.history_uri = spec.history_uri
             ctx = JobContext(table=t.table, storage_options=dict(t.storage_options), master=master,
                              spark_allowed=spark_allowed, settings=settings, spark_conf=conf)
-            _, metrics = execute_job(j.job, module, args, ctx)
+            _, metrics = execute_job(j.job, definition(j.job).module(), args, ctx)
             jobs.append(metrics)
             if metrics.get("status") == "failed":
                 failed = j.job

@@ -17,8 +17,7 @@ from typing import Any
 from airflow_delta_maint.catalogs.errors import CatalogError
 from airflow_delta_maint.delta.storage.store import register_credential_provider
 
-#: jobs that only read: they get READ credentials and pass the catalog-managed gate
-READ_ONLY_JOBS = frozenset({"inspect"})
+from .job_definitions import definition
 
 
 def add_table_name_arguments(parser: argparse.ArgumentParser, option_type: Any) -> None:
@@ -50,7 +49,8 @@ def resolve_table_argument(args: argparse.Namespace) -> str | None:
     from airflow_delta_maint.catalogs.open_catalog import open_catalog
 
     catalog = open_catalog(args.catalog, dict(args.catalog_option))
-    operation = "READ" if args.job in READ_ONLY_JOBS else "READ_WRITE"
+    job = definition(args.job)
+    operation = "READ_WRITE" if job.writes else "READ"
     provider = None
     if args.catalog == "unity" and _refreshes(args):
         from airflow_delta_maint.catalogs.unity import REFRESHED_MIN_LIFETIME_S
@@ -66,7 +66,7 @@ def resolve_table_argument(args: argparse.Namespace) -> str | None:
             provider.full_name = resolved.name
             args.credential_provider = provider
     options = {**(resolved.credentials.env if resolved.credentials else {}), **dict(args.storage_option)}
-    check_catalog_allows(resolved, args.job, options, READ_ONLY_JOBS)
+    check_catalog_allows(resolved, job.name, options, writes=job.writes, operation=job.catalog_operation)
     args.table = resolved.location
     return resolved.name
 

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 
 from airflow_delta_maint.catalogs.errors import CatalogError
 from airflow_delta_maint.catalogs.resolved import ResolvedTable
 
 #: the Delta features that hand a table's commits to a catalog
 CATALOG_FEATURES = frozenset({"catalogManaged", "catalogOwned-preview"})
-#: each writing job's operation as catalogs name it in their list of allowed maintenance operations
-OPERATIONS = {"optimize": "OPTIMIZE", "vacuum": "VACUUM", "compact-log": "LOG_COMPACTION",
-              "checkpoint": "CHECKPOINT", "cleanup-log": "METADATA_CLEANUP", "compute-stats": "COMPUTE_STATISTICS"}
 CATALOG_NAMES = {"glue": "Glue", "hive": "the Hive metastore", "unity": "Unity Catalog"}
 
 
@@ -25,20 +22,22 @@ def catalog_features(table_uri: str, storage_options: Mapping[str, str]) -> froz
     return (reader | writer) & CATALOG_FEATURES
 
 
-def check_catalog_allows(resolved: ResolvedTable, job: str, storage_options: Mapping[str, str],
-                         read_only_jobs: Collection[str] = ("inspect",)) -> None:
+def check_catalog_allows(resolved: ResolvedTable, job: str, storage_options: Mapping[str, str], *, writes: bool,
+                         operation: str) -> None:
     """Refuse a writing job on a catalog-managed table unless its catalog reports the operation allowed.
 
-    Read-only jobs pass: they read the commits the catalog published to the log.
+    Jobs that do not write pass: they read the commits the catalog published to the log.
 
+    :param job: the job's name, for the message.
+    :param writes: whether the job changes the table.
+    :param operation: the job's operation as catalogs name it in their allowed maintenance operations.
     :raises CatalogError: one line naming the table, its catalog and the operation.
     """
-    if job in read_only_jobs:
+    if not writes:
         return
     features = catalog_features(resolved.location, storage_options)
     if not resolved.managed and not features:
         return
-    operation = OPERATIONS.get(job, job.upper())
     if resolved.allowed_operations is not None and operation in resolved.allowed_operations:
         return
     why = f"the {'/'.join(sorted(features))} table feature" if features else "the catalog"
@@ -50,4 +49,4 @@ def check_catalog_allows(resolved: ResolvedTable, job: str, storage_options: Map
         "refused, nothing written")
 
 
-__all__ = ["CATALOG_FEATURES", "CATALOG_NAMES", "OPERATIONS", "catalog_features", "check_catalog_allows"]
+__all__ = ["CATALOG_FEATURES", "CATALOG_NAMES", "catalog_features", "check_catalog_allows"]

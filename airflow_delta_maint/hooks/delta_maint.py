@@ -19,6 +19,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 
 from airflow_delta_maint.app.environment_errors import describe as describe_environment
 from airflow_delta_maint.app.metrics import write_metrics
+from airflow_delta_maint.delta.errors import DeltaError
 from airflow_delta_maint.hooks import application_run, python_env
 from airflow_delta_maint.hooks.application_run import try_read_metrics
 from airflow_delta_maint.hooks.jvm_start import fast_start_options, keep_class_archive
@@ -39,6 +40,20 @@ from airflow_delta_maint.hooks.storage_credentials import StorageCredentials
 #: the [delta_maint] options about the executors' Python (see python_env.plan_python)
 PYTHON_ENV_OPTIONS = ("python_env", "python_env_uri", "python_env_python_version", "python_env_platform",
                       "executor_python")
+
+
+def application_args(job: str, options: Mapping[str, Any] | Sequence[str], history_uri: str | None = None) -> list[str]:
+    """The application's arguments for a job's options (values by name, or arguments already) and the history."""
+    from airflow_delta_maint.app.job_definitions import definition
+
+    if isinstance(options, Mapping):
+        try:
+            args = definition(job).options.to_argv(options, job)
+        except DeltaError as exc:
+            raise AirflowException(str(exc)) from None
+    else:
+        args = [str(a) for a in options]
+    return [*args, *(["--history-uri", history_uri] if history_uri else [])]
 
 
 class DeltaMaintHook(SparkSubmitHook):
@@ -336,19 +351,23 @@ class DeltaMaintHook(SparkSubmitHook):
         self,
         job: str,
         table_uri: str,
-        job_args: Sequence[str] = (),
+        job_args: Mapping[str, Any] | Sequence[str] = (),
         storage_options: Mapping[str, Any] | None = None,
+        history_uri: str | None = None,
     ) -> dict[str, Any]:
         """
         Submit one job and wait for it; return its metrics object.
 
-        :param job: the job name (``optimize``, ``vacuum``, ``compact-log``, ``inspect``).
+        :param job: the job name (``optimize``, ``vacuum``, ``compact-log``, ``inspect``, ...).
         :param table_uri: the table's path or URI.
-        :param job_args: the job's own options.
+        :param job_args: the job's own options: their values by name (checked here, one message naming a bad
+            one, and turned into the application's arguments once), or the application's arguments themselves.
         :param storage_options: object-store options for the table (passed to the application and
             used to read a metrics file from object storage).
+        :param history_uri: record the run in the maintenance history at this URI.
         :raises AirflowException: when the job fails; the message is the application's own error.
         """
+        job_args = application_args(job, job_args, history_uri)
         if self._connect is not None:
             return self._connect.run_job(job, table_uri, job_args, storage_options)
         self.check_master_reachable()

@@ -7,8 +7,7 @@ process), and reports the metrics to XCom, the table's asset event and OpenLinea
 
 from __future__ import annotations
 
-import argparse
-import importlib
+import inspect
 import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -17,8 +16,10 @@ from airflow.sdk import Asset, BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_delta_maint.app.client_logs import quieted_client_loggers
-from airflow_delta_maint.app.execution import EXECUTIONS, choose_execution, run_in_process, uses_delta_spark
-from airflow_delta_maint.app.jobs import JOB_MODULES
+from airflow_delta_maint.app.execution import EXECUTIONS, choose_execution, parsed_args, run_parsed
+from airflow_delta_maint.app.job_definitions import JOBS, JobDefinition
+from airflow_delta_maint.app.job_definitions.definition import NATIVE
+from airflow_delta_maint.app.job_definitions.options import Option
 from airflow_delta_maint.app.metrics import base_metrics, finish
 from airflow_delta_maint.delta.errors import DeltaError
 from airflow_delta_maint.hooks.catalogs import ResolvedTable
@@ -31,7 +32,7 @@ from airflow_delta_maint.hooks.catalogs.table_target import (
     storage_credentials_for,
 )
 from airflow_delta_maint.hooks.delta_maint import DeltaMaintHook
-from airflow_delta_maint.hooks.maintenance_history import configured_history_uri, history_args, record_on_worker
+from airflow_delta_maint.hooks.maintenance_history import configured_history_uri, record_on_worker
 from airflow_delta_maint.hooks.provider_config import configured_execution
 from airflow_delta_maint.hooks.storage_credentials import (
     StorageCredentials,
@@ -45,7 +46,7 @@ from airflow_delta_maint.operators.lineage import (
     operator_lineage,
     table_uri_matches,
 )
-from airflow_delta_maint.operators.options import as_bool, available_jobs, check_engine, resolve_engine
+from airflow_delta_maint.operators.options import as_bool, check_engine, resolve_engine
 
 if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage
@@ -113,9 +114,20 @@ class DeltaMaintenanceOperator(BaseOperator):
     """
 
     job: ClassVar[str] = ""
-    template_fields: Sequence[str] = ("table_uri", "table_name", "storage_options", "conf", "metrics_uri",
-                                      "history_uri", "execution", "engine")
+    #: the template fields every maintenance operator has; a job's own come from its options' declarations
+    base_template_fields: ClassVar[tuple[str, ...]] = ("table_uri", "table_name", "storage_options", "conf",
+                                                       "metrics_uri", "history_uri", "execution", "engine")
+    template_fields: Sequence[str] = base_template_fields
     ui_color = "#00add4"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A job's operator takes its options as keyword arguments, held as attributes and rendered as templates,
+        all from the job's definition (:mod:`airflow_delta_maint.app.job_definitions`)."""
+        super().__init_subclass__(**kwargs)
+        if cls.job in JOBS and "__init__" not in vars(cls):
+            job = JOBS[cls.job]
+            cls.template_fields = (*cls.base_template_fields, *job.options.template_fields())
+            cls.__init__ = _options_init(cls, job)  # type: ignore[method-assign]
 
     def __init__(
         self,
@@ -167,27 +179,40 @@ class DeltaMaintenanceOperator(BaseOperator):
         self._spark_conf: dict[str, Any] | None = None
         self._metrics: dict[str, Any] | None = None
 
-    # -- what subclasses define ---------------------------------------------------------------
-    def job_args(self) -> list[str]:
-        """The job's own command-line options, from this operator's parameters."""
-        return []
+    # -- the job's options --------------------------------------------------------------------
+    @property
+    def definition(self) -> JobDefinition:
+        """The job this operator runs."""
+        if self.job not in JOBS:
+            raise AirflowException(f"the maintenance application has no job {self.job!r} (it offers: "
+                                   f"{', '.join(JOBS)})")
+        return JOBS[self.job]
 
-    def engine_args(self) -> list[str]:
-        """The engine's command-line option for this job (``--engine``; none on the native engine by default)."""
-        from airflow_delta_maint.app.engines import ENGINE_JOBS, NATIVE
-
+    def job_values(self) -> dict[str, Any]:
+        """The job's options as this operator holds them (rendered), and the engine's: typed values, no text."""
+        job = self.definition
+        try:
+            values = job.options.from_operator(vars(self))
+        except DeltaError as exc:
+            raise AirflowException(str(exc)) from None
         engine = self.resolved_engine()
-        if self.job not in ENGINE_JOBS or (engine == NATIVE and self.engine is None):
-            return []
-        return ["--engine", engine]
+        if job.engine_option and (self.engine is not None or engine != NATIVE):
+            values[job.engine_option] = engine
+        return values
 
     def resolved_engine(self) -> str:
         """The engine of this run: ``engine``, else ``[delta_maint] engine``, else native."""
         return resolve_engine(self.engine)
 
-    def all_job_args(self) -> list[str]:
-        """The job's options and the engine's."""
-        return [*self.job_args(), *self.engine_args()]
+    def job_params(self) -> dict[str, Any]:
+        """Every option of the job (defaults included), parsed from :meth:`job_values`.
+
+        :raises AirflowException: when an option is invalid (one line naming it).
+        """
+        try:
+            return self.definition.parse(self.job_values())
+        except DeltaError as exc:
+            raise AirflowException(str(exc)) from None
 
     # -- helpers ------------------------------------------------------------------------------
     @property
@@ -216,7 +241,7 @@ class DeltaMaintenanceOperator(BaseOperator):
         """The table by name; for a run of our engine, with what asks the catalog again for its vended
         credentials (delta-spark's Hadoop store reads them once, so they are checked to outlive its start)."""
         operation = credential_operation([self.job])
-        if uses_delta_spark(self.job, self.job_params()):
+        if self.definition.uses_delta_spark(self.job_params()):
             return resolve_table_name(str(self.table_name), self.catalog_conn_id, operation), {}
         return resolve_refreshed_table_name(str(self.table_name), self.catalog_conn_id, operation)
 
@@ -248,39 +273,6 @@ class DeltaMaintenanceOperator(BaseOperator):
             self._storage_credentials = resolve_storage_credentials(self.storage_conn_id, self.table_uri)
         return self._storage_credentials
 
-    def _job_module(self) -> Any | None:
-        name = JOB_MODULES.get(self.job)
-        if name is None:
-            raise AirflowException(
-                f"the maintenance application has no job {self.job!r} (it offers: {', '.join(available_jobs())})"
-            )
-        try:
-            return importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:
-                return None
-            raise
-
-    def job_params(self, module: Any | None = None) -> dict[str, Any]:
-        """
-        The job's options parsed by the job's own argument parser (every option, defaults included).
-
-        :param module: the job module (default: imported from the application's job registry).
-        :raises AirflowException: when an option is invalid.
-        """
-        module = module if module is not None else self._job_module()
-        if module is None:
-            return {}
-        parser = argparse.ArgumentParser(prog=f"delta-maint {self.job}", exit_on_error=False, add_help=False)
-        module.add_arguments(parser)
-        try:
-            namespace, unknown = parser.parse_known_args([str(a) for a in self.all_job_args()])
-        except (argparse.ArgumentError, SystemExit) as exc:
-            raise AirflowException(f"invalid options for {self.job}: {exc}") from None
-        if unknown:
-            raise AirflowException(f"invalid options for {self.job}: unknown {' '.join(unknown)}")
-        return vars(namespace)
-
     def get_hook(self) -> DeltaMaintHook:
         """The hook that submits the application."""
         return DeltaMaintHook(
@@ -292,36 +284,30 @@ class DeltaMaintenanceOperator(BaseOperator):
             env_vars=self.env_vars,
             name=f"delta-maint-{self.job}-{self.task_id}",
             storage_credentials=self._storage_credentials,
-            engine=self.resolved_engine() if self.engine_args() else "native",
+            engine=self.resolved_engine() if self.definition.engine_option else NATIVE,
             **self.spark_submit_kwargs,
         )
 
     def typed_options(self, params: dict[str, Any]) -> Any | None:
         """
-        The job's typed options (the job module's ``options_from``), or None for a job without them.
+        The job's typed options, or None for a job without them.
 
         :param params: the job's options, as :meth:`job_params` parses them.
         :raises DeltaError: a bad value, as the job would refuse it, before anything is read.
         """
-        module = self._job_module()
-        build = getattr(module, "options_from", None) if module is not None else None
-        return build(params) if build is not None else None
+        return self.definition.typed_options(params)
 
     def nothing_to_do(self, options: Any) -> str | None:
         """
         Why the job would do nothing on the table, found on this worker without Spark, or None.
 
-        Asks the job module's own ``nothing_to_do`` (when it offers one), which asks the Delta core.
-        Bad input raises the core's ``DeltaError``, as the job would.
+        Asks the job's own check (when it offers one), which asks the Delta core. Bad input raises the core's
+        ``DeltaError``, as the job would.
 
         :param options: the job's typed options, as :meth:`typed_options` builds them.
         :return: a one-line reason, or None when the job may have work (or cannot tell cheaply).
         """
-        module = self._job_module()
-        check = getattr(module, "nothing_to_do", None) if module is not None else None
-        if check is None or options is None:
-            return None
-        return check(self.table_uri, self.worker_storage_options, options)
+        return self.definition.nothing_to_do(self.table_uri, self.worker_storage_options, options)
 
     def check_nothing_to_do(self) -> dict[str, Any] | None:
         """
@@ -379,8 +365,8 @@ class DeltaMaintenanceOperator(BaseOperator):
         else:
             self._spark_conf = inject_parent_job_info(self.conf, context)
             self._hook = self.get_hook()
-            metrics = self._hook.run_job(self.job, self.table_uri, self.all_job_args() + history_args(history),
-                                         self.table_storage_options)
+            metrics = self._hook.run_job(self.job, self.table_uri, self.job_values(), self.table_storage_options,
+                                         history_uri=history)
         self.log.info(
             "%s on %s: %s (version read %s, committed %s)",
             self.job, self.table_uri, metrics.get("status"), metrics.get("version_read"),
@@ -402,8 +388,9 @@ class DeltaMaintenanceOperator(BaseOperator):
 
     def run_locally(self, history: str | None) -> dict[str, Any]:
         """Run the job in this process (no Spark); metrics and failures as from spark-submit."""
-        _, metrics = run_in_process(self.job, self.table_uri, self.all_job_args() + history_args(history),
-                                    self.worker_storage_options)
+        job = self.definition
+        _, metrics = run_parsed(job, self.table_uri, parsed_args(job, self.job_params(), history),
+                                self.worker_storage_options)
         if metrics.get("status") == "failed":
             raise AirflowException(f"delta-maint {self.job} failed: {metrics.get('error', 'unknown error')}")
         return metrics
@@ -456,3 +443,29 @@ class DeltaMaintenanceOperator(BaseOperator):
     def on_kill(self) -> None:
         if self._hook is not None:
             self._hook.on_kill()
+
+
+def _keyword_default(option: Option) -> Any:
+    """An option keyword's default on the operator: off for a flag, else unset (the job's own default applies)."""
+    return False if option.kind == "bool" and option.from_keyword is None else None
+
+
+def _options_init(cls: type[DeltaMaintenanceOperator], job: JobDefinition) -> Any:
+    """The ``__init__`` of ``cls``: the job's option keywords (its signature names each, so Airflow's
+    ``partial``/``expand`` and ``default_args`` know them), held as attributes, then the base's arguments."""
+    keywords = job.options.keywords()
+
+    def __init__(self: DeltaMaintenanceOperator, **kwargs: Any) -> None:
+        held = {o.attribute: kwargs.pop(o.keyword, _keyword_default(o)) for o in keywords}  # type: ignore[arg-type]
+        super(cls, self).__init__(**kwargs)
+        for attribute, value in held.items():
+            setattr(self, attribute, value)
+
+    params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    params += [inspect.Parameter(str(o.keyword), inspect.Parameter.KEYWORD_ONLY,
+                                 default=_keyword_default(o)) for o in keywords]
+    params.append(inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD))
+    __init__.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    __init__.__qualname__ = f"{cls.__name__}.__init__"
+    __init__.__doc__ = f"The options of {job.name} as keywords (see the class docstring), then the base's."
+    return __init__

@@ -3,11 +3,8 @@ rewrite; its check on the worker skips Spark when every file already has them.""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
 
 from airflow_delta_maint.operators.base import DeltaMaintenanceOperator
-from airflow_delta_maint.operators.options import as_bool, job_options
 
 
 class ComputeStatsOperator(DeltaMaintenanceOperator):
@@ -33,28 +30,4 @@ class ComputeStatsOperator(DeltaMaintenanceOperator):
     """
 
     job = "compute-stats"
-    template_fields: Sequence[str] = (
-        *DeltaMaintenanceOperator.template_fields, "where", "columns", "max_files", "dry_run_only",
-    )
 
-    def __init__(
-        self,
-        *,
-        where: str | None = None,
-        columns: Sequence[str] | str | None = None,
-        max_files: int | str | None = None,
-        dry_run: bool = False,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        self.where = where
-        self.columns = columns
-        self.max_files = max_files
-        self.dry_run_only = dry_run
-
-    def job_args(self) -> list[str]:
-        columns = self.columns
-        if isinstance(columns, (list, tuple)):
-            columns = ",".join(str(c) for c in columns)
-        return job_options({"where": self.where, "columns": columns, "max_files": self.max_files,
-                            "dry_run": as_bool(self.dry_run_only)})

@@ -11,7 +11,9 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_delta_maint.app.client_logs import quieted_client_loggers
 from airflow_delta_maint.app.execution import (LOCAL_MAX_LOG_BYTES, LOCAL_MAX_REWRITE_BYTES, log_bytes, parse_job_args,
-                                               reads_older_commits, rewrite_bytes, spark_only)
+                                               reads_older_commits, spark_only)
+from airflow_delta_maint.app.job_definitions import definition, fleet_defaults
+from airflow_delta_maint.app.job_definitions.definition import NATIVE
 from airflow_delta_maint.app.fleet import Decision, FleetJob, FleetSpec, FleetTable, decide, merge, run_fleet
 from airflow_delta_maint.delta.errors import DeltaError
 from airflow_delta_maint.hooks.catalogs import CatalogError, ResolvedTable
@@ -39,8 +41,7 @@ if TYPE_CHECKING:
 #: the jobs run on each table when ``jobs`` is not given, in this order: compute-stats after OPTIMIZE, which
 #: writes statistics for the files it rewrites, so only the files it leaves are read (its check skips a table
 #: whose files all have statistics)
-DEFAULT_JOBS: dict[str, dict[str, Any]] = {"optimize": {}, "compute-stats": {}, "compact-log": {},
-                                           "vacuum": {"mode": "lite"}}
+DEFAULT_JOBS: dict[str, dict[str, Any]] = fleet_defaults()
 #: where a fleet runs: submitted, or on the worker when every job there is small enough
 FLEET_EXECUTIONS = ("spark", "auto")
 
@@ -49,15 +50,12 @@ def with_engine(job: str, options: Mapping[str, Any] | None, engine: str, explic
     """A job's options with the table's engine (the job's own ``engine`` option wins): ``engine`` for the
     jobs that take it, ``checkpoint_engine`` for log compaction; nothing for inspect or, unless given
     explicitly, for the native engine."""
-    from airflow_delta_maint.app.engines import DELTA_SPARK_JOBS, NATIVE
-
     out = dict(options or {})
     if engine == NATIVE and not explicit:
         return out
-    if job in DELTA_SPARK_JOBS:
-        out.setdefault("engine", engine)
-    elif job == "compact-log":
-        out.setdefault("checkpoint_engine", engine)
+    engine_option = definition(job).engine_option
+    if engine_option:
+        out.setdefault(engine_option, engine)
     return out
 
 
@@ -221,10 +219,12 @@ class MaintainTablesOperator(BaseOperator):
             except ValueError as exc:
                 raise AirflowException(f"{self.task_id} ({uri}): {exc}") from None
             explicit = raw.get("engine") is not None or self.engine is not None
-            out.append(FleetTable(str(uri), [FleetJob(str(name), job_options(with_engine(str(name), opts, engine,
-                                                                                            explicit)))
-                                             for name, opts in jobs.items()],
-                                  {**common, **{str(k): str(v) for k, v in own.items()}}))
+            try:
+                fleet_jobs = [FleetJob(str(name), definition(str(name)).options.to_argv(
+                    with_engine(str(name), opts, engine, explicit), str(name))) for name, opts in jobs.items()]
+            except DeltaError as exc:
+                raise AirflowException(f"{self.task_id} ({uri}): {exc}") from None
+            out.append(FleetTable(str(uri), fleet_jobs, {**common, **{str(k): str(v) for k, v in own.items()}}))
         try:
             return FleetSpec.from_json(FleetSpec(out, history_uri).to_json())
         except DeltaError as exc:
@@ -266,8 +266,8 @@ class MaintainTablesOperator(BaseOperator):
             if log_bytes(t.table, options, all_commits=older) > LOCAL_MAX_LOG_BYTES:
                 return False
             for job, params in jobs:
-                if job == "optimize" and not params.get("dry_run"):
-                    planned = rewrite_bytes(t.table, options, params)
+                if definition(job).rewrites_data(params):
+                    planned = definition(job).planned_rewrite_bytes(t.table, options, params)
                     if planned is None or planned > budget:
                         return False
                     budget -= planned

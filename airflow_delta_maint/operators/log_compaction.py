@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
 
 from airflow_delta_maint.operators.base import DeltaMaintenanceOperator
-from airflow_delta_maint.operators.options import job_options
 
 
 class LogCompactionOperator(DeltaMaintenanceOperator):
@@ -26,35 +23,4 @@ class LogCompactionOperator(DeltaMaintenanceOperator):
     """
 
     job = "compact-log"
-    template_fields: Sequence[str] = (
-        *DeltaMaintenanceOperator.template_fields, "interval", "max_window_bytes", "checkpoint_interval",
-    )
 
-    def __init__(
-        self,
-        *,
-        interval: int | str | None = None,
-        max_window_bytes: int | str | None = None,
-        checkpoint_interval: int | str | None = None,
-        cleanup_expired_log: bool = False,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        self.interval = interval
-        self.max_window_bytes = max_window_bytes
-        self.checkpoint_interval = checkpoint_interval
-        self.cleanup_expired_log = cleanup_expired_log
-
-    def job_args(self) -> list[str]:
-        return job_options({"interval": self.interval, "max_window_bytes": self.max_window_bytes,
-                            "checkpoint_interval": self.checkpoint_interval,
-                            "cleanup_expired_log": bool(self.cleanup_expired_log)})
-
-    def engine_args(self) -> list[str]:
-        """The engine applies to the checkpoint and the expired-log cleanup (``--checkpoint-engine``)."""
-        from airflow_delta_maint.app.engines import NATIVE
-
-        engine = self.resolved_engine()
-        if engine == NATIVE and self.engine is None:
-            return []
-        return ["--checkpoint-engine", engine]

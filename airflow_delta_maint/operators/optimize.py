@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
 
-from airflow.sdk.exceptions import AirflowException
 
 from airflow_delta_maint.operators.base import DeltaMaintenanceOperator
-from airflow_delta_maint.operators.options import as_bool, job_options
 
 
 class OptimizeOperator(DeltaMaintenanceOperator):
@@ -75,99 +71,4 @@ class OptimizeOperator(DeltaMaintenanceOperator):
     """
 
     job = "optimize"
-    template_fields: Sequence[str] = (
-        *DeltaMaintenanceOperator.template_fields,
-        "where", "zorder_by", "min_file_size", "max_file_size", "max_concurrent_bins", "batch_bytes", "dv_ratio",
-        "compression", "full", "min_cube_size", "target_cube_size", "rewrite_type_widened", "policy",
-        "target_files", "all_partitions", "min_num_files", "max_deleted_rows_ratio", "max_partitions", "lease_seconds", "dry_run_only",
-        "bins_per_commit", "min_file_age", "skip_recent_partitions", "wait_for_writer", "purge",
-    )
 
-    def __init__(
-        self,
-        *,
-        where: str | None = None,
-        zorder_by: str | Sequence[str] | None = None,
-        min_file_size: int | str | None = None,
-        max_file_size: int | str | None = None,
-        max_concurrent_bins: int | str | None = None,
-        batch_bytes: int | str | None = None,
-        dv_ratio: float | str | None = None,
-        compression: str | None = None,
-        full: bool | str = False,
-        min_cube_size: int | str | None = None,
-        target_cube_size: int | str | None = None,
-        rewrite_type_widened: bool | str = False,
-        policy: str = "all",
-        all_partitions: bool | str = False,
-        min_num_files: int | str | None = None,
-        max_deleted_rows_ratio: float | str | None = None,
-        max_partitions: int | str | None = None,
-        lease_seconds: int | str | None = None,
-        target_files: int | str | None = None,
-        bins_per_commit: int | str | None = None,
-        min_file_age: float | str | None = None,
-        skip_recent_partitions: int | str | None = None,
-        wait_for_writer: float | str | None = None,
-        purge: bool | str = False,
-        dry_run: bool = False,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        self.bins_per_commit = bins_per_commit
-        self.min_file_age = min_file_age
-        self.skip_recent_partitions = skip_recent_partitions
-        self.wait_for_writer = wait_for_writer
-        self.full = full
-        self.min_cube_size = min_cube_size
-        self.target_cube_size = target_cube_size
-        self.rewrite_type_widened = rewrite_type_widened
-        self.policy = policy
-        self.all_partitions = all_partitions
-        self.min_num_files = min_num_files
-        self.max_deleted_rows_ratio = max_deleted_rows_ratio
-        self.max_partitions = max_partitions
-        self.lease_seconds = lease_seconds
-        self.target_files = target_files
-        self.where = where
-        self.zorder_by = zorder_by
-        self.min_file_size = min_file_size
-        self.max_file_size = max_file_size
-        self.max_concurrent_bins = max_concurrent_bins
-        self.batch_bytes = batch_bytes
-        self.dv_ratio = dv_ratio
-        self.compression = compression
-        self.dry_run_only = dry_run
-        self.purge = purge
-
-    def job_args(self) -> list[str]:
-        policy = str(self.policy).strip().lower()
-        if policy not in ("all", "auto"):
-            raise AirflowException(f"policy must be 'all' or 'auto', got {self.policy!r}")
-        return job_options({
-            "where": self.where,
-            "zorder_by": self.zorder_by,
-            "min_file_size": self.min_file_size,
-            "max_file_size": self.max_file_size,
-            "max_concurrent_bins": self.max_concurrent_bins,
-            "batch_bytes": self.batch_bytes,
-            "dv_ratio": self.dv_ratio,
-            "compression": self.compression,
-            "full": as_bool(self.full),
-            "min_cube_size": self.min_cube_size,
-            "target_cube_size": self.target_cube_size,
-            "rewrite_type_widened": as_bool(self.rewrite_type_widened),
-            "auto": policy == "auto",
-            "all_partitions": as_bool(self.all_partitions),
-            "min_num_files": self.min_num_files,
-            "max_deleted_rows_ratio": self.max_deleted_rows_ratio,
-            "max_partitions": self.max_partitions,
-            "lease_seconds": self.lease_seconds,
-            "target_files": self.target_files,
-            "bins_per_commit": self.bins_per_commit,
-            "min_file_age": self.min_file_age,
-            "skip_recent_partitions": self.skip_recent_partitions,
-            "wait_for_writer": self.wait_for_writer,
-            "purge": as_bool(self.purge),
-            "dry_run": as_bool(self.dry_run_only),
-        })

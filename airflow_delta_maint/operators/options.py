@@ -1,9 +1,7 @@
-"""The jobs' command-line options as the operators build them, and the jobs the application offers."""
+"""Option values as operators receive them, the engine of a run, and the jobs the application offers."""
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
 from collections.abc import Mapping
 from typing import Any
 
@@ -11,19 +9,14 @@ __all__ = ["as_bool", "available_jobs", "check_engine", "job_options", "resolve_
 
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_delta_maint.app.jobs import JOB_MODULES
+from airflow_delta_maint.app.job_definitions import JOBS
 from airflow_delta_maint.delta.option_values import as_bool
 from airflow_delta_maint.hooks.provider_config import configured_engine
 
 
 def available_jobs() -> list[str]:
-    """The jobs the bundled application offers (registered and present), found without importing them."""
-    found = []
-    for name, module in JOB_MODULES.items():
-        with contextlib.suppress(ModuleNotFoundError):
-            if importlib.util.find_spec(module) is not None:
-                found.append(name)
-    return found
+    """The jobs the bundled application offers."""
+    return list(JOBS)
 
 
 def _flag(args: list[str], option: str, value: Any) -> None:

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
 
 from airflow_delta_maint.operators.base import DeltaMaintenanceOperator
-from airflow_delta_maint.operators.options import as_bool, job_options
 
 
 class VacuumOperator(DeltaMaintenanceOperator):
@@ -21,31 +18,13 @@ class VacuumOperator(DeltaMaintenanceOperator):
     :param dry_run: list what would be deleted; delete nothing. (templated, as the attribute
         ``dry_run_only``)
     :param ignore_retention_check: allow a retention shorter than the table's own setting. (templated)
+    :param keep_versions: also keep every file these versions read (``"12,40"``), so time travel to them keeps
+        working. (templated)
+    :param inventory: read the files under the table from this inventory (parquet, CSV or Delta; columns path,
+        length, isDir, modificationTime) instead of listing them (full mode). (templated)
 
     Other parameters: see :class:`DeltaMaintenanceOperator`.
     """
 
     job = "vacuum"
-    template_fields: Sequence[str] = (
-        *DeltaMaintenanceOperator.template_fields, "retention_hours", "mode", "dry_run_only", "ignore_retention_check",
-    )
 
-    def __init__(
-        self,
-        *,
-        retention_hours: float | str | None = None,
-        mode: str | None = None,
-        dry_run: bool = False,
-        ignore_retention_check: bool = False,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        self.retention_hours = retention_hours
-        self.mode = mode
-        self.dry_run_only = dry_run
-        self.ignore_retention_check = ignore_retention_check
-
-    def job_args(self) -> list[str]:
-        return job_options({"retention_hours": self.retention_hours, "mode": self.mode,
-                            "dry_run": as_bool(self.dry_run_only),
-                            "ignore_retention_check": as_bool(self.ignore_retention_check)})

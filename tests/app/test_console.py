@@ -19,7 +19,7 @@ from airflow_delta_maint.app.cli import build_parser
 from airflow_delta_maint.app.console import LOG4J2_FILE, QUIET_LOG4J2
 from airflow_delta_maint.app.engines import DEFAULT_PACKAGE, DELTA_CATALOG, DELTA_EXTENSION
 from airflow_delta_maint.app.engines.delta_spark_jars import IVY_SETTINGS
-from airflow_delta_maint.app.jobs import JOB_MODULES
+from airflow_delta_maint.app.job_definitions import JOBS as JOB_MODULES
 from airflow_delta_maint.app.spark_session import session_conf
 from airflow_delta_maint.delta.log.snapshot import Snapshot
 

@@ -10,20 +10,14 @@ here imports pyspark at import time (the Airflow side reads the job modules' opt
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Mapping
 from typing import Any
 
 from airflow_delta_maint.delta.errors import DeltaError, InvalidArgumentError
-from airflow_delta_maint.delta.protocol.features import ENGINE_DELTA_SPARK
+from ..job_definitions import definition, jobs_run_by
+from ..job_definitions.definition import DELTA_SPARK, NATIVE
 
-NATIVE = "native"
-DELTA_SPARK = ENGINE_DELTA_SPARK
 ENGINES = (NATIVE, DELTA_SPARK)
-#: the jobs delta-spark can run (compact-log: delta-spark reads log compaction files but has no writer)
-DELTA_SPARK_JOBS = ("optimize", "vacuum", "checkpoint", "cleanup-log")
-#: the jobs that take ``--engine``
-ENGINE_JOBS = (*DELTA_SPARK_JOBS, "compact-log")
 
 #: what a SparkSession needs for the delta-spark engine (the hook adds these for engine delta-spark)
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
@@ -35,14 +29,6 @@ DEFAULT_PACKAGE = "io.delta:delta-spark_2.13:4.4.0"
 class EngineSetupError(DeltaError):
     """The SparkSession cannot run the delta-spark engine (no Delta extension, no jar, a jar built for
     another Spark); raised before any work."""
-
-
-def add_engine_argument(parser: argparse.ArgumentParser) -> None:
-    """``--engine native|delta-spark`` (validated by :func:`check_engine`, so that a bad value gives one
-    clear message wherever the options are parsed)."""
-    parser.add_argument("--engine", default=NATIVE, metavar="ENGINE",
-                        help="who does the data work: native (default) or delta-spark (delta-spark's own "
-                             "commands; the cluster needs its jars)")
 
 
 def normalize(engine: Any) -> str:
@@ -57,17 +43,15 @@ def normalize(engine: Any) -> str:
 
 
 def check_engine(job: str, engine: Any) -> str:
-    """The engine for ``job``: its normalized name. An unknown engine, or delta-spark for a job it
-    cannot do (compact-log), raises ``InvalidArgumentError`` before anything is read or written."""
+    """The engine for ``job``: its normalized name. An unknown engine, or one the job's definition does not
+    list, raises ``InvalidArgumentError`` before anything is read or written."""
     name = normalize(engine)
-    if name == DELTA_SPARK and job not in DELTA_SPARK_JOBS:
-        if job == "compact-log":
-            raise InvalidArgumentError(
-                "compact-log runs on the native engine only: delta-spark reads log compaction files but has no "
-                "writer for them (its checkpoint and expired-log cleanup can run on delta-spark: "
-                "--checkpoint-engine delta-spark)")
-        raise InvalidArgumentError(f"{job} has no delta-spark engine; the delta-spark engine runs "
-                                   f"{', '.join(DELTA_SPARK_JOBS)}")
+    defined = definition(job)
+    if name not in defined.engines:
+        if defined.no_delta_spark:
+            raise InvalidArgumentError(defined.no_delta_spark)
+        raise InvalidArgumentError(f"{job} has no {name} engine; the {name} engine runs "
+                                   f"{', '.join(jobs_run_by(name))}")
     return name
 
 

@@ -3,7 +3,6 @@ engines on the same session and table copies."""
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -12,9 +11,10 @@ from airflow_delta_maint.delta.errors import InvalidArgumentError
 
 from ..context import JobContext
 from ..execution import parse_job_args
-from ..jobs import JOB_MODULES, execute_job
+from ..job_definitions import definition
+from ..jobs import execute_job
 from ..settings import Settings
-from . import ENGINE_JOBS, NATIVE, normalize
+from . import NATIVE, normalize
 
 
 def run_job_with_engine(job: str, table: str, engine: str = NATIVE, argv: Sequence[str] = (), *,
@@ -27,13 +27,12 @@ def run_job_with_engine(job: str, table: str, engine: str = NATIVE, argv: Sequen
 
     For benchmarks and tests that compare the engines on the same session.
     """
-    if job not in JOB_MODULES:
-        raise InvalidArgumentError(f"unknown job {job!r} (jobs: {', '.join(JOB_MODULES)})")
-    if job not in ENGINE_JOBS and normalize(engine) != NATIVE:
+    defined = definition(job)
+    takes_engine = "engine" in defined.options.names()
+    if not takes_engine and normalize(engine) != NATIVE:
         raise InvalidArgumentError(f"{job} runs on the native engine only")
-    module = importlib.import_module(JOB_MODULES[job])
-    extra = ["--engine", str(engine)] if job in ENGINE_JOBS else []
-    args = parse_job_args(job, [*[str(a) for a in argv], *extra], module)
+    extra = ["--engine", str(engine)] if takes_engine else []
+    args = parse_job_args(job, [*[str(a) for a in argv], *extra])
     ctx = JobContext(table=table, storage_options=dict(storage_options or {}), master=master, _spark=spark,
                      settings=settings if settings is not None else Settings.from_environ(os.environ))
-    return execute_job(job, module, args, ctx)
+    return execute_job(job, defined.module(), args, ctx)

@@ -1,11 +1,12 @@
-"""The jobs of the application: their registry, and running one parsed job.
+"""The jobs' runners, and running one parsed job.
 
-Each job module defines:
+Each job is defined once in :mod:`airflow_delta_maint.app.job_definitions` (its name, options, engines,
+where it runs); its runner here defines:
 
-- ``NAME``: the sub-command (and the metrics ``operation``),
-- ``add_arguments(parser)``: its options,
 - ``run(args, ctx) -> dict``: does the work and returns the job's metrics (merged into the
-  common metrics object); raises ``DeltaError`` for bad input, before anything is written.
+  common metrics object); raises ``DeltaError`` for bad input, before anything is written;
+- optionally ``options_from(params)`` (its typed options), ``nothing_to_do(table, storage_options,
+  options)`` (the check without Spark) and ``format_human(metrics)``.
 
 :func:`execute_job` runs one of them the same way for every caller: the command line
 (:mod:`~airflow_delta_maint.app.cli`), a run in the Airflow worker's process
@@ -27,16 +28,6 @@ from ..environment_errors import ERROR_TYPE, describe
 from ..metrics import base_metrics, finish
 from ..run_history import record_run
 from ..settings import running
-
-JOB_MODULES = {
-    "inspect": "airflow_delta_maint.app.jobs.inspect",
-    "vacuum": "airflow_delta_maint.app.jobs.vacuum",
-    "optimize": "airflow_delta_maint.app.jobs.optimize",
-    "checkpoint": "airflow_delta_maint.app.jobs.checkpoint",
-    "compact-log": "airflow_delta_maint.app.jobs.compact_log",
-    "cleanup-log": "airflow_delta_maint.app.jobs.cleanup_log",
-    "compute-stats": "airflow_delta_maint.app.jobs.compute_stats",
-}
 
 log = logging.getLogger("delta_maint")
 

@@ -22,17 +22,13 @@ from airflow_delta_maint.delta.protocol.features import check_checkpoint_allowed
 from airflow_delta_maint.delta.storage.store import Storage
 
 from ..context import JobContext
-from ..engines import DELTA_SPARK, add_engine_argument, check_engine
+from ..job_definitions.checkpoint import CHECKPOINT
+from ..engines import DELTA_SPARK, check_engine
 from ..state_reading import read_state, warm_up_spark
 
-NAME = "checkpoint"
+NAME = CHECKPOINT.name
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--version", type=int, help="checkpoint this version (default: the latest)")
-    parser.add_argument("--cleanup-expired-log", action="store_true",
-                        help="then delete log files older than delta.logRetentionDuration (see cleanup-log)")
-    add_engine_argument(parser)
 
 
 def write_in_parts(ctx: JobContext, state: StreamedState) -> dict[str, Any]:

@@ -18,22 +18,15 @@ from airflow_delta_maint.delta.log.table_header import TableHeader
 from airflow_delta_maint.delta.plans.vacuum_options import parse_versions
 
 from ..context import JobContext
-from ..engines import DELTA_SPARK, add_engine_argument, check_engine
+from ..job_definitions.cleanup_log import CLEANUP_LOG
+from ..engines import DELTA_SPARK, check_engine
 from ..state_reading import streamed_state
 from .checkpoint import checkpoint_version
 
-NAME = "cleanup-log"
+NAME = CLEANUP_LOG.name
 DRY_RUN_LIST_CAP = 1000
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--retention", metavar="INTERVAL",
-                        help="log retention, e.g. 'interval 30 days' or '720 hours' (default: the table's "
-                             "delta.logRetentionDuration, 30 days if unset)")
-    parser.add_argument("--keep-versions", metavar="V1,V2",
-                        help="versions whose log entries must stay (time travel to them keeps working)")
-    parser.add_argument("--dry-run", action="store_true", help="list what would be deleted; change nothing")
-    add_engine_argument(parser)
 
 
 def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:

@@ -14,30 +14,17 @@ from typing import Any, Mapping
 from airflow_delta_maint.delta.log import compaction
 from airflow_delta_maint.delta.log.cleanup import cleanup_expired_log
 from airflow_delta_maint.delta.log.compaction import compact_log
-from airflow_delta_maint.delta.log.compaction_options import DEFAULT_MAX_WINDOW_BYTES, LogCompactionOptions
+from airflow_delta_maint.delta.log.compaction_options import LogCompactionOptions
 
 from ..context import JobContext
-from ..engines import DELTA_SPARK, add_engine_argument, check_engine
+from ..job_definitions.compact_log import COMPACT_LOG
+from ..engines import DELTA_SPARK, check_engine
 from ..state_reading import streamed_state
 from .checkpoint import checkpoint_version
 
-NAME = "compact-log"
+NAME = COMPACT_LOG.name
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--interval", type=int, metavar="N",
-                        help="commits per compaction file (default: table property "
-                             "delta.logCompactionInterval, else 5)")
-    parser.add_argument("--max-window-bytes", type=int, default=DEFAULT_MAX_WINDOW_BYTES, metavar="B",
-                        help="skip (and report) a window whose commit files total more (default 1 GiB)")
-    parser.add_argument("--checkpoint-interval", type=int, metavar="M",
-                        help="first write a checkpoint when M commits follow the last one")
-    parser.add_argument("--cleanup-expired-log", action="store_true",
-                        help="then delete log files older than delta.logRetentionDuration (see cleanup-log)")
-    add_engine_argument(parser)
-    parser.add_argument("--checkpoint-engine", default=None, metavar="ENGINE",
-                        help="who writes the checkpoint and cleans up the expired log: native (default) or "
-                             "delta-spark; the compaction files are always written by the native engine")
 
 
 def options_from(params: Mapping[str, Any]) -> LogCompactionOptions:

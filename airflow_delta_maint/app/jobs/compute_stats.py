@@ -24,10 +24,11 @@ from airflow_delta_maint.delta.plans import compute_stats as plans
 from airflow_delta_maint.delta.plans.compute_stats import ComputeStatsOptions, ComputeStatsPlan
 
 from ..context import JobContext
+from ..job_definitions.compute_stats import COMPUTE_STATS
 from ..runners.stats_tasks import StatsSpec, StatsTarget, stats_slice
 from ..state_reading import read_state
 
-NAME = "compute-stats"
+NAME = COMPUTE_STATS.name
 #: files listed by a dry run at most
 DRY_RUN_LIST_CAP = 1000
 #: commits tried, each after leaving out the files concurrent writers removed
@@ -38,15 +39,6 @@ FILES_PER_TASK = 64
 log = logging.getLogger("delta_maint.compute_stats")
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The job's options on the command line."""
-    parser.add_argument("--where", dest="predicate", help="partition predicate, e.g. \"date >= '2024-01-01'\"")
-    parser.add_argument("--columns", metavar="C1,C2",
-                        help="also collect statistics of these columns (dotted for nested fields), beyond "
-                             "delta.dataSkippingStatsColumns / delta.dataSkippingNumIndexedCols")
-    parser.add_argument("--max-files", type=int, metavar="N", help="give at most N files statistics in this run")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="report the files that need statistics; compute and commit nothing")
 
 
 def options_from(params: Mapping[str, Any]) -> ComputeStatsOptions:

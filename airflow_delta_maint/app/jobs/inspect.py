@@ -20,18 +20,14 @@ from airflow_delta_maint.delta.storage.store import Storage
 from airflow_delta_maint.delta.protocol.features import check_supported, table_features
 
 from ..context import JobContext
+from ..job_definitions.inspect import INSPECT
 from ..state_reading import read_state
 
-NAME = "inspect"
+NAME = INSPECT.name
 DEFAULT_SMALL_FILE_BYTES = 128 * 1024 * 1024
 _HIST_EDGES = [0, 1 << 10, 1 << 20, 8 << 20, 32 << 20, 128 << 20, 512 << 20, 1 << 30]
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--version", type=int, help="inspect this version (time travel)")
-    parser.add_argument("--small-file-bytes", type=int, default=DEFAULT_SMALL_FILE_BYTES,
-                        help="files below this size count as small (default 128 MiB)")
-    parser.add_argument("--files", action="store_true", help="also list the active file paths")
 
 
 def _label(n: int) -> str:

@@ -18,87 +18,22 @@ from typing import Any, Mapping
 from airflow_delta_maint.delta.log.state_stream import StreamedState
 from airflow_delta_maint.delta.log.table_state import TableState
 from airflow_delta_maint.delta.plans import optimize_decision
-from airflow_delta_maint.delta.plans.auto_compaction import (DEFAULT_MAX_DELETED_ROWS_RATIO, DEFAULT_MAX_PARTITIONS,
-                                                             DEFAULT_MIN_NUM_FILES)
-from airflow_delta_maint.delta.plans.optimize import DEFAULT_DV_RATIO
 from airflow_delta_maint.delta.plans.optimize_decision import auto_decision, plan_from_options
-from airflow_delta_maint.delta.plans.optimize_options import (COMPRESSIONS, DEFAULT_BATCH_BYTES, DEFAULT_COMPRESSION,
-                                                              OptimizeOptions)
+from airflow_delta_maint.delta.plans.optimize_options import (OptimizeOptions)
 from airflow_delta_maint.delta.protocol.features import check_supported
-from airflow_delta_maint.delta.storage.leases import DEFAULT_LEASE_SECONDS
 
 from ..context import JobContext
-from ..engines import DELTA_SPARK, add_engine_argument, check_engine
+from ..job_definitions.optimize import OPTIMIZE
+from ..engines import DELTA_SPARK, check_engine
 from ..state_reading import read_state
 from .optimize_execution import run_plan
 from .optimize_large import run_in_rounds
 from airflow_delta_maint.app.rewrite.rewrite_path import RewritePath
 
 #: the job's sub-command (and the metrics' ``operation``)
-NAME = "optimize"
+NAME = OPTIMIZE.name
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The job's options on the command line."""
-    parser.add_argument("--where", dest="predicate", help="partition predicate, e.g. \"date >= '2024-01-01'\"")
-    parser.add_argument("--zorder-by", default="", help="comma-separated data columns to Z-order by")
-    parser.add_argument("--min-file-size", type=int, help="files below this many bytes are compacted "
-                        "(default: delta.targetFileSize, else 1 GiB)")
-    parser.add_argument("--max-file-size", type=int, help="target size of output files in bytes "
-                        "(default: delta.targetFileSize, else 1 GiB)")
-    parser.add_argument("--max-concurrent-bins", type=int, help="at most this many bins in one Spark job")
-    parser.add_argument("--batch-bytes", type=int, default=DEFAULT_BATCH_BYTES,
-                        help="commit after each this many input bytes (default 50 GiB)")
-    parser.add_argument("--bins-per-commit", type=int, default=None,
-                        help="commit bins this many together as soon as they are rewritten; 0: one commit per "
-                        "batch once all its bins are rewritten (default: a quiet table rewrites each batch at once; "
-                        "a table a writer is committing to, or that one commits to during the run, has its bins "
-                        "rewritten one at a time, each going in as soon as another writer has committed)")
-    parser.add_argument("--min-file-age", type=float, default=None, metavar="SECONDS",
-                        help="leave out files younger than this (their modificationTime): spares writers that "
-                        "are still working on fresh data")
-    parser.add_argument("--skip-recent-partitions", type=int, default=None, metavar="N",
-                        help="leave out partitions that any of the newest N commits changed data in (appends and "
-                        "the deletion vectors of DELETE, UPDATE, MERGE); a clustered or unpartitioned table is one "
-                        "partition")
-    parser.add_argument("--wait-for-writer", type=float, default=None, metavar="SECONDS",
-                        help="busy tables: hold the rewritten bins and commit them right after another writer's "
-                        "commit, waiting for one at most this long, when a writer's next statement has usually not "
-                        "started yet")
-    parser.add_argument("--dv-ratio", type=float, default=DEFAULT_DV_RATIO,
-                        help="also rewrite files whose deletion vector deletes more than this share of rows")
-    parser.add_argument("--compression", default=None, choices=list(COMPRESSIONS),
-                        help=f"parquet compression of the written files (default {DEFAULT_COMPRESSION})")
-    parser.add_argument("--full", action="store_true",
-                        help="liquid-clustered tables: recluster every file (after the clustering columns changed)")
-    parser.add_argument("--min-cube-size", type=int, help="liquid-clustered tables: files of a ZCube at least "
-                        "this many bytes big are left alone (default 100 GiB)")
-    parser.add_argument("--target-cube-size", type=int, help="liquid-clustered tables: at most this many input "
-                        "bytes are clustered together (default 150 GiB)")
-    parser.add_argument("--rewrite-type-widened", action="store_true",
-                        help="rewrite exactly the files that still hold a widened column in its old type")
-    parser.add_argument("--target-files", type=int, help="rewrite each selected partition into exactly this many "
-                        "files of even row counts, splitting files that are too large")
-    parser.add_argument("--auto", action="store_true", help="the auto-compaction policy: only partitions that "
-                        "received data since the last OPTIMIZE and have enough small files or deleted rows")
-    parser.add_argument("--all-partitions", action="store_true",
-                        help="--auto: consider every partition, not only those that received data")
-    parser.add_argument("--min-num-files", type=int, default=DEFAULT_MIN_NUM_FILES,
-                        help=f"--auto: small files a partition needs to be chosen (default {DEFAULT_MIN_NUM_FILES})")
-    parser.add_argument("--max-deleted-rows-ratio", type=float, default=DEFAULT_MAX_DELETED_ROWS_RATIO,
-                        help="--auto: also choose a partition with a file whose deletion vector deletes more than "
-                        "this share of its rows (default 0.05)")
-    parser.add_argument("--max-partitions", type=int, default=DEFAULT_MAX_PARTITIONS,
-                        help=f"--auto: at most this many partitions per run, the worst first "
-                        f"(default {DEFAULT_MAX_PARTITIONS})")
-    parser.add_argument("--lease-seconds", type=int, default=DEFAULT_LEASE_SECONDS,
-                        help="partitions are reserved for this long against other OPTIMIZE runs (0: no reservation; "
-                        f"default {DEFAULT_LEASE_SECONDS})")
-    parser.add_argument("--purge", action="store_true",
-                        help="rewrite only the files with deletion vectors, dropping their deleted rows (delta-spark's "
-                        "REORG TABLE ... APPLY (PURGE)); takes no --zorder-by, --auto or --target-files")
-    parser.add_argument("--dry-run", action="store_true", help="print the plan; write nothing")
-    add_engine_argument(parser)
 
 
 def options_from(params: Mapping[str, Any]) -> OptimizeOptions:
@@ -155,3 +90,34 @@ def format_human(m: dict[str, Any]) -> str:
     return (f"OPTIMIZE {m['table']}: {m['status']}, version {m.get('version_read')} -> {m.get('version_committed')}; "
             f"removed {m.get('numRemovedFiles', 0)} files ({m.get('numRemovedBytes', 0)} bytes), "
             f"added {m.get('numAddedFiles', 0)} files ({m.get('numAddedBytes', 0)} bytes) in {m['duration_s']}s")
+
+
+def local_rewrite_bytes(table: str, storage_options: Mapping[str, str] | None, params: Mapping[str, Any]) -> int | None:
+    """Bytes of data files an OPTIMIZE with these options would rewrite, planned on this machine
+    from the log alone; None when the plan needs Spark (Z-order, liquid clustering).
+
+    Reads the log streamed (``streamed_plan_outline``): per-partition aggregates for the auto
+    policy, and the candidate files' rows only (small files, deletion vectors past the ratio) for
+    their bins; the whole snapshot only for what the stream does not plan (liquid clustering,
+    ``target_files``, ``rewrite_type_widened``, a distrusted checkpoint). It runs only once the log
+    is found to hold at most ``LOCAL_MAX_LOG_BYTES``, which also bounds the candidates it keeps.
+    Before that the execution choice reads nothing but the log's listing (its size)."""
+    from airflow_delta_maint.delta.log.state_stream import StreamedState
+    from airflow_delta_maint.delta.log.table_state import read_table
+    from airflow_delta_maint.delta.storage.store import Storage
+
+    from airflow_delta_maint.delta.plans.optimize_decision import (auto_decision, plan_from_options,
+                                                                   streamed_plan_outline)
+
+    options = options_from(params)
+
+    def planned(state: TableState) -> int | None:
+        if isinstance(state, StreamedState):
+            outline = streamed_plan_outline(state, options, candidates=True)
+            if outline is not None:
+                return outline.input_bytes if outline.layout == "binpack" else None
+            state = state.eager()  # what the stream does not plan: the plan of the whole state
+        plan = plan_from_options(state, options, auto_decision(state, options))
+        return plan.input_bytes if plan.layout in ("binpack", "even") else None
+
+    return read_table(Storage(table, dict(storage_options or {})), planned, what="the execution choice")

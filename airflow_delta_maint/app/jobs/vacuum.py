@@ -39,34 +39,19 @@ from airflow_delta_maint.delta.protocol.features import check_supported
 from airflow_delta_maint.delta.storage.store import FileInfo, Storage
 
 from ..context import JobContext
-from ..engines import DELTA_SPARK, add_engine_argument, check_engine
+from ..job_definitions.vacuum import VACUUM
+from ..engines import DELTA_SPARK, check_engine
 from ..state_reading import fell_back, read_state
 from .vacuum_at_scale import full_at_scale
 from .vacuum_background import Background
 from .vacuum_deletion import DRY_RUN_LIST_CAP, delete_between_markers, delete_parallel
 from .vacuum_listing import inventory_listing, list_table
 
-NAME = "vacuum"
+NAME = VACUUM.name
 
 log = logging.getLogger("delta_maint.vacuum")
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The job's options on the command line."""
-    parser.add_argument("--retention-hours", type=float, default=None,
-                        help="keep files needed by versions of the last H hours (default: the table's "
-                             "delta.deletedFileRetentionDuration, 7 days if unset)")
-    parser.add_argument("--mode", choices=("full", "lite"), default="full",
-                        help="full lists every file under the table; lite reads the files to delete from the log")
-    parser.add_argument("--dry-run", action="store_true", help="report what would be deleted; delete and commit nothing")
-    parser.add_argument("--ignore-retention-check", action="store_true",
-                        help="allow a retention shorter than the table's (unsafe while others read or write)")
-    parser.add_argument("--keep-versions", metavar="V1,V2",
-                        help="also keep every file these versions read, so time travel to them keeps working")
-    parser.add_argument("--inventory", metavar="PATH",
-                        help="read the files under the table from this inventory (parquet, CSV or Delta; "
-                             "columns path, length, isDir, modificationTime) instead of listing (full mode)")
-    add_engine_argument(parser)
 
 
 def options_from(params: Mapping[str, Any]) -> VacuumOptions:

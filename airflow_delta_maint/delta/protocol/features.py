@@ -52,27 +52,47 @@ Every job calls :func:`check_supported` before it writes anything. The decision 
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Mapping
 
 from airflow_delta_maint.delta.errors import UnsupportedFeatureError
 from airflow_delta_maint.delta.protocol.actions import Metadata, Protocol
 
 __all__ = [
-    "ENGINE_DELTA_SPARK", "JOBS", "OPTIMIZE_DELTA_SPARK", "KNOWN_READER_WRITER_FEATURES", "KNOWN_WRITER_FEATURES", "MAX_READER_VERSION",
+    "ENGINE_DELTA_SPARK", "JOBS", "Operation", "OPTIMIZE_DELTA_SPARK", "KNOWN_READER_WRITER_FEATURES", "KNOWN_WRITER_FEATURES", "MAX_READER_VERSION",
     "MAX_WRITER_VERSION", "SUPPORTED_READER_FEATURES", "SUPPORTED_WRITER_FEATURES", "UNPARTITIONED_WRITER_FEATURES",
-    "check_checkpoint_allowed", "check_supported", "checkpoint_protection_version", "table_features", "unsupported_features",
+    "check_checkpoint_allowed", "check_supported", "checkpoint_protection_version", "operation_of", "table_features",
+    "unsupported_features",
 ]
 
 MAX_READER_VERSION = 3
 MAX_WRITER_VERSION = 7
 
-#: OPTIMIZE run by delta-spark: planned by this core, written (and its writer features honoured) by delta-spark
-OPTIMIZE_DELTA_SPARK = "optimize with delta-spark"
 #: the name of the engine that runs delta-spark's own commands (the application's ``--engine``)
 ENGINE_DELTA_SPARK = "delta-spark"
 
-JOBS: tuple[str, ...] = ("read", "inspect", "checkpoint", "compact-log", "cleanup-log", "vacuum", "optimize",
-                         OPTIMIZE_DELTA_SPARK, "compute-stats")
+
+class Operation(str, Enum):
+    """What the core is asked to do to a table, as the feature gate knows it (a job's definition names its
+    operation). A plain string of the same value is accepted wherever an operation is."""
+
+    READ = "read"
+    INSPECT = "inspect"
+    CHECKPOINT = "checkpoint"
+    COMPACT_LOG = "compact-log"
+    CLEANUP_LOG = "cleanup-log"
+    VACUUM = "vacuum"
+    OPTIMIZE = "optimize"
+    #: OPTIMIZE run by delta-spark: planned by this core, written (and its writer features honoured) by delta-spark
+    OPTIMIZE_BY_DELTA_SPARK = "optimize with delta-spark"
+    COMPUTE_STATS = "compute-stats"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+OPTIMIZE_DELTA_SPARK = Operation.OPTIMIZE_BY_DELTA_SPARK
+JOBS: tuple[str, ...] = tuple(op.value for op in Operation)
 
 #: Features that appear in both ``readerFeatures`` and ``writerFeatures``.
 KNOWN_READER_WRITER_FEATURES: frozenset[str] = frozenset({
@@ -121,6 +141,21 @@ SUPPORTED_READER_FEATURES: dict[str, frozenset[str]] = {
 }
 
 _LOG_ONLY_WRITER = KNOWN_WRITER_FEATURES - _CATALOG
+#: writer features a job that writes or re-adds data files honours (some only while off: see
+#: :data:`CONDITIONAL_WRITER_FEATURES` and :data:`UNPARTITIONED_WRITER_FEATURES`)
+_DATA_FILE_WRITER = frozenset({
+    "appendOnly", "invariants", "checkConstraints", "generatedColumns", "allowColumnDefaults",
+    "changeDataFeed", "columnMapping", "identityColumns", "deletionVectors", "timestampNtz",
+    "domainMetadata", "v2Checkpoint", "vacuumProtocolCheck", "inCommitTimestamp",
+    "checkpointProtection", "icebergCompatV1", "icebergCompatV2", "icebergCompatV3", "rowTracking",
+    "clustering", "typeWidening", "typeWidening-preview", "materializePartitionColumns",
+})
+#: the Iceberg compatibility features a data-file job honours only while their property is off
+_ICEBERG_COMPAT_PROPERTIES = {
+    "icebergCompatV1": "delta.enableIcebergCompatV1",
+    "icebergCompatV2": "delta.enableIcebergCompatV2",
+    "icebergCompatV3": "delta.enableIcebergCompatV3",
+}
 
 #: Writer features each job honours; ``read`` and ``inspect`` write nothing and check none.
 SUPPORTED_WRITER_FEATURES: dict[str, frozenset[str]] = {
@@ -130,23 +165,11 @@ SUPPORTED_WRITER_FEATURES: dict[str, frozenset[str]] = {
     "compact-log": _LOG_ONLY_WRITER,
     "cleanup-log": _LOG_ONLY_WRITER,
     "vacuum": _LOG_ONLY_WRITER,
-    "optimize": frozenset({
-        "appendOnly", "invariants", "checkConstraints", "generatedColumns", "allowColumnDefaults",
-        "changeDataFeed", "columnMapping", "identityColumns", "deletionVectors", "timestampNtz",
-        "domainMetadata", "v2Checkpoint", "vacuumProtocolCheck", "inCommitTimestamp",
-        "checkpointProtection", "icebergCompatV1", "icebergCompatV2", "icebergCompatV3", "rowTracking",
-        "clustering", "typeWidening", "typeWidening-preview", "materializePartitionColumns",
-    }),
+    "optimize": _DATA_FILE_WRITER,
     # delta-spark 4.4 has no collations feature: it refuses such tables itself, so the gate does first
     OPTIMIZE_DELTA_SPARK: _LOG_ONLY_WRITER - {"collations", "collations-preview"},
     # re-adds live files with new statistics (dataChange=false): no data file is written
-    "compute-stats": frozenset({
-        "appendOnly", "invariants", "checkConstraints", "generatedColumns", "allowColumnDefaults",
-        "changeDataFeed", "columnMapping", "identityColumns", "deletionVectors", "timestampNtz",
-        "domainMetadata", "v2Checkpoint", "vacuumProtocolCheck", "inCommitTimestamp",
-        "checkpointProtection", "icebergCompatV1", "icebergCompatV2", "icebergCompatV3", "rowTracking",
-        "clustering", "typeWidening", "typeWidening-preview", "materializePartitionColumns",
-    }),
+    "compute-stats": _DATA_FILE_WRITER,
 }
 
 #: Why the native OPTIMIZE refuses a feature it knows, in the words of its refusal.
@@ -163,16 +186,8 @@ _WHY_NOT_STATS: dict[str, str] = {
 
 #: Features a job honours only while the table property that activates them is off.
 CONDITIONAL_WRITER_FEATURES: dict[str, dict[str, str]] = {
-    "optimize": {
-        "icebergCompatV1": "delta.enableIcebergCompatV1",
-        "icebergCompatV2": "delta.enableIcebergCompatV2",
-        "icebergCompatV3": "delta.enableIcebergCompatV3",
-    },
-    "compute-stats": {
-        "icebergCompatV1": "delta.enableIcebergCompatV1",
-        "icebergCompatV2": "delta.enableIcebergCompatV2",
-        "icebergCompatV3": "delta.enableIcebergCompatV3",
-    },
+    "optimize": _ICEBERG_COMPAT_PROPERTIES,
+    "compute-stats": _ICEBERG_COMPAT_PROPERTIES,
 }
 
 #: Features a job honours only on a table without partition columns (it writes no partition values
@@ -209,14 +224,25 @@ def _is_true(configuration: Mapping[str, str], key: str) -> bool:
     return str(configuration.get(key, "false")).strip().lower() == "true"
 
 
-def unsupported_features(protocol: Protocol, job: str, metadata: Metadata | None = None) -> list[str]:
-    """What keeps ``job`` from this table, one phrase each (empty when it may proceed).
+def operation_of(job: Operation | str) -> Operation:
+    """``job`` as an :class:`Operation` (its value as a string is accepted too).
+
+    Raises:
+        ValueError: no operation has that name.
+    """
+    try:
+        return Operation(str(job.value if isinstance(job, Operation) else job))
+    except ValueError:
+        raise ValueError(f"unknown job {job!r}; expected one of {', '.join(JOBS)}") from None
+
+
+def unsupported_features(protocol: Protocol, job: Operation | str, metadata: Metadata | None = None) -> list[str]:
+    """What keeps ``job`` (an operation) from this table, one phrase each (empty when it may proceed).
 
     Raises:
         ValueError: ``job`` is not one of :data:`JOBS`.
     """
-    if job not in JOBS:
-        raise ValueError(f"unknown job {job!r}; expected one of {', '.join(JOBS)}")
+    job = operation_of(job).value
     problems: list[str] = []
     rv, wv = protocol.min_reader_version, protocol.min_writer_version
     if rv > MAX_READER_VERSION or rv < 1:
@@ -255,9 +281,9 @@ def unsupported_features(protocol: Protocol, job: str, metadata: Metadata | None
     return problems
 
 
-def _reasons(protocol: Protocol, job: str) -> str:
+def _reasons(protocol: Protocol, job: Operation | str) -> str:
     """Why ``job`` refuses the features it knows but does not honour, once per reason."""
-    why = {"optimize": _WHY_NOT_NATIVE, "compute-stats": _WHY_NOT_STATS}.get(job)
+    why = {Operation.OPTIMIZE: _WHY_NOT_NATIVE, Operation.COMPUTE_STATS: _WHY_NOT_STATS}.get(operation_of(job))
     if why is None:
         return ""
     reader, writer = table_features(protocol)
@@ -298,7 +324,7 @@ def check_checkpoint_allowed(protocol: Protocol, metadata: Metadata, version: in
             f"checkpoints before version {protected} ({PROTECTION_PROPERTY})")
 
 
-def check_supported(protocol: Protocol, job: str, metadata: Metadata | None = None) -> None:
+def check_supported(protocol: Protocol, job: Operation | str, metadata: Metadata | None = None) -> None:
     """Refuse a table that uses a protocol version or feature ``job`` does not implement.
 
     Args:
@@ -311,10 +337,11 @@ def check_supported(protocol: Protocol, job: str, metadata: Metadata | None = No
         UnsupportedFeatureError: naming the job and every unsupported version or feature.
         ValueError: ``job`` is unknown.
     """
+    job = operation_of(job)
     problems = unsupported_features(protocol, job, metadata)
     if problems:
         hint = ""
-        if job == "optimize" and not unsupported_features(protocol, OPTIMIZE_DELTA_SPARK, metadata):
+        if job is Operation.OPTIMIZE and not unsupported_features(protocol, OPTIMIZE_DELTA_SPARK, metadata):
             hint = "; delta-spark's OPTIMIZE does: run it with engine='delta-spark' (--engine delta-spark)"
         raise UnsupportedFeatureError(
             f"cannot run {job} on this table: it uses {', '.join(problems)}, which {job} does not support"

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from airflow_delta_maint.catalogs import gate
-from airflow_delta_maint.catalogs.gate import CATALOG_FEATURES, OPERATIONS
+from airflow_delta_maint.app.job_definitions import definition
+from airflow_delta_maint.catalogs.gate import CATALOG_FEATURES
 from airflow_delta_maint.catalogs.names import as_patterns
 from airflow_delta_maint.catalogs.unity_credentials import ENV_TOKEN
 from airflow_delta_maint.hooks.catalogs import CatalogError, ResolvedTable, airflow_errors, catalog_for
@@ -17,9 +18,6 @@ from airflow_delta_maint.hooks.storage_credentials import (
     mask_value,
     resolve_storage_credentials,
 )
-
-#: jobs that write nothing: they read the published log of a catalog-managed table
-READ_ONLY_JOBS = frozenset({"inspect"})
 
 
 def _templated(value: object) -> bool:
@@ -41,7 +39,7 @@ def check_table_arguments(table_uri: object, table_name: object, catalog_conn_id
 
 def credential_operation(jobs: Iterable[str]) -> str:
     """What vended credentials must allow for these jobs: ``READ`` when every one only reads, else ``READ_WRITE``."""
-    return "READ" if all(job in READ_ONLY_JOBS for job in jobs) else "READ_WRITE"
+    return "READ_WRITE" if any(definition(job).writes for job in jobs) else "READ"
 
 
 def resolve_table_name(table_name: str, catalog_conn_id: str | None, operation: str = "READ") -> ResolvedTable:
@@ -104,9 +102,11 @@ def storage_credentials_for(resolved: ResolvedTable, storage_conn_id: str | None
 def check_catalog_allows(resolved: ResolvedTable, job: str, storage_options: Mapping[str, str]) -> None:
     """Refuse a writing job on a catalog-managed table unless its catalog reports the operation allowed
     (:func:`airflow_delta_maint.catalogs.gate.check_catalog_allows`, its error an ``AirflowException``)."""
+    defined = definition(job)
     with airflow_errors():
-        gate.check_catalog_allows(resolved, job, storage_options, READ_ONLY_JOBS)
+        gate.check_catalog_allows(resolved, job, storage_options, writes=defined.writes,
+                                  operation=defined.catalog_operation)
 
 
-__all__ = ["CATALOG_FEATURES", "OPERATIONS", "check_catalog_allows", "check_table_arguments", "credential_operation",
+__all__ = ["CATALOG_FEATURES", "check_catalog_allows", "check_table_arguments", "credential_operation",
            "list_catalog_tables", "resolve_refreshed_table_name", "resolve_table_name", "storage_credentials_for"]

@@ -17,6 +17,7 @@ from airflow_delta_maint.operators.catalog_tables import ListCatalogTablesOperat
 from airflow_delta_maint.operators.fleet import MaintainTablesOperator
 from airflow_delta_maint.operators.maintenance import InspectTableOperator, OptimizeOperator, VacuumOperator
 from airflow_delta_maint.sensors.commit_interval import CommitIntervalSensor
+from tests.airflow.operators.conftest import argv_of
 
 ROWS = 10
 
@@ -129,7 +130,7 @@ def test_the_catalog_connection_reaches_spark_submit_through_the_environment_onl
     op = VacuumOperator(task_id="v", table_name="sales.tmp_scratch", catalog_conn_id=lake.conn_id)
     op.resolve_storage_credentials()
     hook = op.get_hook()
-    cmd = hook.build_command("vacuum", op.table_uri, op.all_job_args(), "/tmp/m.json", op.table_storage_options)
+    cmd = hook.build_command("vacuum", op.table_uri, argv_of(op), "/tmp/m.json", op.table_storage_options)
     assert not any(lake.secret in part for part in cmd) and "s3://lake/scratch" in cmd
     assert not any(lake.secret in str(v) for v in hook._conf.values())
     assert hook.submit_env()["AWS_SECRET_ACCESS_KEY"] == lake.secret

@@ -18,6 +18,7 @@ from airflow_delta_maint.hooks.catalogs.table_target import list_catalog_tables
 from airflow_delta_maint.operators.maintenance import InspectTableOperator, OptimizeOperator, VacuumOperator
 from airflow_delta_maint.sensors.commit_interval import CommitIntervalSensor
 from tests.airflow.catalogs.test_glue_catalog import rows, write_appends
+from tests.airflow.operators.conftest import argv_of
 
 S3 = "s3://lake/uc"
 
@@ -118,7 +119,7 @@ def test_optimize_by_name_uses_the_vended_credentials_and_never_shows_them(uc):
     # the vended secrets: in the spark-submit child's environment only
     hidden = [uc.vended["secret_access_key"], uc.vended["session_token"], uc.token]
     hook = op.get_hook()
-    cmd = hook.build_command("optimize", op.table_uri, op.all_job_args(), "/tmp/m.json", op.table_storage_options)
+    cmd = hook.build_command("optimize", op.table_uri, argv_of(op), "/tmp/m.json", op.table_storage_options)
     env = hook.submit_env()
     assert env["AWS_SECRET_ACCESS_KEY"] == hidden[0] and env["AWS_SESSION_TOKEN"] == hidden[1]
     shown = [json.dumps(metrics), " ".join(cmd), json.dumps({f: getattr(op, f) for f in op.template_fields}, default=str),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_delta_maint.hooks.delta_maint import DeltaMaintHook
+from airflow_delta_maint.hooks.delta_maint import DeltaMaintHook, application_args
 
 
 @pytest.fixture
@@ -23,9 +23,14 @@ def submits(monkeypatch) -> list[tuple]:
     """Record the jobs operators submit instead of starting Spark; each returns "committed" metrics."""
     calls: list[tuple] = []
 
-    def record(self, job, table_uri, job_args, storage_options=None):
-        calls.append((job, table_uri, list(job_args)))
+    def record(self, job, table_uri, job_args, storage_options=None, history_uri=None):
+        calls.append((job, table_uri, application_args(job, job_args, history_uri)))
         return {"operation": job, "table": table_uri, "status": "committed"}
 
     monkeypatch.setattr(DeltaMaintHook, "run_job", record)
     return calls
+
+
+def argv_of(op) -> list[str]:
+    """The application's arguments the hook builds from an operator's typed options."""
+    return application_args(op.job, op.job_values())

@@ -13,10 +13,11 @@ from deltalake import DeltaTable
 from airflow_delta_maint.hooks.delta_maint import APPLICATION, DeltaMaintHook
 from airflow_delta_maint.operators.maintenance import ComputeStatsOperator, available_jobs
 from tests.app.jobs.test_optimize import rows_deltars
+from tests.airflow.operators.conftest import argv_of
 
 
 def _app_args(op: ComputeStatsOperator) -> list[str]:
-    cmd = op.get_hook().build_command(op.job, op.table_uri, op.job_args(), "/tmp/m.json", op.table_storage_options)
+    cmd = op.get_hook().build_command(op.job, op.table_uri, argv_of(op), "/tmp/m.json", op.table_storage_options)
     return cmd[cmd.index(str(APPLICATION)) + 1:]
 
 
@@ -34,8 +35,8 @@ def test_command_and_templated_fields():
     assert _app_args(op) == ["compute-stats", "s3://b/t", "--where", "part = 'p0'", "--columns", "value,id",
                              "--max-files", "500", "--dry-run", "--json", "--metrics-out", "/tmp/m.json",
                              "--storage-option", "AWS_REGION=eu-west-1"]
-    assert ComputeStatsOperator(task_id="s", table_uri="/t", columns="a, b").job_args() == ["--columns", "a, b"]
-    assert ComputeStatsOperator(task_id="s", table_uri="/t").job_args() == []
+    assert argv_of(ComputeStatsOperator(task_id="s", table_uri="/t", columns="a, b")) == ["--columns", "a, b"]
+    assert argv_of(ComputeStatsOperator(task_id="s", table_uri="/t")) == []
     assert {"where", "columns", "max_files", "dry_run_only", "table_uri"} <= set(ComputeStatsOperator.template_fields)
     assert "compute-stats" in available_jobs()
     params = ComputeStatsOperator(task_id="s", table_uri="/t", max_files="7", dry_run=True).job_params()

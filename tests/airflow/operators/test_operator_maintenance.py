@@ -18,10 +18,11 @@ from airflow_delta_maint.operators.maintenance import (
     VacuumOperator,
     available_jobs,
 )
+from tests.airflow.operators.conftest import argv_of
 
 
 def _app_args(op: DeltaMaintenanceOperator) -> list[str]:
-    cmd = op.get_hook().build_command(op.job, op.table_uri, op.job_args(), "/tmp/m.json", op.table_storage_options)
+    cmd = op.get_hook().build_command(op.job, op.table_uri, argv_of(op), "/tmp/m.json", op.table_storage_options)
     return cmd[cmd.index(str(APPLICATION)) + 1:]
 
 
@@ -33,18 +34,18 @@ def test_optimize_command():
         "optimize", "s3://b/t", "--where", "day >= '2024-01-01'", "--zorder-by", "a,b", "--min-file-size", "1000",
         "--max-file-size", str(2 << 20), "--max-concurrent-bins", "4", "--batch-bytes", str(10 << 30), "--dry-run",
         "--json", "--metrics-out", "/tmp/m.json", "--storage-option", "AWS_REGION=eu-west-1"]
-    assert OptimizeOperator(task_id="o", table_uri="/t").job_args() == []
+    assert argv_of(OptimizeOperator(task_id="o", table_uri="/t")) == []
     modern = OptimizeOperator(task_id="o", table_uri="/t", full="true", min_cube_size=1 << 30,
                               target_cube_size=2 << 30, rewrite_type_widened=True)
-    assert modern.job_args() == ["--full", "--min-cube-size", str(1 << 30), "--target-cube-size", str(2 << 30),
+    assert argv_of(modern) == ["--full", "--min-cube-size", str(1 << 30), "--target-cube-size", str(2 << 30),
                                  "--rewrite-type-widened"]
     auto = OptimizeOperator(task_id="o", table_uri="/t", policy="auto", min_num_files=10, max_partitions=4,
                             lease_seconds=0)
-    assert auto.job_args() == ["--auto", "--min-num-files", "10", "--max-partitions", "4", "--lease-seconds", "0"]
+    assert argv_of(auto) == ["--auto", "--min-num-files", "10", "--max-partitions", "4", "--lease-seconds", "0"]
     assert auto.job_params()["auto"] is True
     assert OptimizeOperator(task_id="o", table_uri="/t", target_files=4).job_params()["target_files"] == 4
     with pytest.raises(AirflowException, match="policy must be"):
-        OptimizeOperator(task_id="o", table_uri="/t", policy="sometimes").job_args()
+        argv_of(OptimizeOperator(task_id="o", table_uri="/t", policy="sometimes"))
     params = modern.job_params()
     assert params["full"] is True and params["rewrite_type_widened"] is True and params["min_cube_size"] == 1 << 30
 
@@ -61,7 +62,7 @@ def test_compact_log_command():
                                checkpoint_interval=100)
     assert _app_args(op)[:8] == ["compact-log", "/t", "--interval", "10", "--max-window-bytes", str(1 << 20),
                                  "--checkpoint-interval", "100"]
-    assert InspectTableOperator(task_id="i", table_uri="/t", version=3).job_args() == ["--version", "3"]
+    assert argv_of(InspectTableOperator(task_id="i", table_uri="/t", version=3)) == ["--version", "3"]
 
 
 def test_template_fields():
@@ -238,4 +239,4 @@ def test_dry_run_argument_is_templated_without_hiding_the_method():
         op = cls(task_id="t", table_uri="/t", dry_run="{{ params.plan }}")
         assert callable(op.dry_run) and op.dry_run_only == "{{ params.plan }}"
         op.render_template_fields({"params": {"plan": True}})
-        assert op.dry_run_only == "True" and "--dry-run" in op.job_args()
+        assert op.dry_run_only == "True" and "--dry-run" in argv_of(op)

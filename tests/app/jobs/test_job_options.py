@@ -12,6 +12,7 @@ from airflow_delta_maint.app import fleet
 from airflow_delta_maint.app.jobs import compact_log, optimize, vacuum
 from airflow_delta_maint.delta.errors import InvalidArgumentError
 from airflow_delta_maint.delta.log.compaction_options import LogCompactionOptions
+from airflow_delta_maint.app.job_definitions import definition
 from airflow_delta_maint.delta.plans.optimize_options import DEFAULT_BATCH_BYTES, OptimizeOptions
 from airflow_delta_maint.delta.plans.vacuum_options import VacuumOptions, parse_versions
 from airflow_delta_maint.delta.protocol.features import OPTIMIZE_DELTA_SPARK
@@ -20,7 +21,7 @@ from airflow_delta_maint.delta.protocol.features import OPTIMIZE_DELTA_SPARK
 def parsed(module, *argv: str) -> dict:
     """``vars`` of the job's own parser over ``argv``, as the command line, the operators and the fleet parse it."""
     parser = argparse.ArgumentParser(exit_on_error=False)
-    module.add_arguments(parser)
+    definition(module.NAME).options.add_to(parser)
     return vars(parser.parse_args(list(argv)))
 
 

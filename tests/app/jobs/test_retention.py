@@ -20,6 +20,7 @@ from airflow_delta_maint.delta.protocol.features import unsupported_features
 from tests.app.jobs.test_vacuum import aged_table, make_old, make_young, rows, tree
 from tests.conftest import corpus_path
 from tests.delta.log.test_log_cleanup import age, history, log_files, ours, theirs, versions_of
+from tests.airflow.operators.conftest import argv_of
 
 DAY_MS = 86_400_000
 NOW_MS = int(time.time() * 1000)
@@ -188,10 +189,10 @@ def test_compact_log_and_checkpoint_clean_up_expired_log_on_request(tmp_path):
     for v in range(8):
         age(path, v, 40 if v < 7 else 0)
     op = LogCompactionOperator(task_id="c", table_uri=str(path), cleanup_expired_log=True, interval=100)
-    assert "--cleanup-expired-log" in op.job_args()
+    assert "--cleanup-expired-log" in argv_of(op)
     assert op.nothing_to_do(op.typed_options(op.job_params())) is None  # compaction has nothing to do, cleanup has
     plain = LogCompactionOperator(task_id="p", table_uri=str(path), interval=100)
-    assert "--cleanup-expired-log" not in plain.job_args() and plain.nothing_to_do(plain.typed_options(plain.job_params()))
+    assert "--cleanup-expired-log" not in argv_of(plain) and plain.nothing_to_do(plain.typed_options(plain.job_params()))
 
     code, m = cli("compact-log", str(path), "--interval", "100")
     assert code == 0 and "expired_log_cleanup" not in m and 0 in versions_of(log_files(path), "commit")

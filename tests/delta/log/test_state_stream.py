@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from tests.hypothesis_profiles import examples
 
-from airflow_delta_maint.app.execution import rewrite_bytes
+from airflow_delta_maint.app.jobs.optimize import local_rewrite_bytes as rewrite_bytes
 from airflow_delta_maint.app.jobs.optimize import nothing_to_do, options_from
 from airflow_delta_maint.delta.plans.optimize_decision import (auto_decision, plan_from_options, plan_outline, skip_reason,
                                                                streamed_plan_outline)

@@ -1,0 +1,209 @@
+"""A job's options, each declared once: name, type, default, help, and how the doors show it.
+
+From one :class:`Option` come the command-line flag and its parsing (:meth:`OptionSet.add_to`), the
+operator's keyword argument and its template field, the values a fleet's per-job mapping gives
+(:meth:`OptionSet.parse`, one message naming the option for a bad value, whichever door it came in by),
+the arguments the hook hands the application (:meth:`OptionSet.to_argv`, once, when it builds the
+spark-submit command) and the options table in the docs (:meth:`OptionSet.doc_rows`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_delta_maint.delta.errors import InvalidArgumentError
+from airflow_delta_maint.delta.option_values import as_bool
+
+__all__ = ["KINDS", "Option", "OptionSet"]
+
+#: the value types an option may have
+KINDS = ("str", "int", "float", "bool")
+_CONVERT: dict[str, Callable[[Any], Any]] = {"str": str, "int": int, "float": float}
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of a job.
+
+    Attributes:
+        name: the parsed value's key, as the job's typed options read it.
+        kind: ``str``, ``int``, ``float`` or ``bool`` (a flag without a value on the command line).
+        help: one sentence for ``--help``, the operator's docstring and the docs.
+        default: the value when the option is not given.
+        choices: the values allowed, if only some are.
+        flag: the command-line flag (default ``--`` and the name with dashes).
+        metavar: the value's placeholder in ``--help``.
+        keyword: the operator's keyword argument (default the name; None: the option has no keyword of its
+            own, such as ``engine``, which every operator takes).
+        attribute: the operator's attribute holding it (default the keyword; ``dry_run`` is held as
+            ``dry_run_only``, as an attribute named ``dry_run`` would hide ``BaseOperator.dry_run()``).
+        from_keyword: turns the operator keyword's value into the option's, where the two differ.
+        templated: the operator renders the keyword's value as a template.
+        in_docs: listed in the docs' options table.
+    """
+
+    name: str
+    kind: str
+    help: str
+    default: Any = None
+    choices: tuple[str, ...] | None = None
+    flag: str = ""
+    metavar: str | None = None
+    keyword: str | None = ""
+    attribute: str = ""
+    from_keyword: Callable[[Any], Any] | None = None
+    templated: bool = True
+    in_docs: bool = True
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"option {self.name}: kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        if not self.flag:
+            object.__setattr__(self, "flag", "--" + self.name.replace("_", "-"))
+        if self.keyword == "":
+            object.__setattr__(self, "keyword", self.name)
+        if not self.attribute and self.keyword:
+            object.__setattr__(self, "attribute", self.keyword)
+
+    def add_to(self, parser: argparse.ArgumentParser) -> None:
+        """This option's flag on ``parser``."""
+        if self.kind == "bool":
+            parser.add_argument(self.flag, dest=self.name, action="store_true", help=self.help)
+            return
+        parser.add_argument(self.flag, dest=self.name, type=_CONVERT[self.kind], default=self.default,
+                            choices=list(self.choices) if self.choices else None, metavar=self.metavar,
+                            help=self.help)
+
+    def convert(self, value: Any, job: str) -> Any:
+        """``value`` (as the operator or a fleet mapping gives it: a string from a template, a number, a list)
+        in this option's type; a bad one raises one message naming the option."""
+        if value is None or (isinstance(value, str) and not value.strip() and self.kind != "str"):
+            return False if self.kind == "bool" else self.default
+        try:
+            if self.kind == "bool":
+                return as_bool(value)
+            if isinstance(value, (list, tuple)):
+                value = ",".join(str(v) for v in value)
+            if self.kind == "int" and isinstance(value, float) and not value.is_integer():
+                raise ValueError(value)
+            converted = _CONVERT[self.kind](value)
+        except (TypeError, ValueError):
+            raise InvalidArgumentError(f"invalid options for {job}: {self.name} must be "
+                                       f"{'a whole number' if self.kind == 'int' else 'a ' + self.kind}, "
+                                       f"got {value!r}") from None
+        if self.choices and converted not in self.choices:
+            raise InvalidArgumentError(f"invalid options for {job}: {self.name} must be one of "
+                                       f"{', '.join(self.choices)}, got {value!r}")
+        return converted
+
+    def argv(self, value: Any) -> list[str]:
+        """The application's arguments for ``value`` (a converted one): none at the default."""
+        if self.kind == "bool":
+            return [self.flag] if value else []
+        if value is None or value == self.default:
+            return []
+        if isinstance(value, float) and value.is_integer():
+            return [self.flag, str(int(value))]
+        return [self.flag, str(value)]
+
+
+@dataclass(frozen=True)
+class OptionSet:
+    """A job's options, in the order ``--help`` lists them."""
+
+    options: tuple[Option, ...] = field(default_factory=tuple)
+
+    def __iter__(self) -> Iterator[Option]:
+        return iter(self.options)
+
+    def __getitem__(self, name: str) -> Option:
+        for option in self.options:
+            if option.name == name:
+                return option
+        raise KeyError(name)
+
+    def names(self) -> list[str]:
+        return [o.name for o in self.options]
+
+    def add_to(self, parser: argparse.ArgumentParser) -> None:
+        """Every option's flag on ``parser``."""
+        for option in self.options:
+            option.add_to(parser)
+
+    def defaults(self) -> dict[str, Any]:
+        """Every option at its default, as the command line parses no flag."""
+        return {o.name: (False if o.kind == "bool" else o.default) for o in self.options}
+
+    def parse(self, values: Mapping[str, Any], job: str) -> dict[str, Any]:
+        """Every option's value (defaults for those not in ``values``), as the command line would parse them.
+
+        Raises:
+            InvalidArgumentError: an unknown option, or a value of the wrong type, naming the option.
+        """
+        by_keyword = {o.keyword: o for o in self.options if o.keyword and o.keyword != o.name}
+        unknown = sorted(set(values) - set(self.names()) - set(by_keyword))
+        if unknown:
+            raise InvalidArgumentError(f"invalid options for {job}: unknown {', '.join(unknown)} "
+                                       f"(options: {', '.join(self.names()) or 'none'})")
+        parsed = self.defaults()
+        for key, value in values.items():
+            option = by_keyword.get(key) if key not in self.names() else self[key]
+            assert option is not None
+            if key != option.name and option.from_keyword is not None:  # the operators' name and value
+                value = option.from_keyword(value)
+            parsed[option.name] = option.convert(value, job)
+        return parsed
+
+    def to_argv(self, values: Mapping[str, Any], job: str) -> list[str]:
+        """The application's arguments for ``values`` (parsed first: a bad value raises, naming the option)."""
+        parsed = self.parse(values, job)
+        return [arg for o in self.options for arg in o.argv(parsed[o.name])]
+
+    def keywords(self) -> list[Option]:
+        """The options an operator takes as keyword arguments."""
+        return [o for o in self.options if o.keyword]
+
+    def template_fields(self) -> tuple[str, ...]:
+        """The operator attributes rendered as templates."""
+        return tuple(o.attribute for o in self.keywords() if o.templated)
+
+    def from_operator(self, held: Mapping[str, Any]) -> dict[str, Any]:
+        """The options' values from an operator's attributes (``held``: attribute -> value, rendered)."""
+        out: dict[str, Any] = {}
+        for option in self.keywords():
+            value = held.get(option.attribute)
+            if option.from_keyword is not None:
+                value = option.from_keyword(value)
+            if value is not None and not (option.kind == "bool" and value is False):
+                out[option.name] = value
+        return out
+
+    def doc_rows(self) -> list[tuple[str, str, str, str, str]]:
+        """(operator keyword, flag, type, default, help) of each documented option."""
+        rows = []
+        for o in self.options:
+            if not o.in_docs:
+                continue
+            kind = o.kind if not o.choices else " | ".join(o.choices)
+            default = "off" if o.kind == "bool" else ("none" if o.default in (None, "") else f"`{o.default}`")
+            rows.append((f"`{o.keyword}`" if o.keyword else "", f"`{o.flag}`", kind, default, o.help))
+        return rows
+
+
+def options(*declared: Option) -> OptionSet:
+    """An :class:`OptionSet` of ``declared``; names and flags must be unique."""
+    names = [o.name for o in declared]
+    flags = [o.flag for o in declared]
+    for seen in (names, flags):
+        twice = sorted({x for x in seen if seen.count(x) > 1})
+        if twice:
+            raise ValueError(f"declared twice: {', '.join(twice)}")
+    return OptionSet(tuple(declared))
+
+
+def flags_of(sets: Sequence[OptionSet]) -> set[str]:
+    """Every flag the sets declare."""
+    return {o.flag for s in sets for o in s}

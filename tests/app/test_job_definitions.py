@@ -1,0 +1,73 @@
+"""The jobs' definitions: one declaration of each option gives the command line, the operators' keywords and
+template fields, the fleet's mappings and the docs; the registry is the only list of jobs."""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+from pathlib import Path
+
+import pytest
+
+from airflow_delta_maint.app.cli import build_parser
+from airflow_delta_maint.app.job_definitions import JOBS, definition, fleet_defaults
+from airflow_delta_maint.app.job_definitions.doc import render
+from airflow_delta_maint.delta.errors import InvalidArgumentError
+from airflow_delta_maint.operators.maintenance import (ComputeStatsOperator, InspectTableOperator,
+                                                       LogCompactionOperator, OptimizeOperator, VacuumOperator)
+
+REPO = Path(__file__).resolve().parents[2]
+OPERATORS = (OptimizeOperator, VacuumOperator, LogCompactionOperator, InspectTableOperator, ComputeStatsOperator)
+
+
+def test_the_options_page_is_generated_from_the_definitions():
+    assert (REPO / "docs" / "job-options.md").read_text() == render(), \
+        "docs/job-options.md is stale: python -m airflow_delta_maint.app.job_definitions.doc docs/job-options.md"
+
+
+def test_every_job_on_the_command_line_is_a_definition():
+    (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    assert set(sub.choices) - {"fleet", "report"} == set(JOBS)
+    for name, job in JOBS.items():
+        flags = {s for a in sub.choices[name]._actions for s in a.option_strings}
+        assert {o.flag for o in job.options} <= flags, name
+
+
+@pytest.mark.parametrize("operator", OPERATORS, ids=lambda c: c.__name__)
+def test_an_operators_keywords_and_template_fields_come_from_its_job(operator):
+    job = definition(operator.job)
+    keywords = [o.keyword for o in job.options.keywords()]
+    signature = inspect.signature(operator.__init__).parameters
+    assert keywords and all(k in signature for k in keywords)
+    assert set(job.options.template_fields()) <= set(operator.template_fields)
+    documented = operator.__doc__ or ""
+    assert [k for k in keywords if f":param {k}:" not in documented] == [], "undocumented keywords"
+
+
+def test_the_same_bad_value_gives_one_message_naming_the_option_whichever_door():
+    with pytest.raises(InvalidArgumentError, match=r"^invalid options for vacuum: mode must be one of full, lite, "
+                                                   r"got 'sideways'$"):
+        definition("vacuum").parse({"mode": "sideways"})
+    with pytest.raises(InvalidArgumentError, match=r"^invalid options for inspect: small_file_bytes must be a whole "
+                                                   r"number, got 'lots'$"):
+        definition("inspect").parse({"small_file_bytes": "lots"})
+    with pytest.raises(InvalidArgumentError, match="unknown zorder"):
+        definition("optimize").parse({"zorder": "a"})
+
+
+def test_operator_keywords_and_option_names_parse_alike():
+    job = definition("optimize")
+    by_keyword = job.parse({"where": "p = 1", "policy": "auto", "zorder_by": ["a", "b"], "dry_run": "true"})
+    by_name = job.parse({"predicate": "p = 1", "auto": True, "zorder_by": "a,b", "dry_run": True})
+    assert by_keyword == by_name
+    assert job.options.to_argv(by_name, job.name) == ["--where", "p = 1", "--zorder-by", "a,b", "--auto",
+                                                      "--dry-run"]
+    parser = argparse.ArgumentParser()
+    job.options.add_to(parser)
+    assert vars(parser.parse_args(job.options.to_argv(by_name, job.name))) == by_name
+
+
+def test_the_fleet_defaults_and_the_writing_jobs_come_from_the_definitions():
+    assert fleet_defaults() == {"optimize": {}, "compute-stats": {}, "compact-log": {}, "vacuum": {"mode": "lite"}}
+    assert [name for name, job in JOBS.items() if not job.writes] == ["inspect"]
+    assert all(job.catalog_operation for job in JOBS.values() if job.writes)

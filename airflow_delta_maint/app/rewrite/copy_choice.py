@@ -101,12 +101,18 @@ def _small(footer: Footer, threshold: int) -> bool:
 
 def maps_exactly(footer: Footer, schema: pa.Schema) -> bool:
     """Whether pyarrow reads the file of ``footer`` as exactly ``schema`` (names and types; nullability
-    and field metadata aside)."""
+    and field metadata aside). A top-level INT96 column (Spark's timestamps) reads as a UTC timestamp
+    in microseconds, as the rewrite reads it."""
     tail = MAGIC + footer.raw + struct.pack("<I", len(footer.raw)) + MAGIC
     try:
-        read = pq.read_schema(pa.BufferReader(tail))
+        parquet = pq.ParquetFile(pa.BufferReader(tail), coerce_int96_timestamp_unit="us")
+        read = parquet.schema_arrow
     except (pa.ArrowException, OSError):
         return False
+    columns = parquet.schema
+    int96 = {columns.column(i).path for i in range(len(columns)) if columns.column(i).physical_type == "INT96"}
+    utc = pa.timestamp("us", tz="UTC")
+    read = pa.schema([f.with_type(utc) if f.name in int96 and f.type == pa.timestamp("us") else f for f in read])
     return _nullable(read).equals(_nullable(schema), check_metadata=False)
 
 

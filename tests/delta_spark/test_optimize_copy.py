@@ -1,0 +1,40 @@
+"""delta-spark judges OPTIMIZE's row-group copy (``copy_row_groups="always"``) on the files it wrote
+(parquet-java: timestamps as INT96, decimals as INT32/INT64, its own key-value metadata): the same rows and statistics as a
+full rewrite of a copy of the table, what could not be copied counted per reason; delta-spark reads
+the result, skips files by its statistics and keeps writing it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from airflow_delta_maint.delta.log.snapshot import Snapshot
+from tests.app.jobs.copy_tables import run, stats_by_partition
+from tests.delta_spark.test_row_group_copy import APPENDS, ROWS, rows, write_table
+
+pytestmark = pytest.mark.delta_spark
+
+
+def test_delta_spark_files_copied_as_a_full_rewrite_would_write_them(spark, tmp_path: Path):
+    path = tmp_path / "table"
+    write_table(spark, path)
+    full = tmp_path / "never"
+    shutil.copytree(path, full)
+    before = rows(spark, path)
+    code, m = run(path, local=False, copy_row_groups="always")
+    assert code == 0 and m["status"] == "committed", m
+    code, never = run(full, local=False, copy_row_groups="never")
+    assert code == 0 and never["status"] == "committed", never
+    assert rows(spark, path) == before == rows(spark, full)
+    assert stats_by_partition(str(path)) == stats_by_partition(str(full))
+    assert m["numRemovedFiles"] == APPENDS and m["numAddedFiles"] == 1
+    # INT96 timestamps, INT32/INT64 decimals: the output takes an input's footer, which reads as the table's schema
+    assert (m["numRowGroupsCopied"], m["copyFallbacks"]) == (APPENDS, {}), m
+    add = Snapshot.load(str(path)).add_actions()[0]
+    assert json.loads(add["stats"])["numRecords"] == APPENDS * ROWS
+    assert spark.read.format("delta").load(str(path)).where("id > 100000").count() == 0
+    spark.sql(f"DELETE FROM delta.`{path}` WHERE id % 10 = 0")
+    assert len(rows(spark, path)) == APPENDS * ROWS - APPENDS * ROWS // 10

@@ -69,5 +69,26 @@ def test_operator_keywords_and_option_names_parse_alike():
 
 def test_the_fleet_defaults_and_the_writing_jobs_come_from_the_definitions():
     assert fleet_defaults() == {"optimize": {}, "compute-stats": {}, "compact-log": {}, "vacuum": {"mode": "lite"}}
-    assert [name for name, job in JOBS.items() if not job.writes] == ["inspect"]
+    assert [name for name, job in JOBS.items() if not job.writes] == ["inspect", "describe-table"]
     assert all(job.catalog_operation for job in JOBS.values() if job.writes)
+
+
+def test_describe_table_reports_the_schema_protocol_and_features_and_changes_nothing(tmp_path):
+    """The job added from its definition, its runner and its registry line alone."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from airflow_delta_maint.app.cli import run
+
+    table = tmp_path / "t"
+    write_deltalake(str(table), pa.table({"id": pa.array([1, 2], pa.int64()), "day": ["a", "b"]}),
+                    partition_by=["day"], configuration={"delta.appendOnly": "true"})
+    log_before = sorted(p.name for p in (table / "_delta_log").iterdir())
+    code, metrics = run(["describe-table", str(table), "--json"])
+    assert code == 0, metrics
+    assert [f["name"] for f in metrics["schema"]["fields"]] == ["id", "day"]
+    assert metrics["partition_columns"] == ["day"] and metrics["properties"] == {"delta.appendOnly": "true"}
+    assert metrics["protocol"]["min_writer_version"] >= 2 and "appendOnly" in metrics["protocol"]["writer_features"]
+    assert (metrics["status"], metrics["version_read"]) == ("skipped", 0)
+    assert sorted(p.name for p in (table / "_delta_log").iterdir()) == log_before
+    assert definition("describe-table").needs_spark({"version": None}) is False

@@ -13,6 +13,7 @@ from .cleanup_log import CLEANUP_LOG
 from .compact_log import COMPACT_LOG
 from .compute_stats import COMPUTE_STATS
 from .definition import JobDefinition
+from .describe_table import DESCRIBE_TABLE
 from .inspect import INSPECT
 from .optimize import OPTIMIZE
 from .vacuum import VACUUM
@@ -21,7 +22,7 @@ __all__ = ["JOBS", "JobDefinition", "definition", "fleet_defaults", "jobs_run_by
 
 #: every job, by name, in the order ``--help`` lists them
 JOBS: dict[str, JobDefinition] = {d.name: d for d in (
-    INSPECT, VACUUM, OPTIMIZE, CHECKPOINT, COMPACT_LOG, CLEANUP_LOG, COMPUTE_STATS,
+    INSPECT, VACUUM, OPTIMIZE, CHECKPOINT, COMPACT_LOG, CLEANUP_LOG, COMPUTE_STATS, DESCRIBE_TABLE,
 )}
 
 

@@ -18,7 +18,7 @@ from airflow_delta_maint.delta.log.cleanup import cleanup_expired_log
 from airflow_delta_maint.delta.log.state_stream import StreamedState
 from airflow_delta_maint.delta.log.table_header import TableHeader
 from airflow_delta_maint.delta.log.table_state import TableState
-from airflow_delta_maint.delta.protocol.features import check_checkpoint_allowed, check_supported
+from airflow_delta_maint.delta.protocol.features import Operation, check_checkpoint_allowed, check_supported
 from airflow_delta_maint.delta.storage.store import Storage
 
 from ..context import JobContext
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
 
 def _checkpoint(args: argparse.Namespace, ctx: JobContext, engine: str, snapshot: TableState) -> dict[str, Any]:
     ctx.version_read = snapshot.version
-    check_supported(snapshot.protocol, "checkpoint", snapshot.metadata)
+    check_supported(snapshot.protocol, Operation.CHECKPOINT, snapshot.metadata)
     streamed = isinstance(snapshot, StreamedState)
     # the latest version's header, read as the state was (its files are not needed)
     latest: TableHeader = snapshot if args.version is None else \

@@ -17,7 +17,7 @@ from airflow_delta_maint.delta.log.history import last_operation_version, log_st
 from airflow_delta_maint.delta.log.table_header import TableHeader
 from airflow_delta_maint.delta.log.table_state import TableState
 from airflow_delta_maint.delta.storage.store import Storage
-from airflow_delta_maint.delta.protocol.features import check_supported, table_features
+from airflow_delta_maint.delta.protocol.features import Operation, check_supported, table_features
 
 from ..context import JobContext
 from ..job_definitions.inspect import INSPECT
@@ -63,7 +63,7 @@ def inspect_table(state: TableHeader, small_file_bytes: int = DEFAULT_SMALL_FILE
     """The health report of a table's state (no Spark), from aggregates of its scan: the same for
     the eager state and the streamed one; ``with_files`` lists the live files' paths too."""
     shell = state
-    check_supported(shell.protocol, "inspect")
+    check_supported(shell.protocol, Operation.INSPECT)
     summary = summarize_state(state, small_file_bytes, _HIST_EDGES)
     storage = state.storage
     log_now = log_state(storage)

@@ -31,7 +31,7 @@ from airflow_delta_maint.delta.plans.optimize_options import OptimizeOptions
 from airflow_delta_maint.delta.plans.optimize_rounds import (iter_round_snapshots, live_files_among,
                                                              partition_rounds, spill_rounds)
 from airflow_delta_maint.delta.protocol.actions import ADD_SCHEMA
-from airflow_delta_maint.delta.protocol.features import check_supported
+from airflow_delta_maint.delta.protocol.features import Operation, check_supported
 from airflow_delta_maint.delta.storage.store import Storage
 
 from ..context import JobContext
@@ -65,7 +65,7 @@ def run_in_rounds(ctx: JobContext, options: OptimizeOptions, state: StreamedStat
 def _rounds(ctx: JobContext, options: OptimizeOptions, state: StreamedState,
             path: RewritePath | None) -> dict[str, Any]:
     ctx.version_read = state.version  # reported with a refusal too
-    check_supported(state.protocol, "optimize", state.metadata)
+    check_supported(state.protocol, Operation.OPTIMIZE, state.metadata)
     outline = streamed_plan_outline(state, options, keep_scan=True)
     assert outline is not None and outline.scan is not None and outline.selected is not None
     if not outline.is_empty and not options.dry_run:

@@ -35,7 +35,7 @@ from airflow_delta_maint.delta.plans.vacuum_options import VacuumOptions
 from airflow_delta_maint.delta.plans.vacuum_keep import kept_version_keys, readable_kept_versions
 from airflow_delta_maint.delta.storage.prefetch import PrefetchedListing
 from airflow_delta_maint.delta.plans.vacuum_valid import valid_keys
-from airflow_delta_maint.delta.protocol.features import check_supported
+from airflow_delta_maint.delta.protocol.features import Operation, check_supported
 from airflow_delta_maint.delta.storage.store import FileInfo, Storage
 
 from ..context import JobContext
@@ -82,7 +82,7 @@ def _vacuum(options: VacuumOptions, ctx: JobContext, prefetch: PrefetchedListing
     :func:`~.vacuum_at_scale.full_at_scale` where the executors see the driver's scratch folder)."""
     storage = ctx.storage
     ctx.version_read = state.version
-    check_supported(state.protocol, "vacuum", state.metadata)
+    check_supported(state.protocol, Operation.VACUUM, state.metadata)
     listing_log = list_log(storage)
     plan = plan_vacuum(state, options.retention_hours, options.mode, options.ignore_retention_check,
                        listing=listing_log, with_valid=False)
@@ -232,7 +232,7 @@ def _run_delta_spark(options: VacuumOptions, ctx: JobContext) -> dict[str, Any]:
 
     snapshot = Snapshot.load(ctx.storage, paths_only=True)
     ctx.version_read = snapshot.version
-    check_supported(snapshot.protocol, "vacuum", snapshot.metadata)
+    check_supported(snapshot.protocol, Operation.VACUUM, snapshot.metadata)
     plan = plan_vacuum(snapshot, options.retention_hours, options.mode, options.ignore_retention_check,
                        listing=list_log(ctx.storage), with_valid=False)
     if options.inventory:

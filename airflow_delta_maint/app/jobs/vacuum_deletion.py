@@ -19,7 +19,7 @@ from airflow_delta_maint.delta.log.table_header import TableHeader
 from airflow_delta_maint.delta.log.transaction import ConflictError, Transaction, winning_commits
 from airflow_delta_maint.delta.plans.vacuum import VacuumPlan, table_retention_ms, write_last_vacuum_info
 from airflow_delta_maint.delta.storage.table_files import delete_files_parallel
-from airflow_delta_maint.delta.protocol.features import check_supported
+from airflow_delta_maint.delta.protocol.features import Operation, check_supported
 from airflow_delta_maint.delta.storage.store import Storage
 
 from ..context import JobContext
@@ -98,7 +98,7 @@ def _fast_forward(snapshot: TableHeader, plan: VacuumPlan | None) -> TableHeader
     for winner in winning_commits(storage, snapshot.version, latest):
         if winner.protocol_changed or winner.metadata_changed:
             fresh = Snapshot.load(storage, paths_only=True)
-            check_supported(fresh.protocol, "vacuum", fresh.metadata)
+            check_supported(fresh.protocol, Operation.VACUUM, fresh.metadata)
             if plan is not None and plan.retention_check_enabled \
                     and plan.retention_ms < table_retention_ms(fresh.metadata):
                 raise InvalidArgumentError(

@@ -62,7 +62,7 @@ from airflow_delta_maint.delta.log.reconciliation import state_problem
 from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.delta.log.table_header import TableHeader
 from airflow_delta_maint.delta.protocol.actions import Metadata
-from airflow_delta_maint.delta.protocol.features import check_supported
+from airflow_delta_maint.delta.protocol.features import Operation, check_supported
 from airflow_delta_maint.delta.protocol.schema import parse_schema, to_arrow_schema
 from airflow_delta_maint.delta.storage.store import AlreadyExistsError, Storage
 from airflow_delta_maint.delta.storage.write_once import put_once
@@ -409,7 +409,7 @@ def write_checkpoint(snapshot: Snapshot, *, now_ms: int | None = None,
     """
     if naming not in ("auto", "classic", "uuid"):
         raise InvalidArgumentError(f"invalid naming {naming!r}: expected 'auto', 'classic' or 'uuid'")
-    check_supported(snapshot.protocol, "checkpoint", snapshot.metadata)
+    check_supported(snapshot.protocol, Operation.CHECKPOINT, snapshot.metadata)
     storage = snapshot.storage
     version = snapshot.version
     v2_spec = uses_v2_spec(snapshot)

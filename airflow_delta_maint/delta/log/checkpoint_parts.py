@@ -46,7 +46,7 @@ from airflow_delta_maint.delta.log.checkpoint_read import (BATCH_ROWS, StreamFal
 from airflow_delta_maint.delta.log.reconciliation import drop_keys
 from airflow_delta_maint.delta.log.state_stream import StreamedState
 from airflow_delta_maint.delta.protocol.actions import ADD, Metadata
-from airflow_delta_maint.delta.protocol.features import check_supported
+from airflow_delta_maint.delta.protocol.features import Operation, check_supported
 from airflow_delta_maint.delta.storage.store import AlreadyExistsError, Storage
 from airflow_delta_maint.delta.storage.write_once import put_once
 
@@ -239,7 +239,7 @@ def plan_checkpoint_parts(state: StreamedState, *, now_ms: int | None = None,
     if naming not in ("auto", "classic", "uuid"):
         raise InvalidArgumentError(f"invalid naming {naming!r}: expected 'auto', 'classic' or 'uuid'")
     shell = state
-    check_supported(shell.protocol, "checkpoint", shell.metadata)
+    check_supported(shell.protocol, Operation.CHECKPOINT, shell.metadata)
     v2_spec = ckpt.uses_v2_spec(shell)
     if naming == "uuid" and not v2_spec:
         raise InvalidArgumentError("a UUID-named checkpoint needs the v2Checkpoint table feature "

@@ -42,7 +42,7 @@ from airflow_delta_maint.delta.log.listing import LOG_DIR, Checkpoint, LogListin
 from airflow_delta_maint.delta.log.checkpoint_read import sidecar_key
 from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.delta.log.table_header import TableHeader
-from airflow_delta_maint.delta.protocol.features import check_checkpoint_allowed, check_supported, checkpoint_protection_version
+from airflow_delta_maint.delta.protocol.features import Operation, check_checkpoint_allowed, check_supported, checkpoint_protection_version
 from airflow_delta_maint.delta.storage.store import FileInfo, Storage
 
 log = logging.getLogger("delta_maint.log_cleanup")
@@ -244,7 +244,7 @@ def plan_log_cleanup(storage: Storage, *, retention: str | None = None, now_ms: 
         UnsupportedFeatureError: the table uses a feature cleanup does not support.
     """
     snapshot = snapshot if snapshot is not None else Snapshot.load(storage, paths_only=True)
-    check_supported(snapshot.protocol, "cleanup-log", snapshot.metadata)
+    check_supported(snapshot.protocol, Operation.CLEANUP_LOG, snapshot.metadata)
     plan = _new_plan(snapshot, retention, now_ms, keep_versions)
     if not snapshot.metadata.properties.expired_log_cleanup:
         plan.reason = f"expired log cleanup is turned off ({ENABLE_PROPERTY}=false)"
@@ -368,7 +368,7 @@ def cleanup_expired_log(storage: Storage, *, retention: str | None = None, dry_r
             result = checkpoint_writer(plan.checkpoint_to_write)
         else:
             at = Snapshot.load(storage, plan.checkpoint_to_write)
-            check_supported(at.protocol, "checkpoint", at.metadata)
+            check_supported(at.protocol, Operation.CHECKPOINT, at.metadata)
             check_checkpoint_allowed(snapshot.protocol, snapshot.metadata, plan.checkpoint_to_write)
             result = write_checkpoint(at)
         metrics["checkpointWritten"] = result["version"]

@@ -33,7 +33,7 @@ from airflow_delta_maint.delta.log.listing import (LogListing, build_segment, co
 from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.delta.log.table_header import TableHeader
 from airflow_delta_maint.delta.protocol.actions import Metadata
-from airflow_delta_maint.delta.protocol.features import check_supported
+from airflow_delta_maint.delta.protocol.features import Operation, check_supported
 from airflow_delta_maint.delta.protocol.table_properties import (DEFAULT_LOG_COMPACTION_INTERVAL, LOG_COMPACTION_INTERVAL,
                                                                  LOG_RETENTION, TableProperties)
 from airflow_delta_maint.delta.storage.store import Storage
@@ -84,7 +84,7 @@ def _checkpoint_if_due(snapshot: TableHeader, checkpoint_interval: int | None,
         return None
     from airflow_delta_maint.delta.log.checkpoint import write_checkpoint
 
-    check_supported(snapshot.protocol, "checkpoint", snapshot.metadata)
+    check_supported(snapshot.protocol, Operation.CHECKPOINT, snapshot.metadata)
     return checkpoint_writer(latest) if checkpoint_writer is not None else \
         write_checkpoint(snapshot.eager(), now_ms=now_ms)
 
@@ -182,7 +182,7 @@ def compact_log(table: str | Storage, storage_options: Mapping[str, str] | None 
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     snapshot = snapshot if snapshot is not None else Snapshot.load(storage)
     assert snapshot is not None
-    check_supported(snapshot.protocol, "compact-log", snapshot.metadata)
+    check_supported(snapshot.protocol, Operation.COMPACT_LOG, snapshot.metadata)
     distrusted = _remove_distrusted(storage, snapshot)
     configuration = snapshot.metadata.configuration
     window_len = compaction_interval(configuration, interval)

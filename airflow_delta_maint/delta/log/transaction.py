@@ -43,7 +43,7 @@ from airflow_delta_maint.delta.errors import (CommitConflictError, CommitFailedE
 from airflow_delta_maint.delta.log.listing import commit_key, list_log, read_commit
 from airflow_delta_maint.delta.log.reconciliation import commit_problem
 from airflow_delta_maint.delta.log.table_header import TableHeader
-from airflow_delta_maint.delta.protocol.features import check_supported, table_features
+from airflow_delta_maint.delta.protocol.features import Operation, check_supported, table_features
 from airflow_delta_maint.delta.log.winning_commits import WinningCommit, canonical_key, conflicting_files, winning_commits
 from airflow_delta_maint.delta.protocol.row_tracking import DOMAIN as ROW_TRACKING_DOMAIN
 from airflow_delta_maint.delta.protocol.row_tracking import assign_fresh_ids, domain_action, row_tracking
@@ -114,7 +114,7 @@ class Transaction:
     """
 
     def __init__(self, snapshot: TableHeader, operation: str, parameters: dict | None = None, *,
-                 job: str = "optimize", max_retries: int = 15, engine_info: str | None = None):
+                 job: Operation | str = Operation.OPTIMIZE, max_retries: int = 15, engine_info: str | None = None):
         if max_retries < 0:
             raise InvalidArgumentError(f"max_retries must be >= 0, got {max_retries}")
         self.snapshot = snapshot
@@ -443,7 +443,7 @@ def _metric(value: Any) -> str:
 
 
 def commit_actions(snapshot: TableHeader, operation: str, actions: Iterable[dict], parameters: dict | None = None,
-                   metrics: Mapping[str, Any] | None = None, job: str = "optimize") -> int:
+                   metrics: Mapping[str, Any] | None = None, job: Operation | str = Operation.OPTIMIZE) -> int:
     """Commit ``actions`` on top of ``snapshot`` in one transaction; return the committed version."""
     txn = Transaction(snapshot, operation, parameters, job=job)
     txn.add_actions(actions)

@@ -438,10 +438,10 @@ def lite_check(table: str, storage_options: Mapping[str, str] | None,
     Raises:
         DeltaError: a missing or unsupported table, or a bad mode or retention, as the job would.
     """
-    from airflow_delta_maint.delta.protocol.features import check_supported
+    from airflow_delta_maint.delta.protocol.features import Operation, check_supported
 
     def check(state: TableHeader) -> tuple[VacuumPlan, LiteCandidates | None]:
-        check_supported(state.protocol, "vacuum", state.metadata)
+        check_supported(state.protocol, Operation.VACUUM, state.metadata)
         plan = plan_vacuum(state, options.retention_hours, options.mode, options.ignore_retention_check,
                            with_valid=False)
         if plan.lite is None or plan.lite.empty:

@@ -129,15 +129,15 @@ _READ_CORE = frozenset({"columnMapping", "deletionVectors", "timestampNtz", "v2C
 
 #: Reader features each job understands (``read`` also converts widened types on read).
 SUPPORTED_READER_FEATURES: dict[str, frozenset[str]] = {
-    "read": _READ_CORE | _TYPE_WIDENING,
-    "inspect": _READ_CORE | _TYPE_WIDENING | _VARIANT | _CATALOG,  # the published commits
-    "checkpoint": _READ_CORE | _TYPE_WIDENING | _VARIANT,
-    "compact-log": _READ_CORE | _TYPE_WIDENING | _VARIANT,
-    "cleanup-log": _READ_CORE | _TYPE_WIDENING | _VARIANT,
-    "vacuum": _READ_CORE | _TYPE_WIDENING | _VARIANT,
-    "optimize": _READ_CORE | _TYPE_WIDENING,
-    OPTIMIZE_DELTA_SPARK: _READ_CORE | _TYPE_WIDENING | _VARIANT,
-    "compute-stats": _READ_CORE | _TYPE_WIDENING,
+    Operation.READ: _READ_CORE | _TYPE_WIDENING,
+    Operation.INSPECT: _READ_CORE | _TYPE_WIDENING | _VARIANT | _CATALOG,  # the published commits
+    Operation.CHECKPOINT: _READ_CORE | _TYPE_WIDENING | _VARIANT,
+    Operation.COMPACT_LOG: _READ_CORE | _TYPE_WIDENING | _VARIANT,
+    Operation.CLEANUP_LOG: _READ_CORE | _TYPE_WIDENING | _VARIANT,
+    Operation.VACUUM: _READ_CORE | _TYPE_WIDENING | _VARIANT,
+    Operation.OPTIMIZE: _READ_CORE | _TYPE_WIDENING,
+    Operation.OPTIMIZE_BY_DELTA_SPARK: _READ_CORE | _TYPE_WIDENING | _VARIANT,
+    Operation.COMPUTE_STATS: _READ_CORE | _TYPE_WIDENING,
 }
 
 _LOG_ONLY_WRITER = KNOWN_WRITER_FEATURES - _CATALOG
@@ -159,17 +159,17 @@ _ICEBERG_COMPAT_PROPERTIES = {
 
 #: Writer features each job honours; ``read`` and ``inspect`` write nothing and check none.
 SUPPORTED_WRITER_FEATURES: dict[str, frozenset[str]] = {
-    "read": frozenset(),
-    "inspect": frozenset(),
-    "checkpoint": _LOG_ONLY_WRITER,
-    "compact-log": _LOG_ONLY_WRITER,
-    "cleanup-log": _LOG_ONLY_WRITER,
-    "vacuum": _LOG_ONLY_WRITER,
-    "optimize": _DATA_FILE_WRITER,
+    Operation.READ: frozenset(),
+    Operation.INSPECT: frozenset(),
+    Operation.CHECKPOINT: _LOG_ONLY_WRITER,
+    Operation.COMPACT_LOG: _LOG_ONLY_WRITER,
+    Operation.CLEANUP_LOG: _LOG_ONLY_WRITER,
+    Operation.VACUUM: _LOG_ONLY_WRITER,
+    Operation.OPTIMIZE: _DATA_FILE_WRITER,
     # delta-spark 4.4 has no collations feature: it refuses such tables itself, so the gate does first
-    OPTIMIZE_DELTA_SPARK: _LOG_ONLY_WRITER - {"collations", "collations-preview"},
+    Operation.OPTIMIZE_BY_DELTA_SPARK: _LOG_ONLY_WRITER - {"collations", "collations-preview"},
     # re-adds live files with new statistics (dataChange=false): no data file is written
-    "compute-stats": _DATA_FILE_WRITER,
+    Operation.COMPUTE_STATS: _DATA_FILE_WRITER,
 }
 
 #: Why the native OPTIMIZE refuses a feature it knows, in the words of its refusal.
@@ -186,16 +186,15 @@ _WHY_NOT_STATS: dict[str, str] = {
 
 #: Features a job honours only while the table property that activates them is off.
 CONDITIONAL_WRITER_FEATURES: dict[str, dict[str, str]] = {
-    "optimize": _ICEBERG_COMPAT_PROPERTIES,
-    "compute-stats": _ICEBERG_COMPAT_PROPERTIES,
+    Operation.OPTIMIZE: _ICEBERG_COMPAT_PROPERTIES,
+    Operation.COMPUTE_STATS: _ICEBERG_COMPAT_PROPERTIES,
 }
 
 #: Features a job honours only on a table without partition columns (it writes no partition values
 #: into data files, which the feature asks of every new file).
-UNPARTITIONED_WRITER_FEATURES: dict[str, frozenset[str]] = {"optimize": frozenset({"materializePartitionColumns"})}
+UNPARTITIONED_WRITER_FEATURES: dict[str, frozenset[str]] = {Operation.OPTIMIZE: frozenset({"materializePartitionColumns"})}
 
-_WRITES = frozenset({"checkpoint", "compact-log", "cleanup-log", "vacuum", "optimize", OPTIMIZE_DELTA_SPARK,
-                     "compute-stats"})
+_WRITES = frozenset(set(Operation) - {Operation.READ, Operation.INSPECT})
 PROTECTION_PROPERTY = "delta.requireCheckpointProtectionBeforeVersion"
 
 

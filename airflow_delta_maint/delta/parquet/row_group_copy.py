@@ -185,7 +185,8 @@ class RowGroupCopyWriter:
         pq.write_table(table, buf, compression=_pyarrow_codec(CODECS[self.codec]), use_dictionary=True,
                        write_statistics=True, write_page_index=self.page_index,
                        row_group_size=max(1, row_group_rows or table.num_rows))
-        self.add_file(io.BytesIO(buf.getbuffer()))
+        buf.seek(0)  # read where it was written: no copy of the encoded bytes
+        self.add_file(buf)
 
     def _copy(self, f: IO[bytes], footer: Footer) -> None:
         same_order = [encode(o) for o in footer.metadata.get("column_orders") or []] == self._orders

@@ -7,53 +7,40 @@ process), and reports the metrics to XCom, the table's asset event and OpenLinea
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow.sdk import Asset, BaseOperator
+from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_delta_maint.app.client_logs import quieted_client_loggers
-from airflow_delta_maint.app.execution import EXECUTIONS, choose_execution, parsed_args, run_parsed
-from airflow_delta_maint.app.job_definitions import JOBS, JobDefinition
+from airflow_delta_maint.app.execution import EXECUTIONS
+from airflow_delta_maint.app.job_definitions import JOBS
 from airflow_delta_maint.app.job_definitions.definition import NATIVE
-from airflow_delta_maint.app.job_definitions.options import Option
-from airflow_delta_maint.app.metrics import base_metrics, finish
-from airflow_delta_maint.delta.errors import DeltaError
 from airflow_delta_maint.hooks.catalogs import ResolvedTable
 from airflow_delta_maint.hooks.catalogs.table_target import (
-    check_catalog_allows,
-    credential_operation,
     check_table_arguments,
-    resolve_refreshed_table_name,
-    resolve_table_name,
-    storage_credentials_for,
 )
 from airflow_delta_maint.hooks.delta_maint import DeltaMaintHook
+from airflow_delta_maint.hooks.maintenance_task import MaintenanceTask
 from airflow_delta_maint.hooks.maintenance_history import configured_history_uri, record_on_worker
-from airflow_delta_maint.hooks.provider_config import configured_execution
 from airflow_delta_maint.hooks.storage_credentials import (
     StorageCredentials,
     refuse_secret_options,
-    resolve_storage_credentials,
-    worker_options,
 )
+from airflow_delta_maint.operators.option_keywords import JobOptions, options_init
+from airflow_delta_maint.operators.table_reporting import TableReporting
 from airflow_delta_maint.operators.lineage import (
-    asset_event_extra,
     inject_parent_job_info,
-    operator_lineage,
-    table_uri_matches,
 )
-from airflow_delta_maint.operators.options import as_bool, check_engine, resolve_engine
+from airflow_delta_maint.operators.options import as_bool, check_engine
 
 if TYPE_CHECKING:
-    from airflow.providers.openlineage.extractors import OperatorLineage
     from airflow.sdk import Context
 
 
-class DeltaMaintenanceOperator(BaseOperator):
+class DeltaMaintenanceOperator(JobOptions, TableReporting, BaseOperator):
     """
     Base class: run one job of the Delta maintenance application on a table; return its metrics.
 
@@ -127,7 +114,7 @@ class DeltaMaintenanceOperator(BaseOperator):
         if cls.job in JOBS and "__init__" not in vars(cls):
             job = JOBS[cls.job]
             cls.template_fields = (*cls.base_template_fields, *job.options.template_fields())
-            cls.__init__ = _options_init(cls, job)  # type: ignore[method-assign]
+            cls.__init__ = options_init(cls, job)  # type: ignore[method-assign]
 
     def __init__(
         self,
@@ -155,8 +142,7 @@ class DeltaMaintenanceOperator(BaseOperator):
         self.table_uri: str = table_uri or ""  # a table by name: its location once resolved
         self.table_name = table_name
         self.catalog_conn_id = catalog_conn_id
-        self._resolved: ResolvedTable | None = None
-        self._refresh_env: dict[str, str] = {}
+        self._task: MaintenanceTask | None = None
         check_engine(engine)
         self.engine = engine
         self.history_uri = history_uri
@@ -175,103 +161,50 @@ class DeltaMaintenanceOperator(BaseOperator):
         self.skip_if_nothing_to_do = skip_if_nothing_to_do
         self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
         self._hook: DeltaMaintHook | None = None
-        self._storage_credentials: StorageCredentials | None = None
         self._spark_conf: dict[str, Any] | None = None
         self._metrics: dict[str, Any] | None = None
 
-    # -- the job's options --------------------------------------------------------------------
+    # -- the task on this worker (:class:`~airflow_delta_maint.hooks.maintenance_task.MaintenanceTask`) ----------
     @property
-    def definition(self) -> JobDefinition:
-        """The job this operator runs."""
-        if self.job not in JOBS:
-            raise AirflowException(f"the maintenance application has no job {self.job!r} (it offers: "
-                                   f"{', '.join(JOBS)})")
-        return JOBS[self.job]
+    def task(self) -> MaintenanceTask:
+        """This run's job on its table: resolution, credentials, the check, the choice, a run in this process."""
+        if self._task is None:
+            self._task = MaintenanceTask(self.definition, self.task_id, table_uri=self.table_uri,
+                                         table_name=self.table_name, catalog_conn_id=self.catalog_conn_id,
+                                         storage_options=self.storage_options, storage_conn_id=self.storage_conn_id,
+                                         log=self.log)
+        return self._task
 
-    def job_values(self) -> dict[str, Any]:
-        """The job's options as this operator holds them (rendered), and the engine's: typed values, no text."""
-        job = self.definition
-        try:
-            values = job.options.from_operator(vars(self))
-        except DeltaError as exc:
-            raise AirflowException(str(exc)) from None
-        engine = self.resolved_engine()
-        if job.engine_option and (self.engine is not None or engine != NATIVE):
-            values[job.engine_option] = engine
-        return values
+    @property
+    def _resolved(self) -> ResolvedTable | None:
+        return self._task.resolved if self._task is not None else None
 
-    def resolved_engine(self) -> str:
-        """The engine of this run: ``engine``, else ``[delta_maint] engine``, else native."""
-        return resolve_engine(self.engine)
+    @property
+    def _storage_credentials(self) -> StorageCredentials | None:
+        return self._task.credentials if self._task is not None else None
 
-    def job_params(self) -> dict[str, Any]:
-        """Every option of the job (defaults included), parsed from :meth:`job_values`.
-
-        :raises AirflowException: when an option is invalid (one line naming it).
-        """
-        try:
-            return self.definition.parse(self.job_values())
-        except DeltaError as exc:
-            raise AirflowException(str(exc)) from None
-
-    # -- helpers ------------------------------------------------------------------------------
     @property
     def table_storage_options(self) -> dict[str, str]:
         """The storage options as strings (no credentials: these go on the application's command line)."""
-        return {str(k): str(v) for k, v in (self.storage_options or {}).items()}
+        return self.task.table_storage_options
 
     @property
     def worker_storage_options(self) -> dict[str, str]:
         """Storage options for the checks on this worker: the connection's credentials under the explicit options."""
-        return worker_options(self._storage_credentials, self.table_storage_options)
+        return self.task.worker_storage_options
 
     def resolve_table(self) -> ResolvedTable | None:
-        """Resolve ``table_name`` in its catalog (once per run) and take its location as ``table_uri``; None
-        for a table given by URI."""
-        if not self.table_name:
-            return None
-        if self._resolved is None:
-            check_table_arguments(self.table_uri, self.table_name, self.catalog_conn_id, self.task_id)
-            self._resolved, self._refresh_env = self._resolve_name()
-            self.table_uri = self._resolved.location
-            self.log.info("%s resolved to %s", self._resolved.name, self._resolved.location)
-        return self._resolved
-
-    def _resolve_name(self) -> tuple[ResolvedTable, dict[str, str]]:
-        """The table by name; for a run of our engine, with what asks the catalog again for its vended
-        credentials (delta-spark's Hadoop store reads them once, so they are checked to outlive its start)."""
-        operation = credential_operation([self.job])
-        if self.definition.uses_delta_spark(self.job_params()):
-            return resolve_table_name(str(self.table_name), self.catalog_conn_id, operation), {}
-        return resolve_refreshed_table_name(str(self.table_name), self.catalog_conn_id, operation)
-
-    def install_credential_refresh(self) -> None:
-        """Have this process's stores of the table ask the catalog again for vended credentials (the checks on
-        this worker, a local run); :meth:`drop_credential_refresh` undoes it."""
-        from airflow_delta_maint.catalogs.unity_credentials import provider_from_environ
-        from airflow_delta_maint.delta.storage.store import register_credential_provider
-
-        provider = provider_from_environ(self._refresh_env)
-        if provider is not None and self.table_uri:
-            register_credential_provider(self.table_uri, provider)
-
-    def drop_credential_refresh(self) -> None:
-        from airflow_delta_maint.delta.storage.store import register_credential_provider
-
-        if self._refresh_env and self.table_uri:
-            register_credential_provider(self.table_uri, None)
+        """Resolve ``table_name`` in its catalog (once per run) and take its location as ``table_uri``."""
+        resolved = self.task.resolve_table(self.job_params())
+        self.table_uri = self.task.table_uri
+        return resolved
 
     def resolve_storage_credentials(self) -> StorageCredentials | None:
         """Fetch ``storage_conn_id`` (when set), or take the credentials the catalog vended for a table by
         name, and keep them for this run; masks their secrets."""
-        refuse_secret_options(self.storage_options, self.task_id)
-        resolved = self.resolve_table()
-        if resolved is not None:
-            self._storage_credentials = storage_credentials_for(resolved, self.storage_conn_id, self._refresh_env)
-            check_catalog_allows(resolved, self.job, self.worker_storage_options)
-        else:
-            self._storage_credentials = resolve_storage_credentials(self.storage_conn_id, self.table_uri)
-        return self._storage_credentials
+        credentials = self.task.resolve_credentials(self.job_params())
+        self.table_uri = self.task.table_uri
+        return credentials
 
     def get_hook(self) -> DeltaMaintHook:
         """The hook that submits the application."""
@@ -289,60 +222,28 @@ class DeltaMaintenanceOperator(BaseOperator):
         )
 
     def typed_options(self, params: dict[str, Any]) -> Any | None:
-        """
-        The job's typed options, or None for a job without them.
-
-        :param params: the job's options, as :meth:`job_params` parses them.
-        :raises DeltaError: a bad value, as the job would refuse it, before anything is read.
-        """
+        """The job's typed options from :meth:`job_params` (a bad value raises the core's ``DeltaError``)."""
         return self.definition.typed_options(params)
 
     def nothing_to_do(self, options: Any) -> str | None:
-        """
-        Why the job would do nothing on the table, found on this worker without Spark, or None.
-
-        Asks the job's own check (when it offers one), which asks the Delta core. Bad input raises the core's
-        ``DeltaError``, as the job would.
-
-        :param options: the job's typed options, as :meth:`typed_options` builds them.
-        :return: a one-line reason, or None when the job may have work (or cannot tell cheaply).
-        """
-        return self.definition.nothing_to_do(self.table_uri, self.worker_storage_options, options)
+        """Why the job would do nothing on the table, found on this worker without Spark, or None."""
+        return self.task.nothing_to_do(options)
 
     def check_nothing_to_do(self) -> dict[str, Any] | None:
-        """
-        Run the cheap :meth:`nothing_to_do` check (no Spark) and build "skipped" metrics if it says so.
-
-        :return: the skipped metrics, or None when the job has work to do (or offers no check).
-        """
-        params = self.job_params()
-        metrics = base_metrics(self.job, self.table_uri)
-        try:
-            reason = self.nothing_to_do(self.typed_options(params))
-            if not reason:
-                return None
-            from airflow_delta_maint.delta.log.history import log_state
-            from airflow_delta_maint.delta.storage.store import Storage
-
-            version = log_state(Storage(self.table_uri, self.worker_storage_options)).latest_version
-        except DeltaError as exc:
-            raise AirflowException(f"delta-maint {self.job} failed: {exc}") from exc
-        metrics.update(status="skipped", reason=str(reason), version_read=version)
-        if params.get("engine") is not None:
-            metrics["engine"] = params["engine"]
-        metrics.update(getattr(reason, "details", None) or {})  # e.g. the auto-compaction decision
-        return finish(metrics)
+        """The "skipped" metrics when the job's check (no Spark) finds nothing to do, else None."""
+        return self.task.check(self.job_params())
 
     # -- Airflow ------------------------------------------------------------------------------
     def execute(self, context: Context) -> dict[str, Any]:
+        self._task = None  # the rendered arguments
         # the store and catalog clients' own loggers stay quiet (a task logger at DEBUG shows them)
         with quieted_client_loggers(self.log.isEnabledFor(logging.DEBUG)):
             self.resolve_storage_credentials()
-            self.install_credential_refresh()
+            self.task.install_credential_refresh()
             try:
                 return self._execute_resolved(context)
             finally:
-                self.drop_credential_refresh()
+                self.task.drop_credential_refresh()
 
     def _execute_resolved(self, context: Context) -> dict[str, Any]:
         history = configured_history_uri(self.history_uri)
@@ -354,10 +255,7 @@ class DeltaMaintenanceOperator(BaseOperator):
                     skipped["history"] = record_on_worker(history, skipped, context)
                 return self.report(skipped, context)
         else:
-            try:
-                self.typed_options(self.job_params())
-            except DeltaError as exc:
-                raise AirflowException(f"delta-maint {self.job} failed: {exc}") from exc
+            self.task.check_options(self.job_params())
         where, why = self.choose_execution()
         if where == "local":
             self.log.info("Running %s on %s in this process (%s)", self.job, self.table_uri, why)
@@ -376,96 +274,12 @@ class DeltaMaintenanceOperator(BaseOperator):
 
     def choose_execution(self) -> tuple[str, str]:
         """Where this run goes, ``("local" | "spark", why)`` (see :func:`~airflow_delta_maint.app.execution.choose_execution`)."""
-        try:
-            execution = configured_execution(self.execution, EXECUTIONS)
-        except ValueError as exc:
-            raise AirflowException(str(exc)) from None
-        try:
-            return choose_execution(execution, self.job, self.job_params(), self.table_uri,
-                                    self.worker_storage_options)
-        except DeltaError as exc:
-            raise AirflowException(f"delta-maint {self.job} failed: {exc}") from exc
+        return self.task.choose(self.execution, self.job_params())
 
     def run_locally(self, history: str | None) -> dict[str, Any]:
         """Run the job in this process (no Spark); metrics and failures as from spark-submit."""
-        job = self.definition
-        _, metrics = run_parsed(job, self.table_uri, parsed_args(job, self.job_params(), history),
-                                self.worker_storage_options)
-        if metrics.get("status") == "failed":
-            raise AirflowException(f"delta-maint {self.job} failed: {metrics.get('error', 'unknown error')}")
-        return metrics
-
-    # -- assets and lineage -------------------------------------------------------------------
-    def table_asset_uris(self) -> list[str]:
-        """The URIs that name this table as an asset: its location, and for a table by name its catalog asset URI
-        (``arn:aws:glue:...:table/db/t``, ``hive://host:port/db.t``, ``databricks://host/c.s.t``)."""
-        resolved = self._resolved
-        return [u for u in (self.table_uri, resolved.asset_uri if resolved is not None else "") if u]
-
-    def table_outlets(self) -> list[Asset]:
-        """The task's outlets that name this table (by its location or, for a table by name, its catalog)."""
-        uris = self.table_asset_uris()
-        return [o for o in self.outlets
-                if isinstance(o, Asset) and any(table_uri_matches(o.uri, uri) for uri in uris)]
-
-    def report(self, metrics: dict[str, Any], context: Context) -> dict[str, Any]:
-        """Keep the run's metrics for lineage; put them on the table's asset event, or drop the event when skipped."""
-        if self._resolved is not None:
-            metrics.setdefault("table_name", self._resolved.name)
-        self._metrics = metrics
-        tables = self.table_outlets()
-        if tables and metrics.get("status") == "skipped":
-            self.outlets = [o for o in self.outlets if o not in tables]  # this run only: no event
-            self.log.info("Skipped: no asset event for %s", ", ".join(a.uri for a in tables))
-        else:
-            extra = asset_event_extra(metrics)
-            for asset in tables:
-                context["outlet_events"][asset].extra.update(extra)
-        return metrics
-
-    def lineage_dataset(self) -> tuple[str, str] | None:
-        """The table's OpenLineage dataset by its catalog name (None for a table given by URI)."""
-        resolved = self.resolve_table()
-        return resolved.lineage if resolved is not None and resolved.lineage[0] else None
-
-    def get_openlineage_facets_on_start(self) -> OperatorLineage:
-        """OpenLineage: the table as input and output dataset."""
-        return operator_lineage(self.table_uri or "", dataset=self.lineage_dataset())
-
-    def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage:
-        """OpenLineage: the datasets, the output's statistics and the run's metrics."""
-        return operator_lineage(self.table_uri or "", self._metrics, dataset=self.lineage_dataset())
-
-    def get_openlineage_facets_on_failure(self, task_instance: Any) -> OperatorLineage:
-        """OpenLineage: the datasets of the failed run."""
-        return operator_lineage(self.table_uri or "", dataset=self.lineage_dataset())
+        return self.task.run_locally(self.job_params(), history)
 
     def on_kill(self) -> None:
         if self._hook is not None:
             self._hook.on_kill()
-
-
-def _keyword_default(option: Option) -> Any:
-    """An option keyword's default on the operator: off for a flag, else unset (the job's own default applies)."""
-    return False if option.kind == "bool" and option.from_keyword is None else None
-
-
-def _options_init(cls: type[DeltaMaintenanceOperator], job: JobDefinition) -> Any:
-    """The ``__init__`` of ``cls``: the job's option keywords (its signature names each, so Airflow's
-    ``partial``/``expand`` and ``default_args`` know them), held as attributes, then the base's arguments."""
-    keywords = job.options.keywords()
-
-    def __init__(self: DeltaMaintenanceOperator, **kwargs: Any) -> None:
-        held = {o.attribute: kwargs.pop(o.keyword, _keyword_default(o)) for o in keywords}  # type: ignore[arg-type]
-        super(cls, self).__init__(**kwargs)
-        for attribute, value in held.items():
-            setattr(self, attribute, value)
-
-    params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
-    params += [inspect.Parameter(str(o.keyword), inspect.Parameter.KEYWORD_ONLY,
-                                 default=_keyword_default(o)) for o in keywords]
-    params.append(inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD))
-    __init__.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-    __init__.__qualname__ = f"{cls.__name__}.__init__"
-    __init__.__doc__ = f"The options of {job.name} as keywords (see the class docstring), then the base's."
-    return __init__

@@ -22,9 +22,9 @@ from airflow_delta_maint.app.context import JobContext
 from airflow_delta_maint.app.jobs import execute_job, optimize
 from airflow_delta_maint.delta.log.snapshot import Snapshot
 
-#: the rewrite's row groups in these tests: 256 KiB of Arrow data, so the copy threshold is 64 KiB
-ROW_GROUP_BYTES = 256 << 10
-BIG_ROWS = 20_000
+#: the rewrite's row groups in these tests: 128 KiB of Arrow data, so the copy threshold is 32 KiB
+ROW_GROUP_BYTES = 128 << 10
+BIG_ROWS = 6_000
 SMALL_ROWS = 150
 
 

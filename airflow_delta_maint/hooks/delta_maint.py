@@ -17,11 +17,8 @@ import psutil
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 
-from airflow_delta_maint.app.environment_errors import describe as describe_environment
-from airflow_delta_maint.app.metrics import write_metrics
-from airflow_delta_maint.delta.errors import DeltaError
 from airflow_delta_maint.hooks import application_run, python_env
-from airflow_delta_maint.hooks.application_run import try_read_metrics
+from airflow_delta_maint.hooks.job_submission import JobSubmission, application_args as application_args
 from airflow_delta_maint.hooks.jvm_start import fast_start_options, keep_class_archive
 from airflow_delta_maint.app.package_bundle import (
     APPLICATION as APPLICATION,  # re-exported, as every name below: the old import path
@@ -42,21 +39,7 @@ PYTHON_ENV_OPTIONS = ("python_env", "python_env_uri", "python_env_python_version
                       "executor_python")
 
 
-def application_args(job: str, options: Mapping[str, Any] | Sequence[str], history_uri: str | None = None) -> list[str]:
-    """The application's arguments for a job's options (values by name, or arguments already) and the history."""
-    from airflow_delta_maint.app.job_definitions import definition
-
-    if isinstance(options, Mapping):
-        try:
-            args = definition(job).options.to_argv(options, job)
-        except DeltaError as exc:
-            raise AirflowException(str(exc)) from None
-    else:
-        args = [str(a) for a in options]
-    return [*args, *(["--history-uri", history_uri] if history_uri else [])]
-
-
-class DeltaMaintHook(SparkSubmitHook):
+class DeltaMaintHook(JobSubmission, SparkSubmitHook):
     """
     Run one job of the Delta maintenance application with spark-submit and return its metrics.
 
@@ -347,108 +330,6 @@ class DeltaMaintHook(SparkSubmitHook):
         keep_class_archive(dump)
 
     # -- running ------------------------------------------------------------------------------
-    def run_job(
-        self,
-        job: str,
-        table_uri: str,
-        job_args: Mapping[str, Any] | Sequence[str] = (),
-        storage_options: Mapping[str, Any] | None = None,
-        history_uri: str | None = None,
-    ) -> dict[str, Any]:
-        """
-        Submit one job and wait for it; return its metrics object.
-
-        :param job: the job name (``optimize``, ``vacuum``, ``compact-log``, ``inspect``, ...).
-        :param table_uri: the table's path or URI.
-        :param job_args: the job's own options: their values by name (checked here, one message naming a bad
-            one, and turned into the application's arguments once), or the application's arguments themselves.
-        :param storage_options: object-store options for the table (passed to the application and
-            used to read a metrics file from object storage).
-        :param history_uri: record the run in the maintenance history at this URI.
-        :raises AirflowException: when the job fails; the message is the application's own error.
-        """
-        job_args = application_args(job, job_args, history_uri)
-        if self._connect is not None:
-            return self._connect.run_job(job, table_uri, job_args, storage_options)
-        self.check_master_reachable()
-        metrics_out = self.new_metrics_location(job)
-        self.build_command(job, table_uri, job_args, metrics_out, storage_options)
-        options = {k: str(v) for k, v in (storage_options or {}).items()}
-        try:
-            try:
-                self.submit(str(APPLICATION), env=self.submit_env(), start_new_session=True)
-            except AirflowException as exc:
-                metrics = try_read_metrics(metrics_out, options)
-                if metrics and metrics.get("status") == "failed" and metrics.get("error"):
-                    raise AirflowException(f"delta-maint {job} failed: {metrics['error']}") from exc
-                self._raise_environment_problem(f"delta-maint {job}", exc)
-                raise
-            metrics = try_read_metrics(metrics_out, options)
-            if metrics is None:
-                raise AirflowException(
-                    f"delta-maint {job}: spark-submit succeeded but the driver wrote no metrics to {metrics_out}"
-                    f"{self._submit_log_tail}"
-                )
-            if metrics.get("status") == "failed":
-                raise AirflowException(f"delta-maint {job} failed: {metrics.get('error', 'unknown error')}")
-            return metrics
-        finally:
-            self._cleanup_processes()
-            self._finish_fast_start()
-            if not self.is_cluster_mode:
-                with contextlib.suppress(OSError):
-                    os.unlink(metrics_out)
-
-    def run_fleet(self, spec: Mapping[str, Any], storage_options: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """
-        Submit one application that runs a fleet spec (see :mod:`airflow_delta_maint.app.fleet`); return its results.
-
-        The spec is written beside the metrics file (a local file in client mode, under
-        ``metrics_uri`` in cluster mode) and holds no credentials: those reach the driver through
-        the spark-submit environment, as for one job. A table's failure does not fail the
-        submission here: the results (``{"status", "tables": [one entry per table]}``) say which
-        failed. When the application writes no results at all, this raises with its error.
-
-        :param spec: the fleet spec (tables, their jobs and non-secret storage options).
-        :param storage_options: object-store options for writing the spec and reading the results.
-        :raises AirflowException: when the application produced no results.
-        """
-        if self._connect is not None:
-            return self._connect.run_fleet(spec, storage_options)
-        self.check_master_reachable()
-        options = {k: str(v) for k, v in (storage_options or {}).items()}
-        spec_uri = self.new_metrics_location("fleet-spec")
-        metrics_out = self.new_metrics_location("fleet")
-        write_metrics(spec, spec_uri, options)
-        self.build_command("fleet", spec_uri, [], metrics_out, storage_options)
-        try:
-            error: AirflowException | None = None
-            try:
-                self.submit(str(APPLICATION), env=self.submit_env(), start_new_session=True)
-            except AirflowException as exc:  # a failed table exits non-zero: its results say which
-                error = exc
-            results = try_read_metrics(metrics_out, options)
-            if results is None or not isinstance(results.get("tables"), list):
-                if error is not None:
-                    self._raise_environment_problem("delta-maint fleet", error)
-                raise AirflowException(f"delta-maint fleet: the application wrote no results to {metrics_out}"
-                                       f"{self._submit_log_tail}") from error
-            return results
-        finally:
-            self._cleanup_processes()
-            self._finish_fast_start()
-            if not self.is_cluster_mode:
-                for path in (metrics_out, spec_uri):
-                    with contextlib.suppress(OSError):
-                        os.unlink(path)
-
-    def _raise_environment_problem(self, what: str, cause: BaseException) -> None:
-        """When spark-submit failed before the driver wrote metrics for a reason of the environment
-        (the driver's Python, a missing module, Java), raise one line that says so; the output is in the log."""
-        problem = describe_environment("\n".join(getattr(self, "_last_submit_log_lines", ())))
-        if problem:
-            raise AirflowException(f"{what} failed: {problem}") from cause
-
     def _process_spark_submit_log(self, itr: Iterator[Any]) -> None:
         super()._process_spark_submit_log(self._watch_tree(itr))
 

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_delta_maint.app.job_definitions.checkpoint import CHECKPOINT
 from airflow_delta_maint.delta.errors import DeltaError, InvalidArgumentError
 
 from .engines import check_engine
@@ -70,7 +71,7 @@ class FleetSpec:
                     raise InvalidArgumentError(f"fleet table {raw['table']}: each job needs a \"job\" name")
                 parsed = parse_job_args(job.job, job.args)  # bad input fails before anything runs
                 check_engine(job.job, getattr(parsed, "engine", None))
-                check_engine("checkpoint", getattr(parsed, "checkpoint_engine", None))
+                check_engine(CHECKPOINT.name, getattr(parsed, "checkpoint_engine", None))
                 jobs.append(job)
             options = {str(k): str(v) for k, v in (raw.get("storage_options") or {}).items()}
             tables.append(FleetTable(str(raw["table"]), jobs, options))

@@ -4,6 +4,7 @@ rewrite; its check on the worker skips Spark when every file already has them.""
 from __future__ import annotations
 
 
+from airflow_delta_maint.app.job_definitions.compute_stats import COMPUTE_STATS
 from airflow_delta_maint.operators.base import DeltaMaintenanceOperator
 
 
@@ -29,5 +30,5 @@ class ComputeStatsOperator(DeltaMaintenanceOperator):
     Other parameters: see :class:`DeltaMaintenanceOperator`.
     """
 
-    job = "compute-stats"
+    job = COMPUTE_STATS.name
 

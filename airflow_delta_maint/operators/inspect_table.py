@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 
+from airflow_delta_maint.app.job_definitions.inspect import INSPECT
 from airflow_delta_maint.operators.base import DeltaMaintenanceOperator
 
 
@@ -17,5 +18,5 @@ class InspectTableOperator(DeltaMaintenanceOperator):
     Other parameters: see :class:`DeltaMaintenanceOperator`.
     """
 
-    job = "inspect"
+    job = INSPECT.name
 

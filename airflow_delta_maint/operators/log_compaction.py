@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 
+from airflow_delta_maint.app.job_definitions.compact_log import COMPACT_LOG
 from airflow_delta_maint.operators.base import DeltaMaintenanceOperator
 
 
@@ -22,5 +23,5 @@ class LogCompactionOperator(DeltaMaintenanceOperator):
     Other parameters: see :class:`DeltaMaintenanceOperator`.
     """
 
-    job = "compact-log"
+    job = COMPACT_LOG.name
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 
 
+from airflow_delta_maint.app.job_definitions.optimize import OPTIMIZE
 from airflow_delta_maint.operators.base import DeltaMaintenanceOperator
 
 
@@ -70,5 +71,5 @@ class OptimizeOperator(DeltaMaintenanceOperator):
     Other parameters: see :class:`DeltaMaintenanceOperator`.
     """
 
-    job = "optimize"
+    job = OPTIMIZE.name
 

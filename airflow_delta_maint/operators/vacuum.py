@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 
+from airflow_delta_maint.app.job_definitions.vacuum import VACUUM
 from airflow_delta_maint.operators.base import DeltaMaintenanceOperator
 
 
@@ -26,5 +27,5 @@ class VacuumOperator(DeltaMaintenanceOperator):
     Other parameters: see :class:`DeltaMaintenanceOperator`.
     """
 
-    job = "vacuum"
+    job = VACUUM.name
 

@@ -56,12 +56,12 @@ def write_state_checkpoint(ctx: JobContext, state: TableState) -> dict[str, Any]
 def checkpoint_version(ctx: JobContext, storage: Storage, version: int) -> dict[str, Any]:
     """Write a checkpoint of ``version`` the way the log's size asks for (the expired-log cleanup's
     checkpoint too)."""
-    return read_state(storage, functools.partial(write_state_checkpoint, ctx), version, "checkpoint")
+    return read_state(storage, functools.partial(write_state_checkpoint, ctx), version, NAME)
 
 
 def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     engine = check_engine(NAME, getattr(args, "engine", None))
-    return read_state(ctx.storage, functools.partial(_checkpoint, args, ctx, engine), args.version, "checkpoint",
+    return read_state(ctx.storage, functools.partial(_checkpoint, args, ctx, engine), args.version, NAME,
                       paths_only=engine == DELTA_SPARK, streamed=engine != DELTA_SPARK)
 
 
@@ -71,7 +71,7 @@ def _checkpoint(args: argparse.Namespace, ctx: JobContext, engine: str, snapshot
     streamed = isinstance(snapshot, StreamedState)
     # the latest version's header, read as the state was (its files are not needed)
     latest: TableHeader = snapshot if args.version is None else \
-        read_state(ctx.storage, lambda header: header, None, "checkpoint", paths_only=True, streamed=streamed)
+        read_state(ctx.storage, lambda header: header, None, NAME, paths_only=True, streamed=streamed)
     if args.version is not None:
         check_checkpoint_allowed(latest.protocol, latest.metadata, snapshot.version)
     if engine == DELTA_SPARK:

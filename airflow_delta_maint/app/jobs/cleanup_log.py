@@ -37,7 +37,7 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
         raise InvalidArgumentError("cleanup-log with the delta-spark engine does not take --keep-versions (native "
                                    "engine only)")
     # the decisions need the protocol, metadata and version only: a large log's are streamed
-    state = streamed_state(ctx.storage, None, "cleanup-log")
+    state = streamed_state(ctx.storage, None, NAME)
     snapshot: TableHeader = state if state is not None else Snapshot.load(ctx.storage, paths_only=True)
     ctx.version_read = snapshot.version
     # the delta-spark engine: our core plans the same cleanup (a dry run), delta-spark deletes

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, Mapping
 
+from airflow_delta_maint.app.job_definitions.checkpoint import CHECKPOINT
 from airflow_delta_maint.delta.log import compaction
 from airflow_delta_maint.delta.log.cleanup import cleanup_expired_log
 from airflow_delta_maint.delta.log.compaction import compact_log
@@ -32,7 +33,7 @@ def options_from(params: Mapping[str, Any]) -> LogCompactionOptions:
     checked (native only: delta-spark writes no compaction files); a bad value raises
     ``InvalidArgumentError`` before anything is read."""
     return LogCompactionOptions.from_mapping({**params, "engine": check_engine(NAME, params.get("engine")),
-                                              "checkpoint_engine": check_engine("checkpoint",
+                                              "checkpoint_engine": check_engine(CHECKPOINT.name,
                                                                                 params.get("checkpoint_engine"))})
 
 
@@ -46,7 +47,7 @@ def run_compact_log(ctx: JobContext, options: LogCompactionOptions) -> dict[str,
     if options.checkpoint_engine == DELTA_SPARK:
         return _run_with_delta_spark_checkpoints(options, ctx)
     # a large log: the job reads only the state's head, streamed; a due checkpoint is written in parts
-    state = streamed_state(ctx.storage, what="compact-log")
+    state = streamed_state(ctx.storage, what=NAME)
     shell = state
     writer = (lambda version: checkpoint_version(ctx, ctx.storage, version)) if state is not None else None
     metrics = compact_log(ctx.storage, interval=options.interval, max_window_bytes=options.max_window_bytes,

@@ -121,7 +121,7 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
         return {"status": "skipped", "version_read": state.version, **report}
 
     # a list of every file keeps the order of the state in memory
-    return read_state(ctx.storage, inspect, args.version, "inspect", streamed=not args.files)
+    return read_state(ctx.storage, inspect, args.version, NAME, streamed=not args.files)
 
 
 def format_human(m: dict[str, Any]) -> str:

@@ -120,7 +120,7 @@ def _commit_marker(snapshot: TableHeader, operation: str, parameters: dict, metr
     for _ in range(_MARKER_ROUNDS):
         snapshot = _fast_forward(snapshot, plan)
         try:
-            version = Transaction(snapshot, operation, parameters, job="vacuum", max_retries=3).commit(metrics)
+            version = Transaction(snapshot, operation, parameters, job=Operation.VACUUM, max_retries=3).commit(metrics)
         except (ConflictError, CommitFailedError) as exc:
             log.info("%s lost to concurrent commits (%s); trying again on top of them", operation, exc)
             last_error = exc

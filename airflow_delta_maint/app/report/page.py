@@ -17,6 +17,8 @@ from urllib.parse import quote
 
 import numpy as np
 
+from airflow_delta_maint.app.job_definitions.optimize import OPTIMIZE
+from airflow_delta_maint.app.job_definitions.vacuum import VACUUM
 from airflow_delta_maint.delta.errors import DeltaError
 from airflow_delta_maint.delta.health.run_log import read_runs
 from airflow_delta_maint.delta.log.snapshot import Snapshot
@@ -168,10 +170,10 @@ def _plots(report: Mapping[str, Any] | None, optimized: list[dict[str, Any]] | N
         labels = [f"{r.get('operation')}\n{_short_time(r.get('started_at'))}" for r in runs]
         x = np.arange(len(runs))
         fig, ax = subplots((max(6, 0.5 * len(runs)), 3))
-        rewritten = [_num(r["metrics"].get("numRemovedBytes")) if r.get("operation") == "optimize" else 0
+        rewritten = [_num(r["metrics"].get("numRemovedBytes")) if r.get("operation") == OPTIMIZE.name else 0
                      for r in runs]
         reclaimed = [_num(r["metrics"].get("sizeOfDataToDelete"))
-                     if r.get("operation") == "vacuum" and r.get("status") == "committed" else 0 for r in runs]
+                     if r.get("operation") == VACUUM.name and r.get("status") == "committed" else 0 for r in runs]
         ax.bar(x - 0.2, [b / 2**20 for b in rewritten], 0.4, label="rewritten (OPTIMIZE)")
         ax.bar(x + 0.2, [b / 2**20 for b in reclaimed], 0.4, label="reclaimed (VACUUM)")
         ax.set_xticks(x, labels, fontsize=7)

@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from airflow_delta_maint.delta.protocol.features import Operation
 from airflow_delta_maint.delta.errors import CommitFailedError
 from airflow_delta_maint.delta.log.listing import list_log, read_commit
 from airflow_delta_maint.delta.log.snapshot import Snapshot
@@ -258,7 +259,7 @@ class BinCommitter:
         now = int(time.time() * 1000)
         removes = {i: [remove_action(f, now) for f in s.current] for i, s in states.items()}
         adds = {i: self._final_adds(s, superseded) for i, s in states.items()}
-        txn = Transaction(self.base, "OPTIMIZE", self.parameters, job="optimize")
+        txn = Transaction(self.base, "OPTIMIZE", self.parameters, job=Operation.OPTIMIZE)
         if self.row_tracking.materializes:
             txn.tags[PRESERVED_TAG] = "true"  # every copied row keeps its stable id and commit version
         txn_ids.append(txn.txn_id)

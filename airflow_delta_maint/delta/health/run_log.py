@@ -30,6 +30,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from airflow_delta_maint.delta.protocol.features import Operation
 from airflow_delta_maint.delta.errors import CommitConflictError, CommitFailedError, InvalidArgumentError, NotADeltaTableError, TableNotFoundError
 from airflow_delta_maint.delta.log.checkpoint import write_checkpoint
 from airflow_delta_maint.delta.log.listing import commit_key
@@ -264,7 +265,7 @@ def append_runs(uri: str | Storage, rows: Iterable[Mapping[str, Any]],
     snapshot = create_run_log(storage)
     action = _add_action(storage, _to_table(batch), snapshot.metadata, data_change=True)
     while True:
-        txn = Transaction(snapshot, "WRITE", {"mode": "Append", "partitionBy": "[]"}, job="optimize",
+        txn = Transaction(snapshot, "WRITE", {"mode": "Append", "partitionBy": "[]"}, job=Operation.OPTIMIZE,
                           max_retries=MAX_RETRIES)
         txn.add_actions([action])
         try:
@@ -302,7 +303,7 @@ def maintain_run_log(uri: str | Storage, storage_options: Mapping[str, str] | No
         parts = [pq.read_table(io.BytesIO(storage.read(_key(storage, a["path"]))), schema=RUN_LOG_SCHEMA)
                  for a in small]
         merged = pa.concat_tables(parts).sort_by([("started_at", "ascending"), ("record_id", "ascending")])
-        txn = Transaction(snapshot, "OPTIMIZE", {"predicate": "[]", "zOrderBy": "[]"}, job="optimize",
+        txn = Transaction(snapshot, "OPTIMIZE", {"predicate": "[]", "zOrderBy": "[]"}, job=Operation.OPTIMIZE,
                           max_retries=MAX_RETRIES)
         add = _add_action(storage, merged, snapshot.metadata, data_change=False)
         txn.add_actions([{"remove": {"path": a["path"], "deletionTimestamp": now_ms, "dataChange": False,

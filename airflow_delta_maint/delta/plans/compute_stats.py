@@ -27,7 +27,7 @@ from airflow_delta_maint.delta.log.table_header import TableHeader
 from airflow_delta_maint.delta.log.table_state import read_table
 from airflow_delta_maint.delta.plans.clustering import clustering_columns, is_clustered
 from airflow_delta_maint.delta.plans.optimize import add_dicts, partition_filter
-from airflow_delta_maint.delta.protocol.features import check_supported, table_features
+from airflow_delta_maint.delta.protocol.features import Operation, check_supported, table_features
 from airflow_delta_maint.delta.protocol.schema import (Column, format_column_name, leaf_columns, resolve_column,
                                                        split_column_list)
 from airflow_delta_maint.delta.protocol.stats import has_min_max, stats_columns
@@ -38,7 +38,7 @@ __all__ = ["ComputeStatsOptions", "ComputeStatsPlan", "JOB", "MISSING_COLUMNS", 
            "plan_compute_stats", "stats_need", "table_stats_columns", "widened_columns"]
 
 #: the feature gate's job and the commitInfo operation (delta-spark's name for recomputed statistics)
-JOB = "compute-stats"
+JOB = Operation.COMPUTE_STATS
 OPERATION = "COMPUTE STATS"
 #: why a file is selected
 WITHOUT_STATS = "without_stats"

@@ -152,7 +152,8 @@ def read_data_file(spec: RewriteSpec, add: dict, columns: list[str] | None = Non
         schema = pa.schema([schema.field(c) for c in columns])
     source: Any = storage.local_path(key) if storage.is_local else pa.BufferReader(storage.read(key))
     try:
-        pf = pq.ParquetFile(source)
+        # INT96 timestamps (Spark's) in microseconds, as Delta holds them: nanoseconds overflow past 2262
+        pf = pq.ParquetFile(source, coerce_int96_timestamp_unit="us")
     except FileNotFoundError:
         raise CorruptLogError(f"data file referenced by the log is missing: {add['path']}") from None
     present = [f.name for f in schema if f.name in pf.schema_arrow.names]

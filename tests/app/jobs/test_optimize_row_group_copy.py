@@ -7,7 +7,9 @@ Spark."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import shutil
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -25,6 +27,7 @@ from airflow_delta_maint.delta.plans.optimize_options import (DEFAULT_ROW_GROUP_
                                                               copy_threshold)
 from tests.app.jobs.copy_tables import (BIG_ROWS, ROW_GROUP_BYTES, SMALL_ROWS, batch, copy_of, live_row_groups, make_table, rows,
                                         run, stats_by_partition)
+from tests.conftest import corpus_path
 from tests.dv_writer import DVTable, read_rows
 
 COPY_KEYS = ("numRowGroupsCopied", "numBytesCopied", "numRowGroupsReencoded", "numBytesReencoded", "copyFallbacks")
@@ -212,3 +215,27 @@ def test_the_counts_sum_over_rounds_and_reach_the_history_record() -> None:
     assert merge_copy_metrics([{"status": "skipped"}]) == {}
     record = run_record({"operation": "optimize", "table": "t", "status": "committed", **total})
     assert json.loads(record["metrics"])["copyFallbacks"] == {"codec": 3, "schema": 1}
+
+
+@pytest.mark.parametrize("mode", ["always", "never"])
+def test_int96_timestamps_past_2262_keep_their_values(tmp_path: Path, mode: str) -> None:
+    """Spark's INT96 timestamps of the year 9999: copied as they are, or re-encoded in microseconds (in
+    nanoseconds they would overflow into 1816)."""
+    path = tmp_path / "t"
+    shutil.copytree(corpus_path("rs/table_with_edge_timestamps"), path)
+
+    def values() -> list:
+        out = []
+        for a in Snapshot.load(str(path)).add_actions():
+            for row in pq.read_table(path / a["path"], coerce_int96_timestamp_unit="us").to_pylist():
+                out.append(sorted((k, v.replace(tzinfo=None) if isinstance(v, dt.datetime) else v)
+                                  for k, v in row.items()))
+        return sorted(out, key=str)
+
+    before = values()
+    assert max(v for row in before for k, v in row if k == "BIG_DATE").year == 9999
+    code, m = run(path, copy_row_groups=mode)
+    assert code == 0 and m["status"] == "committed", m
+    assert values() == before
+    stats = json.loads(Snapshot.load(str(path)).add_actions()[0]["stats"])
+    assert stats["maxValues"]["BIG_DATE"] == "9999-12-31T00:00:00.000Z"

@@ -34,7 +34,7 @@ from airflow_delta_maint.operators.table_reporting import TableReporting
 from airflow_delta_maint.operators.lineage import (
     inject_parent_job_info,
 )
-from airflow_delta_maint.operators.options import as_bool, check_engine
+from airflow_delta_maint.operators.options import as_bool, refuse_unknown_engine
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -143,7 +143,7 @@ class DeltaMaintenanceOperator(JobOptions, TableReporting, BaseOperator):
         self.table_name = table_name
         self.catalog_conn_id = catalog_conn_id
         self._task: MaintenanceTask | None = None
-        check_engine(engine)
+        refuse_unknown_engine(engine)
         self.engine = engine
         self.history_uri = history_uri
         if execution is not None and "{{" not in str(execution) and str(execution).strip().lower() not in EXECUTIONS:

@@ -33,7 +33,7 @@ from airflow_delta_maint.hooks.storage_credentials import (
     worker_options,
 )
 from airflow_delta_maint.operators.lineage import inject_parent_job_info
-from airflow_delta_maint.operators.options import as_bool, check_engine, job_options
+from airflow_delta_maint.operators.options import as_bool, refuse_unknown_engine, job_options
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -148,7 +148,7 @@ class MaintainTablesOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        check_engine(engine)
+        refuse_unknown_engine(engine)
         self.engine = engine
         if execution is not None and str(execution).strip().lower() not in FLEET_EXECUTIONS:
             raise AirflowException(f"execution must be 'spark' or 'auto', got {execution!r}")

@@ -26,6 +26,10 @@ class OptimizeOperator(DeltaMaintenanceOperator):
         rows (default 0.05). (templated)
     :param compression: parquet codec of the files written: ``snappy`` (default), ``zstd``,
         ``gzip``, ``lz4`` or ``none``. (templated)
+    :param copy_row_groups: bin-packing: ``"auto"`` (default) copies inputs' row groups byte for byte where
+        that is exact and they reach a quarter of ``row_group_bytes``, re-encoding the rest together;
+        ``"always"`` copies every input that can be copied; ``"never"`` re-encodes every row. (templated)
+    :param row_group_bytes: Arrow bytes per row group of the files written (default 128 MiB). (templated)
     :param full: liquid-clustered tables: recluster every file, as after a change of the clustering
         columns (delta-spark's ``OPTIMIZE FULL``). (templated)
     :param min_cube_size: liquid-clustered tables: a ZCube of at least this many bytes is finished

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["as_bool", "available_jobs", "check_engine", "job_options", "resolve_engine"]
+__all__ = ["as_bool", "available_jobs", "refuse_unknown_engine", "job_options", "resolve_engine"]
 
 from airflow.sdk.exceptions import AirflowException
 
@@ -49,7 +49,7 @@ def resolve_engine(engine: str | None) -> str:
         raise AirflowException(str(exc)) from None
 
 
-def check_engine(engine: str | None) -> None:
+def refuse_unknown_engine(engine: str | None) -> None:
     """Refuse an unknown ``engine`` when an operator is built; a templated one is checked once rendered."""
     if engine is not None and "{{" not in str(engine):
         resolve_engine(engine)

@@ -15,14 +15,13 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from airflow_delta_maint.delta.protocol.features import ENGINE_DELTA_SPARK, Operation
+from airflow_delta_maint.delta.protocol.features import DELTA_SPARK, Operation
 
 from .options import OptionSet
 
 __all__ = ["NATIVE", "DELTA_SPARK", "JobDefinition", "Params"]
 
 NATIVE = "native"
-DELTA_SPARK = ENGINE_DELTA_SPARK
 #: a job's parsed options (every option, defaults included)
 Params = Mapping[str, Any]
 

@@ -9,7 +9,9 @@ from airflow_delta_maint.delta.errors import InvalidArgumentError
 from airflow_delta_maint.delta.plans.auto_compaction import (DEFAULT_MAX_DELETED_ROWS_RATIO, DEFAULT_MAX_PARTITIONS,
                                                              DEFAULT_MIN_NUM_FILES)
 from airflow_delta_maint.delta.plans.optimize import DEFAULT_DV_RATIO
-from airflow_delta_maint.delta.plans.optimize_options import COMPRESSIONS, DEFAULT_BATCH_BYTES, DEFAULT_COMPRESSION
+from airflow_delta_maint.delta.plans.optimize_options import (COMPRESSIONS, COPY_ROW_GROUPS, DEFAULT_BATCH_BYTES,
+                                                              DEFAULT_COMPRESSION, DEFAULT_COPY_ROW_GROUPS,
+                                                              DEFAULT_ROW_GROUP_BYTES)
 from airflow_delta_maint.delta.protocol.features import Operation
 from airflow_delta_maint.delta.storage.leases import DEFAULT_LEASE_SECONDS
 
@@ -75,6 +77,12 @@ OPTIMIZE = JobDefinition(
                default=DEFAULT_DV_RATIO),
         Option("compression", "str", f"parquet compression of the written files (default {DEFAULT_COMPRESSION})",
                choices=tuple(COMPRESSIONS)),
+        Option("copy_row_groups", "str", "bin-packing: copy inputs' row groups byte for byte where that is exact "
+               "(auto: inputs whose row groups all reach a quarter of row_group_bytes compressed, the rest "
+               "re-encoded together; always: every input that can be copied; never: re-encode every row)",
+               default=DEFAULT_COPY_ROW_GROUPS, choices=tuple(COPY_ROW_GROUPS)),
+        Option("row_group_bytes", "int", "Arrow bytes per row group of the files written (default 128 MiB)",
+               default=DEFAULT_ROW_GROUP_BYTES),
         Option("full", "bool", "liquid-clustered tables: recluster every file (after the clustering columns "
                "changed)"),
         Option("min_cube_size", "int", "liquid-clustered tables: files of a ZCube at least this many bytes big are "

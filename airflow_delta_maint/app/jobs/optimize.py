@@ -28,7 +28,7 @@ from ..engines import DELTA_SPARK, check_engine
 from ..state_reading import read_state
 from .optimize_execution import run_plan
 from .optimize_large import run_in_rounds
-from airflow_delta_maint.app.rewrite.rewrite_path import RewritePath
+from airflow_delta_maint.app.rewrite.rewrite_cadence import RewriteCadence
 
 #: the job's sub-command (and the metrics' ``operation``)
 NAME = OPTIMIZE.name
@@ -58,12 +58,12 @@ def run_optimize(ctx: JobContext, options: OptimizeOptions) -> dict[str, Any]:
     batches, or (engine delta-spark) run delta-spark's OPTIMIZE on what the plan selects. Returns the
     job's metrics."""
     # one rewrite path for the whole run, its rounds included, unless --bins-per-commit fixes the units
-    path = RewritePath() if options.bins_per_commit is None else None
+    path = RewriteCadence() if options.bins_per_commit is None else None
     return read_state(ctx.storage, functools.partial(_optimize, ctx, options, path), what="OPTIMIZE",
                       streamed=options.engine != DELTA_SPARK)
 
 
-def _optimize(ctx: JobContext, options: OptimizeOptions, path: RewritePath | None, state: TableState) -> dict[str, Any]:
+def _optimize(ctx: JobContext, options: OptimizeOptions, path: RewriteCadence | None, state: TableState) -> dict[str, Any]:
     """OPTIMIZE on the table's state: in rounds on a large table's streamed state, else (or where the
     plan needs every file) planned and run on the whole state."""
     if isinstance(state, StreamedState):

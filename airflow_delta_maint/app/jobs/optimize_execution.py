@@ -30,7 +30,7 @@ from airflow_delta_maint.app.rewrite.bin_copy import rewrite_bin
 from airflow_delta_maint.app.rewrite.data_files import RewriteSpec, delete_run_outputs, output_dir
 from airflow_delta_maint.app.rewrite.rebase import BinOutputs
 from airflow_delta_maint.app.rewrite.rewrite_counts import RewriteCounts
-from airflow_delta_maint.app.rewrite.rewrite_path import (RewritePath, busy_unit_bins, commit_groups, rewrite_and_commit,
+from airflow_delta_maint.app.rewrite.rewrite_cadence import (RewriteCadence, busy_unit_bins, commit_groups, rewrite_and_commit,
                                                           rewrite_units)
 from airflow_delta_maint.app.runners.tasks import Tasks, raise_worker_error
 
@@ -96,7 +96,7 @@ def check_spark_for(ctx: JobContext, layout: str) -> None:
 def run_plan(ctx: JobContext, options: OptimizeOptions, snapshot: Snapshot, plan: OptimizePlan,
              decision: AutoDecision | None, added_sizes: list[int] | None = None,
              load_base: Callable[[int], Snapshot] | None = None, whole_table: bool = True,
-             path: RewritePath | None = None) -> dict[str, Any]:
+             path: RewriteCadence | None = None) -> dict[str, Any]:
     """Run one plan of ``snapshot`` (the whole table, or a round of a large one: ``whole_table``
     false, and no clustering quality, which needs every file) with the run's ``options``: reserve its
     partitions, rewrite and commit. ``added_sizes`` collects the committed files' sizes; ``load_base``
@@ -151,7 +151,7 @@ def run_plan(ctx: JobContext, options: OptimizeOptions, snapshot: Snapshot, plan
 def _execute(ctx: JobContext, options: OptimizeOptions, snapshot: Snapshot, plan: OptimizePlan,
              out: dict[str, Any], *, restricted: bool, deferred: int, added_sizes: list[int] | None = None,
              load_base: Callable[[int], Snapshot] | None = None, whole_table: bool = True,
-             path: RewritePath | None = None) -> dict[str, Any]:
+             path: RewriteCadence | None = None) -> dict[str, Any]:
     """Run the plan with the engine. delta-spark gets the plan's partitions as its WHERE clause when the
     run is limited to some (the auto-compaction policy's choice, partitions reserved by other runs);
     ``deferred``: the partitions left for a later run."""
@@ -176,7 +176,7 @@ UnitRewriter = tuple[Callable[[int, list[Bin]], list[BinOutputs]], int]
 def _execute_plan(ctx: JobContext, options: OptimizeOptions, snapshot: Snapshot, plan: OptimizePlan,
                   out: dict[str, Any], deferred: int, added_sizes: list[int] | None = None,
                   load_base: Callable[[int], Snapshot] | None = None, whole_table: bool = True,
-                  path: RewritePath | None = None) -> dict[str, Any]:
+                  path: RewriteCadence | None = None) -> dict[str, Any]:
     """Rewrite the plan's bins and commit them group by group as they are rewritten."""
     clustered = plan.layout == "hilbert"
     spec = _rewrite_spec(ctx, options, snapshot, plan)
@@ -259,7 +259,7 @@ class _PlanRun:
     units: list[list[int]]
     #: commit each unit as soon as it is rewritten
     eager: bool
-    path: RewritePath | None
+    path: RewriteCadence | None
     #: the unit rewriters, the newest in use (a run that turns busy adds one of smaller units)
     rewriters: list[UnitRewriter]
     results: list[tuple[list[int], GroupResult]] = dataclasses.field(default_factory=list)

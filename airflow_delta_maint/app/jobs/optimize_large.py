@@ -37,7 +37,7 @@ from airflow_delta_maint.delta.storage.store import Storage
 from ..context import JobContext
 from .optimize_execution import check_spark_for, run_plan
 from airflow_delta_maint.app.rewrite.rewrite_counts import merge_copy_metrics
-from airflow_delta_maint.app.rewrite.rewrite_path import RewritePath
+from airflow_delta_maint.app.rewrite.rewrite_cadence import RewriteCadence
 
 log = logging.getLogger("delta_maint.optimize")
 
@@ -49,7 +49,7 @@ _PLAN_SUMS = ("num_partitions", "num_bins", "num_files_to_rewrite", "num_bytes_t
 
 
 def run_in_rounds(ctx: JobContext, options: OptimizeOptions, state: StreamedState,
-                  path: RewritePath | None = None) -> dict[str, Any] | None:
+                  path: RewriteCadence | None = None) -> dict[str, Any] | None:
     """The run's metrics, OPTIMIZE done in rounds on the streamed state; None when the plan needs the
     whole state (the caller then plans on it). Where the stream cannot vouch for the log, its
     fallback is raised by the passes, before anything is written."""
@@ -63,7 +63,7 @@ def run_in_rounds(ctx: JobContext, options: OptimizeOptions, state: StreamedStat
 
 
 def _rounds(ctx: JobContext, options: OptimizeOptions, state: StreamedState,
-            path: RewritePath | None) -> dict[str, Any]:
+            path: RewriteCadence | None) -> dict[str, Any]:
     ctx.version_read = state.version  # reported with a refusal too
     check_supported(state.protocol, Operation.OPTIMIZE, state.metadata)
     outline = streamed_plan_outline(state, options, keep_scan=True)
@@ -97,7 +97,7 @@ def _rounds(ctx: JobContext, options: OptimizeOptions, state: StreamedState,
 
 
 def _clustering_rounds(ctx: JobContext, options: OptimizeOptions, state: StreamedState,
-                       outline: PlanOutline, path: RewritePath | None) -> dict[str, Any]:
+                       outline: PlanOutline, path: RewriteCadence | None) -> dict[str, Any]:
     """Liquid clustering in rounds (:mod:`~airflow_delta_maint.delta.plans.clustering_rounds`): each
     round's new ZCubes are the plan's, the plan's clusteringStats are the whole run's."""
     shell, work, decision = state.part(ADD_SCHEMA.empty_table()), outline.work, outline.decision
@@ -145,7 +145,7 @@ def _clustering_rounds(ctx: JobContext, options: OptimizeOptions, state: Streame
     return merge_rounds(results, sizes, total)
 
 
-def _run_round(ctx: JobContext, options: OptimizeOptions, path: RewritePath | None, partial: Snapshot,
+def _run_round(ctx: JobContext, options: OptimizeOptions, path: RewriteCadence | None, partial: Snapshot,
                plan: OptimizePlan, decision: Any, sizes: list[int]) -> dict[str, Any]:
     """One round run as a plan of its own; its commits rebase onto the live files among its inputs."""
     inputs = [f["path"] for b in plan.bins for f in b.files]

@@ -16,7 +16,7 @@ from airflow_delta_maint.delta.option_values import as_bool
 from airflow_delta_maint.delta.plans.auto_compaction import (DEFAULT_MAX_DELETED_ROWS_RATIO, DEFAULT_MAX_PARTITIONS,
                                                              DEFAULT_MIN_NUM_FILES)
 from airflow_delta_maint.delta.plans.optimize import DEFAULT_DV_RATIO
-from airflow_delta_maint.delta.protocol.features import ENGINE_DELTA_SPARK, OPTIMIZE_DELTA_SPARK, Operation
+from airflow_delta_maint.delta.protocol.features import DELTA_SPARK, Operation
 from airflow_delta_maint.delta.storage.leases import DEFAULT_LEASE_SECONDS
 
 DEFAULT_BATCH_BYTES = 50 << 30
@@ -145,7 +145,7 @@ class OptimizeOptions:
     def feature_gate(self) -> Operation:
         """The feature gate's job for this run: OPTIMIZE written natively, or by delta-spark, which
         honours the table's writer features itself (this core only plans, from the log)."""
-        return OPTIMIZE_DELTA_SPARK if self.engine == ENGINE_DELTA_SPARK else Operation.OPTIMIZE
+        return Operation.OPTIMIZE_BY_DELTA_SPARK if self.engine == DELTA_SPARK else Operation.OPTIMIZE
 
 
 

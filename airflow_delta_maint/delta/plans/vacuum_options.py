@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 from airflow_delta_maint.delta.errors import InvalidArgumentError
 from airflow_delta_maint.delta.option_values import as_bool
-from airflow_delta_maint.delta.protocol.features import ENGINE_DELTA_SPARK
+from airflow_delta_maint.delta.protocol.features import DELTA_SPARK
 
 MODES = ("full", "lite")
 
@@ -75,7 +75,7 @@ class VacuumOptions:
         if self.inventory and self.mode != "full":
             raise InvalidArgumentError("--inventory replaces the listing of a full VACUUM; it cannot be used with "
                                        "--mode lite")
-        if self.engine == ENGINE_DELTA_SPARK and self.keep_versions:
+        if self.engine == DELTA_SPARK and self.keep_versions:
             raise InvalidArgumentError("VACUUM with the delta-spark engine does not take --keep-versions (native "
                                        "engine only)")
 

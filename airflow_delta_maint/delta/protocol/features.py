@@ -59,7 +59,7 @@ from airflow_delta_maint.delta.errors import UnsupportedFeatureError
 from airflow_delta_maint.delta.protocol.actions import Metadata, Protocol
 
 __all__ = [
-    "ENGINE_DELTA_SPARK", "JOBS", "Operation", "OPTIMIZE_DELTA_SPARK", "KNOWN_READER_WRITER_FEATURES", "KNOWN_WRITER_FEATURES", "MAX_READER_VERSION",
+    "DELTA_SPARK", "JOBS", "Operation", "KNOWN_READER_WRITER_FEATURES", "KNOWN_WRITER_FEATURES", "MAX_READER_VERSION",
     "MAX_WRITER_VERSION", "SUPPORTED_READER_FEATURES", "SUPPORTED_WRITER_FEATURES", "UNPARTITIONED_WRITER_FEATURES",
     "check_checkpoint_allowed", "check_supported", "checkpoint_protection_version", "operation_of", "table_features",
     "unsupported_features",
@@ -69,7 +69,7 @@ MAX_READER_VERSION = 3
 MAX_WRITER_VERSION = 7
 
 #: the name of the engine that runs delta-spark's own commands (the application's ``--engine``)
-ENGINE_DELTA_SPARK = "delta-spark"
+DELTA_SPARK = "delta-spark"
 
 
 class Operation(str, Enum):
@@ -91,7 +91,6 @@ class Operation(str, Enum):
         return self.value
 
 
-OPTIMIZE_DELTA_SPARK = Operation.OPTIMIZE_BY_DELTA_SPARK
 JOBS: tuple[str, ...] = tuple(op.value for op in Operation)
 
 #: Features that appear in both ``readerFeatures`` and ``writerFeatures``.
@@ -340,7 +339,7 @@ def check_supported(protocol: Protocol, job: Operation | str, metadata: Metadata
     problems = unsupported_features(protocol, job, metadata)
     if problems:
         hint = ""
-        if job is Operation.OPTIMIZE and not unsupported_features(protocol, OPTIMIZE_DELTA_SPARK, metadata):
+        if job is Operation.OPTIMIZE and not unsupported_features(protocol, Operation.OPTIMIZE_BY_DELTA_SPARK, metadata):
             hint = "; delta-spark's OPTIMIZE does: run it with engine='delta-spark' (--engine delta-spark)"
         raise UnsupportedFeatureError(
             f"cannot run {job} on this table: it uses {', '.join(problems)}, which {job} does not support"

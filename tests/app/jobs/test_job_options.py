@@ -15,7 +15,7 @@ from airflow_delta_maint.delta.log.compaction_options import LogCompactionOption
 from airflow_delta_maint.app.job_definitions import definition
 from airflow_delta_maint.delta.plans.optimize_options import DEFAULT_BATCH_BYTES, OptimizeOptions
 from airflow_delta_maint.delta.plans.vacuum_options import VacuumOptions, parse_versions
-from airflow_delta_maint.delta.protocol.features import OPTIMIZE_DELTA_SPARK
+from airflow_delta_maint.delta.protocol.features import Operation
 
 
 def parsed(module, *argv: str) -> dict:
@@ -72,7 +72,7 @@ def test_purged_options_and_the_delta_spark_gate() -> None:
     purged = options.purged()
     assert (purged.min_file_size, purged.dv_ratio) == (1, 0.0) and options.min_file_size is None
     assert purged.purged() == purged and OptimizeOptions().purged() == OptimizeOptions()
-    assert options.feature_gate == OPTIMIZE_DELTA_SPARK
+    assert options.feature_gate == Operation.OPTIMIZE_BY_DELTA_SPARK
 
 
 def test_vacuum_options() -> None:

@@ -36,7 +36,7 @@ from airflow_delta_maint.app import cli
 from airflow_delta_maint.app.jobs.optimize_execution import commit_batch, execute_bins
 from airflow_delta_maint.delta.plans.optimize_decision import plan_from_options
 from airflow_delta_maint.delta.plans.optimize_options import OptimizeOptions
-from airflow_delta_maint.app.rewrite.rewrite_path import commit_groups
+from airflow_delta_maint.app.rewrite.rewrite_cadence import commit_groups
 from airflow_delta_maint.app.rewrite.data_files import RewriteSpec, read_data_file
 from airflow_delta_maint.app.runners.tasks import SparkTasks
 from airflow_delta_maint.delta.errors import DeltaError

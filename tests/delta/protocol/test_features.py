@@ -8,7 +8,7 @@ from airflow_delta_maint.delta.errors import UnsupportedFeatureError
 from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.delta.protocol.actions import Metadata, Protocol
 from airflow_delta_maint.delta.protocol.features import (
-    JOBS, KNOWN_WRITER_FEATURES, OPTIMIZE_DELTA_SPARK, SUPPORTED_WRITER_FEATURES, check_supported, table_features,
+    JOBS, KNOWN_WRITER_FEATURES, Operation, SUPPORTED_WRITER_FEATURES, check_supported, table_features,
     unsupported_features,
 )
 from tests.conftest import corpus_path
@@ -149,7 +149,7 @@ def test_native_optimize_says_why_and_that_delta_spark_honours_it(readers, write
     assert why in message and message.endswith(
         "; delta-spark's OPTIMIZE does: run it with engine='delta-spark' "
         "(--engine delta-spark)"), message
-    check_supported(p, OPTIMIZE_DELTA_SPARK, meta(**configuration))
+    check_supported(p, Operation.OPTIMIZE_BY_DELTA_SPARK, meta(**configuration))
 
 
 def test_collations_are_refused_by_both_engines_with_the_native_reason():
@@ -159,7 +159,7 @@ def test_collations_are_refused_by_both_engines_with_the_native_reason():
     assert "(the native statistics and Z-order do not follow collations)" in str(exc.value)
     assert "engine='delta-spark'" not in str(exc.value)
     with pytest.raises(UnsupportedFeatureError, match="writer feature 'collations'"):
-        check_supported(p, OPTIMIZE_DELTA_SPARK, meta())
+        check_supported(p, Operation.OPTIMIZE_BY_DELTA_SPARK, meta())
 
 
 @pytest.mark.parametrize("readers, writers, named", [
@@ -170,7 +170,7 @@ def test_collations_are_refused_by_both_engines_with_the_native_reason():
 ])
 def test_what_neither_engine_supports_is_refused_without_the_hint(readers, writers, named):
     p = proto(3 if readers else 1, 7, readers, writers)
-    for job in ("optimize", OPTIMIZE_DELTA_SPARK):
+    for job in ("optimize", Operation.OPTIMIZE_BY_DELTA_SPARK):
         with pytest.raises(UnsupportedFeatureError, match=named) as exc:
             check_supported(p, job, meta())
         assert "engine='delta-spark'" not in str(exc.value)
@@ -180,9 +180,9 @@ def test_optimize_with_delta_spark_reads_what_inspect_reads():
     """delta-spark writes; this core plans from the log, so it needs only the log's reader features."""
     for readers in (["variantType"], ["typeWidening"], ["deletionVectors", "columnMapping", "v2Checkpoint"]):
         check_supported(proto(3, 7, readers, readers + ["domainMetadata", "rowTracking", "clustering"]),
-                        OPTIMIZE_DELTA_SPARK, meta())
+                        Operation.OPTIMIZE_BY_DELTA_SPARK, meta())
     with pytest.raises(UnsupportedFeatureError, match="minWriterVersion 8"):
-        check_supported(proto(1, 8), OPTIMIZE_DELTA_SPARK, meta())
+        check_supported(proto(1, 8), Operation.OPTIMIZE_BY_DELTA_SPARK, meta())
 
 
 def test_read_converts_widened_types_but_not_variants():
@@ -216,7 +216,7 @@ def test_iceberg_compat_v3_refused_by_native_optimize_only_while_enabled():
     check_supported(p, "optimize", meta(**{"delta.enableIcebergCompatV3": "false"}))
     with pytest.raises(UnsupportedFeatureError, match=r"icebergCompatV3' \(delta.enableIcebergCompatV3 enabled\)"):
         check_supported(p, "optimize", on)
-    for job in ("checkpoint", "compact-log", "cleanup-log", "vacuum", OPTIMIZE_DELTA_SPARK):
+    for job in ("checkpoint", "compact-log", "cleanup-log", "vacuum", Operation.OPTIMIZE_BY_DELTA_SPARK):
         check_supported(p, job, on)
 
 
@@ -230,7 +230,7 @@ def test_materialized_partition_columns_refused_by_native_optimize_on_partitione
     with pytest.raises(UnsupportedFeatureError, match="possibly partitioned"):
         check_supported(p, "optimize")
     check_supported(p, "optimize", meta())  # no partition columns: nothing to materialize
-    for job in ("checkpoint", "compact-log", "cleanup-log", "vacuum", OPTIMIZE_DELTA_SPARK):
+    for job in ("checkpoint", "compact-log", "cleanup-log", "vacuum", Operation.OPTIMIZE_BY_DELTA_SPARK):
         check_supported(p, job, partitioned)
 
 
@@ -278,14 +278,14 @@ CORPUS_EXPECTATIONS = [
     ("rs/table-with-domain-metadata", JOBS, (), None),
     ("golden/type-widening", JOBS, (), None),
     ("golden/collations-table", ("read", "inspect", "checkpoint", "compact-log", "vacuum"),
-     ("optimize", OPTIMIZE_DELTA_SPARK), "collations"),
+     ("optimize", Operation.OPTIMIZE_BY_DELTA_SPARK), "collations"),
     ("golden/table-with-icebegCompatV2Enabled", ("read", "inspect", "checkpoint", "compact-log", "vacuum",
-                                                 OPTIMIZE_DELTA_SPARK), ("optimize",), "icebergCompatV2"),
+                                                 Operation.OPTIMIZE_BY_DELTA_SPARK), ("optimize",), "icebergCompatV2"),
     ("rs/spark-variant-stable-feature-checkpoint", ("inspect", "checkpoint", "compact-log", "vacuum",
-                                                    OPTIMIZE_DELTA_SPARK), ("read", "optimize"), "variantType"),
+                                                    Operation.OPTIMIZE_BY_DELTA_SPARK), ("read", "optimize"), "variantType"),
     # 'liquid' is no feature name the protocol defines: writers refuse it, readers ignore writer-only names.
     ("rs/table_with_liquid_clustering", ("read", "inspect"),
-     ("checkpoint", "compact-log", "vacuum", "optimize", OPTIMIZE_DELTA_SPARK), "liquid"),
+     ("checkpoint", "compact-log", "vacuum", "optimize", Operation.OPTIMIZE_BY_DELTA_SPARK), "liquid"),
     # Invalid on purpose: reader version 5 with an unknown reader feature 'blahabl'.
     ("rs/simple_table_features", (), JOBS, "blahabl"),
     # Invalid on purpose: reader version 99.

@@ -6,9 +6,10 @@ physical schema (``delta/parquet``'s refusal check: names, types, repetitions, f
 metadata that changes how rows read), not encrypted; under ``auto`` also every row group at least the
 copy threshold in compressed bytes. Tables whose rewrite adds data of its own (materialized row ids,
 clustering statistics) are re-encoded whole. The reference is the footer pyarrow writes for the
-table's physical schema; when every input of a bin is refused only for its schema, one input's own
-footer may serve instead, if pyarrow reads that footer as exactly the table's schema and every other
-input matches it (files of another writer, say decimals as INT64).
+table's physical schema; when every input of a bin is refused only for its schema or its key-value
+metadata, one input's own footer may serve instead, if pyarrow reads that footer as exactly the
+table's schema and every other input matches it (files of another writer, say decimals as INT64 or
+Spark's calendar flags).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import pyarrow.parquet as pq
 from airflow_delta_maint.delta.errors import CorruptLogError
 from airflow_delta_maint.delta.parquet.eligibility import codec_number, schema_difference
 from airflow_delta_maint.delta.parquet.footer import MAGIC, Footer, ParquetFooterError, Source, read_footer
+from airflow_delta_maint.delta.parquet.key_values import semantics_difference
 from airflow_delta_maint.delta.parquet.row_group_copy import copy_refusal, reference_for_schema
 from airflow_delta_maint.delta.plans.optimize_options import copy_threshold
 from airflow_delta_maint.delta.storage.range_reader import RangeReader
@@ -92,6 +94,8 @@ def _reason(footer: Footer, reference: Footer, codec: int) -> str | None:
         return "codec"
     if schema_difference(footer.schema, reference.schema):
         return "schema"
+    if semantics_difference(footer.key_value_metadata(), reference.key_value_metadata()):
+        return "metadata"
     return "fileLayout"
 
 
@@ -153,7 +157,7 @@ def choose_copies(spec: RewriteSpec, adds: list[dict]) -> CopyChoice:
             reasons[i] = "smallRowGroups"
         else:
             reasons[i] = _reason(footer, reference, codec)
-    if len(wanted) == len(adds) and all(r == "schema" for r in reasons.values()):
+    if len(wanted) == len(adds) and all(r in ("schema", "metadata") for r in reasons.values()):
         own = _own_reference(read, spec, codec)
         if own is not None:
             return CopyChoice(list(read), own, counts)

@@ -17,7 +17,8 @@ FALLBACK_REASONS = {
     "schema": "another physical schema: an older table schema, a column in its type before widening, "
               "another writer's encoding",
     "encrypted": "the file is encrypted",
-    "fileLayout": "column chunks or key-value metadata the copy cannot carry over",
+    "metadata": "key-value metadata that changes how the rows read (Spark's calendar flags, say)",
+    "fileLayout": "column chunks the copy cannot carry over",
     "unreadableFooter": "the footer could not be read",
     "rowTracking": "the table materializes row ids and row commit versions",
     "clustering": "the rewrite needs statistics of clustering columns",

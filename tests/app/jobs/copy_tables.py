@@ -113,7 +113,7 @@ def stats_by_partition(uri: str, storage_options: Mapping[str, str] | None = Non
     out: dict[str, list[dict]] = {}
     for a in Snapshot.load(uri, storage_options=dict(storage_options or {}) or None).add_actions():
         key = json.dumps(a.get("partitionValues") or {}, sort_keys=True)
-        out.setdefault(key, []).append(json.loads(a["stats"]))
+        out.setdefault(key, []).append(json.loads(a.get("stats") or "{}"))
     return {k: sorted(v, key=lambda s: json.dumps(s, sort_keys=True)) for k, v in sorted(out.items())}
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -143,16 +144,29 @@ def reads_older_commits(job: str, params: Mapping[str, Any]) -> bool:
     return definition(job).reads_older_commits(params)
 
 
+@dataclass(frozen=True)
+class Looked:
+    """What the worker's one look at the log found already, for the execution choice: the log's bytes (its
+    listing) and, for a job that rewrites data files, the bytes its plan rewrites (None: the plan needs Spark)."""
+
+    log_bytes: int
+    rewrite_bytes: int | None
+
+
 def choose_execution(requested: str, job: str, params: Mapping[str, Any], table: str,
                      storage_options: Mapping[str, str] | None = None,
                      max_log_bytes: int = LOCAL_MAX_LOG_BYTES,
-                     max_rewrite_bytes: int = LOCAL_MAX_REWRITE_BYTES) -> tuple[str, str]:
+                     max_rewrite_bytes: int = LOCAL_MAX_REWRITE_BYTES,
+                     looked: Looked | None = None) -> tuple[str, str]:
     """Where a run goes: ``("local" | "spark", why)``.
 
     ``spark`` always submits; ``local`` runs in this process and refuses what only Spark runs
     (Z-order, liquid clustering); ``auto`` runs locally a driver-only job, a full VACUUM, or an
     OPTIMIZE by bin-packing of at most ``max_rewrite_bytes``, while the log the job reads holds
     at most ``max_log_bytes``; else it submits.
+
+    ``looked``: what the worker's look at the log found (:func:`look_before_choosing`); the log is not read
+    again for it.
 
     Raises:
         InvalidArgumentError: an unknown ``requested`` value, or ``local`` for what needs Spark.
@@ -172,12 +186,14 @@ def choose_execution(requested: str, job: str, params: Mapping[str, Any], table:
     if requested == "local":
         return "local", "execution 'local'"
     defined = definition(job)
-    size = log_bytes(table, storage_options, all_commits=defined.reads_older_commits(params))
+    size = looked.log_bytes if looked is not None else \
+        log_bytes(table, storage_options, all_commits=defined.reads_older_commits(params))
     if size > max_log_bytes:
         return "spark", f"the log holds {size} bytes, more than {max_log_bytes} for a run on the worker"
     if defined.rewrites_data(params):
-        return _rewrite_execution(defined.planned_rewrite_bytes(table, storage_options, params), size,
-                                  max_rewrite_bytes)
+        planned = looked.rewrite_bytes if looked is not None else \
+            defined.planned_rewrite_bytes(table, storage_options, params)
+        return _rewrite_execution(planned, size, max_rewrite_bytes)
     return "local", f"{defined.local_kind(params)}, the log holds {size} bytes (at most {max_log_bytes})"
 
 

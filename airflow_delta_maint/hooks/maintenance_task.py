@@ -16,7 +16,8 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_delta_maint.app.execution import EXECUTIONS, choose_execution, parsed_args, run_parsed
+from airflow_delta_maint.app.execution import (EXECUTIONS, LOCAL_MAX_LOG_BYTES, Looked, choose_execution, log_bytes,
+                                               parsed_args, run_parsed)
 from airflow_delta_maint.app.job_definitions import JobDefinition
 from airflow_delta_maint.app.metrics import base_metrics, finish
 from airflow_delta_maint.delta.errors import DeltaError
@@ -65,6 +66,10 @@ class MaintenanceTask:
     resolved: ResolvedTable | None = None
     refresh_env: dict[str, str] = field(default_factory=dict)
     credentials: StorageCredentials | None = None
+    #: what the check's look at the log found for the execution choice (None: the choice looks itself)
+    looked: Looked | None = None
+    #: full reads of the log this task made on the worker (its listings aside)
+    log_reads: int = 0
 
     # -- the table and its credentials -------------------------------------------------------------
     @property
@@ -132,16 +137,28 @@ class MaintenanceTask:
         the core's ``DeltaError``, as the job would."""
         return self.job.nothing_to_do(self.table_uri, self.worker_storage_options, options)
 
-    def check(self, params: Mapping[str, Any]) -> dict[str, Any] | None:
-        """The "skipped" metrics when the job's check says there is nothing to do, else None."""
+    def check(self, params: Mapping[str, Any], execution: str | None = None) -> dict[str, Any] | None:
+        """The "skipped" metrics when the job's check says there is nothing to do, else None.
+
+        A job whose runner offers ``look`` reads the log once for the check, the version and (for the
+        execution ``auto`` of a job that rewrites data files, on a small log) the bytes its plan rewrites, which
+        the execution choice then takes instead of reading the log again."""
         try:
-            reason = self.nothing_to_do(self.job.typed_options(params))
+            options = self.job.typed_options(params)
+            look = getattr(self.job.module(), "look", None)
+            if look is not None and options is not None:
+                plan_bytes = self._sizes_before_look(params, execution)
+                self.log_reads += 1
+                reason, version, planned = look(self.table_uri, self.worker_storage_options, options,
+                                                plan_bytes=plan_bytes)
+                if self.looked is not None and plan_bytes:
+                    self.looked = Looked(self.looked.log_bytes, planned)
+            else:
+                self.log_reads += 1
+                reason = self.nothing_to_do(options)
+                version = self._latest_version() if reason else None
             if not reason:
                 return None
-            from airflow_delta_maint.delta.log.history import log_state
-            from airflow_delta_maint.delta.storage.store import Storage
-
-            version = log_state(Storage(self.table_uri, self.worker_storage_options)).latest_version
         except DeltaError as exc:
             raise self.failed(exc) from exc
         metrics = base_metrics(self.job.name, self.table_uri)
@@ -150,6 +167,26 @@ class MaintenanceTask:
             metrics["engine"] = params["engine"]
         metrics.update(getattr(reason, "details", None) or {})  # e.g. the auto-compaction decision
         return finish(metrics)
+
+    def _sizes_before_look(self, params: Mapping[str, Any], execution: str | None) -> bool:
+        """Whether the look should plan the rewrite's bytes: ``auto`` execution of a job that rewrites data
+        files, on a log small enough for the worker (its listing, kept for the choice)."""
+        try:
+            requested = configured_execution(execution, EXECUTIONS)
+        except ValueError:
+            return False  # the choice refuses it, in one line
+        if requested != "auto" or not self.job.rewrites_data(params) or self.job.spark_only(params):
+            return False
+        size = log_bytes(self.table_uri, self.worker_storage_options,
+                         all_commits=self.job.reads_older_commits(params))
+        self.looked = Looked(size, None)
+        return size <= LOCAL_MAX_LOG_BYTES
+
+    def _latest_version(self) -> int:
+        from airflow_delta_maint.delta.log.history import log_state
+        from airflow_delta_maint.delta.storage.store import Storage
+
+        return log_state(Storage(self.table_uri, self.worker_storage_options)).latest_version
 
     def check_options(self, params: Mapping[str, Any]) -> None:
         """Refuse a bad option as the job would, before anything is read (the run has no check)."""
@@ -166,7 +203,8 @@ class MaintenanceTask:
         except ValueError as exc:
             raise AirflowException(str(exc)) from None
         try:
-            return choose_execution(requested, self.job.name, params, self.table_uri, self.worker_storage_options)
+            return choose_execution(requested, self.job.name, params, self.table_uri, self.worker_storage_options,
+                                    looked=self.looked)
         except DeltaError as exc:
             raise self.failed(exc) from exc
 

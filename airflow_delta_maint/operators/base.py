@@ -248,7 +248,7 @@ class DeltaMaintenanceOperator(JobOptions, TableReporting, BaseOperator):
     def _execute_resolved(self, context: Context) -> dict[str, Any]:
         history = configured_history_uri(self.history_uri)
         if as_bool(self.skip_if_nothing_to_do):
-            skipped = self.check_nothing_to_do()
+            skipped = self.task.check(self.job_params(), self.execution)
             if skipped is not None:
                 self.log.info("Nothing to do on %s: %s", self.table_uri, skipped["reason"])
                 if history:

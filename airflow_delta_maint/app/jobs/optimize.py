@@ -121,3 +121,26 @@ def local_rewrite_bytes(table: str, storage_options: Mapping[str, str] | None, p
         return plan.input_bytes if plan.layout in ("binpack", "even") else None
 
     return read_table(Storage(table, dict(storage_options or {})), planned, what="the execution choice")
+
+
+def look(table: str, storage_options: Mapping[str, str] | None, options: OptimizeOptions, *,
+         plan_bytes: bool) -> tuple[str | None, int, int | None]:
+    """The worker's one read of the log for a task: why the job would do nothing (None: it has work), the
+    version it saw and, with ``plan_bytes``, the bytes its plan rewrites (None: the plan needs Spark, or
+    they were not asked for). ``plan_bytes`` keeps the plan's candidate files: ask for it only once the log
+    is known to be small (the execution choice's bound)."""
+    from airflow_delta_maint.delta.log.table_state import read_table
+    from airflow_delta_maint.delta.plans.optimize_decision import outline_of, skip_reason
+    from airflow_delta_maint.delta.storage.store import Storage
+
+    purged = options.purged()
+
+    def seen(state: TableState) -> tuple[str | None, int, int | None]:
+        outline = outline_of(state, purged, candidates=plan_bytes)
+        if outline is None:  # what the stream does not plan: the plan of the whole state
+            outline = outline_of(state.eager(), purged)
+        assert outline is not None
+        planned = outline.input_bytes if plan_bytes and outline.layout in ("binpack", "even") else None
+        return skip_reason(outline, purged), outline.version, planned
+
+    return read_table(Storage(table, dict(storage_options or {})), seen, what="OPTIMIZE's check")

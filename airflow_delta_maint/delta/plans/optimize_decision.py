@@ -99,7 +99,8 @@ class PlanOutline:
 
 def plan_outline(plan: OptimizePlan, decision: AutoDecision | None) -> PlanOutline:
     """The outline of a plan built from the whole snapshot."""
-    return PlanOutline(plan.version, plan.is_empty, plan.layout, plan.min_file_size, plan.left_out, decision)
+    return PlanOutline(plan.version, plan.is_empty, plan.layout, plan.min_file_size, plan.left_out, decision,
+                       input_bytes=plan.input_bytes)
 
 
 def outline_of(state: TableState, options: OptimizeOptions, candidates: bool = False) -> PlanOutline | None:

@@ -6,6 +6,8 @@
 #   make test-nightly - the property tests with ten times their examples (Hypothesis profile "nightly")
 #   make test-delta-spark - delta-spark (jars from Maven Central, cached in ~/.cache/airflow-delta-maint) judges the
 #                         tables our jobs touch, the compatibility matrix included
+#   make test-install - the wheel in fresh virtualenvs, with no extra and with each extra (every job, the example DAG)
+#   make test-faults - every job through a fault-injecting proxy on S3 and Azure, 20 seeds (FAULT_SEEDS=N)
 #   make test-cluster - a Spark cluster sharing nothing with the Airflow side (network and mount namespaces; root)
 #   make bench  - the benchmarks; their output goes to benchmarks/out/
 #   make bench-busy-table - OPTIMIZE racing a delta-spark writer, ours against delta-spark's own (about 30 min)
@@ -17,7 +19,7 @@ STAMP  := $(VENV)/.installed
 # the Azure Storage emulator the object-store tests start (npm package, installed beside the virtualenv)
 AZURITE := $(VENV)/azurite/node_modules/.bin/azurite-blob
 
-.PHONY: demo test test-install test-fast test-nightly test-delta-spark test-compatibility test-cluster lint test-airflow-min bench bench-busy-table bench-guard check-java chromium clean
+.PHONY: demo test test-install test-faults test-fast test-nightly test-delta-spark test-compatibility test-cluster lint test-airflow-min bench bench-busy-table bench-guard check-java chromium clean
 
 # --compile-bytecode: every Python process (Airflow, spark-submit's driver, Spark's Python workers)
 # then loads bytecode instead of compiling its imports again, as after a pip install
@@ -50,6 +52,12 @@ demo: $(STAMP) check-java
 lint: $(STAMP)
 	$(VENV)/bin/ruff check airflow_delta_maint dags_example tests
 	$(VENV)/bin/mypy
+
+# the stores' fault sweep: every job through the fault-injecting proxy on moto's S3 and Azurite, FAULT_SEEDS seeds
+# (about a minute a seed on 2 cores); make test runs a few seeds of it
+FAULT_SEEDS ?= 20
+test-faults: $(STAMP) $(AZURITE) check-java
+	DELTA_MAINT_FAULT_SEEDS=$(FAULT_SEEDS) $(PY) -m pytest -q -p no:xdist tests/storage/test_store_faults.py $(PYTEST_ARGS)
 
 # the package as a deployment installs it: its wheel in fresh virtualenvs, with no extra (every job of the command
 # line on a local table and on moto's S3, the example DAG with airflow dags test) and with each documented extra

@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import write_deltalake
 
+from airflow_delta_maint.app.execution import run_in_process
 from airflow_delta_maint.app.rewrite.bin_copy import rewrite_bin
 from airflow_delta_maint.app.rewrite.data_files import RewriteSpec
 from airflow_delta_maint.app.rewrite.rewrite_counts import RewriteCounts, merge_copy_metrics
@@ -71,6 +72,16 @@ def test_options_take_copy_row_groups_and_row_group_bytes() -> None:
 def test_a_bad_mode_fails_before_anything_is_read(tmp_path: Path) -> None:
     code, m = run(tmp_path / "missing", copy_row_groups="sometimes")
     assert code == 2 and m["error"] == "copy_row_groups must be one of auto, always, never, got 'sometimes'"
+
+
+def test_the_command_line_flags_reach_the_rewrite(tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    make_table(path, big=2, small=1)
+    with pytest.raises(InvalidArgumentError, match="--copy-row-groups: invalid choice: 'sometimes'"):
+        run_in_process("optimize", str(path), ["--copy-row-groups", "sometimes"])
+    code, m = run_in_process("optimize", str(path), ["--copy-row-groups", "always", "--row-group-bytes",
+                                                     str(ROW_GROUP_BYTES), "--lease-seconds", "0"])
+    assert code == 0 and (m["numRowGroupsCopied"], m["copyFallbacks"]) == (3, {}), m
 
 
 # -- the three modes -----------------------------------------------------------------------------

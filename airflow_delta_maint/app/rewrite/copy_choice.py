@@ -30,7 +30,7 @@ from airflow_delta_maint.delta.parquet.row_group_copy import copy_refusal, refer
 from airflow_delta_maint.delta.plans.optimize_options import copy_threshold
 from airflow_delta_maint.delta.storage.range_reader import RangeReader
 
-from .data_files import RewriteSpec, _nullable
+from .data_files import RewriteSpec, nullable_schema
 from .rewrite_counts import RewriteCounts
 
 __all__ = ["CopyChoice", "choose_copies", "input_source", "maps_exactly", "table_reason"]
@@ -117,7 +117,7 @@ def maps_exactly(footer: Footer, schema: pa.Schema) -> bool:
     int96 = {columns.column(i).path for i in range(len(columns)) if columns.column(i).physical_type == "INT96"}
     utc = pa.timestamp("us", tz="UTC")
     read = pa.schema([f.with_type(utc) if f.name in int96 and f.type == pa.timestamp("us") else f for f in read])
-    return _nullable(read).equals(_nullable(schema), check_metadata=False)
+    return nullable_schema(read).equals(nullable_schema(schema), check_metadata=False)
 
 
 def _own_reference(footers: list[Footer], spec: RewriteSpec, codec: int) -> Footer | None:

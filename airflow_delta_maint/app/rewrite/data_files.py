@@ -64,7 +64,7 @@ class RewriteSpec:
         """The table's physical schema without partition columns, every field nullable, then the
         materialized row-tracking columns (int64) when the table names them."""
         if self._schema is None:
-            schema = _nullable(to_arrow_schema(self.metadata, physical=True))
+            schema = nullable_schema(to_arrow_schema(self.metadata, physical=True))
             for name in self.row_tracking.hidden_columns:
                 schema = schema.append(pa.field(name, pa.int64()))
             self._schema = schema
@@ -76,7 +76,8 @@ class RewriteSpec:
         return state
 
 
-def _nullable(schema: pa.Schema) -> pa.Schema:
+def nullable_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with every field nullable, nested fields included (as the rewrite writes files)."""
     return pa.schema([f.with_nullable(True).with_type(_nullable_type(f.type)) for f in schema],
                      metadata=schema.metadata)
 

@@ -24,7 +24,7 @@ from airflow_delta_maint.delta.plans.optimize_options import OptimizeOptions
 from airflow_delta_maint.delta.plans.write_cadence import WriteCadence, read_write_cadence
 from airflow_delta_maint.delta.storage.store import Storage
 
-__all__ = ["MAX_COMMITS_PER_RUN", "QUIET", "BUSY", "RewritePath", "busy_unit_bins", "commit_groups",
+__all__ = ["MAX_COMMITS_PER_RUN", "QUIET", "BUSY", "RewriteCadence", "busy_unit_bins", "commit_groups",
            "rewrite_and_commit", "rewrite_units"]
 
 #: on the busy path a run makes at most about this many commits
@@ -56,9 +56,9 @@ def commit_groups(bins: Sequence[Bin], batch_bytes: int, per_commit: int) -> lis
 
 
 @dataclass
-class RewritePath:
-    """The run's path, decided on first use and shared by every plan of the run (a large table's
-    rounds); switched from quiet to busy at most once."""
+class RewriteCadence:
+    """The run's cadence (quiet: each batch at once; busy: a bin at a time), decided on first use and shared
+    by every plan of the run (a large table's rounds); switched from quiet to busy at most once."""
 
     path: str | None = None
     cadence: WriteCadence | None = None
@@ -126,7 +126,7 @@ def rewrite_and_commit(bins: Sequence[Bin], groups: list[list[int]], rewrite: Ca
         pool.shutdown(wait=True)
 
 
-def rewrite_units(options: OptimizeOptions, num_bins: int, path: RewritePath | None = None) -> tuple[int, bool]:
+def rewrite_units(options: OptimizeOptions, num_bins: int, path: RewriteCadence | None = None) -> tuple[int, bool]:
     """How many bins are rewritten together (one Spark job, or one slice of local work; 0: a whole
     batch) and whether each unit is committed as soon as it is rewritten (else rewritten units are
     held and committed together when the log moves; see ``optimize_execution``).

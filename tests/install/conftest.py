@@ -16,6 +16,8 @@ from tests.storage.servers import start_moto
 
 REPO = Path(__file__).resolve().parents[2]
 UV = Path(sys.executable).parent / "uv"
+#: the wheels of the source-only pins (pyspark, pyspark-client) that ``make`` builds once per machine
+WHEELS = Path(os.environ.get("DELTA_MAINT_WHEELS", Path.home() / ".cache" / "airflow-delta-maint" / "wheels"))
 #: the extras README.md documents, each installed into a virtualenv of its own
 EXTRAS = ("amazon", "microsoft-azure", "google", "catalogs", "openlineage", "delta-spark")
 
@@ -79,7 +81,8 @@ def install(wheel, tmp_path_factory) -> Callable[[str | None], Install]:
             subprocess.run([str(UV), "venv", "--quiet", "--python", sys.executable, str(root)], check=True)
             target = f"{wheel}[{extra}]" if extra else str(wheel)
             subprocess.run([str(UV), "pip", "install", "--quiet", "--compile-bytecode", "--python",
-                            str(root / "bin" / "python"), "--constraint", str(REPO / "constraints.txt"), target],
+                            str(root / "bin" / "python"), "--constraint", str(REPO / "constraints.txt"),
+                            *(["--find-links", str(WHEELS)] if WHEELS.is_dir() else []), target],
                            check=True, timeout=900)
             made[extra] = Install(root, extra)
         return made[extra]

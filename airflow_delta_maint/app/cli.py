@@ -58,6 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--master", help="Spark master for a run outside spark-submit (default local[*])")
         p.add_argument("--history-uri", metavar="URI",
                        help="append this run to the maintenance history (a Delta table) at URI")
+        # the version the submitting task's check saw: the run reports whether it planned on a newer one
+        p.add_argument("--seen-version", type=int, help=argparse.SUPPRESS)
         add_table_name_arguments(p, _storage_option)
         add_session_arguments(p)
         job.options.add_to(p)

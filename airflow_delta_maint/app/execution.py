@@ -66,9 +66,12 @@ def parse_job_args(job: str, argv: Sequence[str]) -> argparse.Namespace:
     return namespace
 
 
-def parsed_args(job: JobDefinition, params: Mapping[str, Any], history_uri: str | None = None) -> argparse.Namespace:
-    """The namespace a job's runner takes, from its parsed options (no command-line text in between)."""
-    return argparse.Namespace(**{**job.options.defaults(), **params, "history_uri": history_uri})
+def parsed_args(job: JobDefinition, params: Mapping[str, Any], history_uri: str | None = None, *,
+                seen_version: int | None = None) -> argparse.Namespace:
+    """The namespace a job's runner takes, from its parsed options (no command-line text in between);
+    ``seen_version``: the version the task's check saw (see :func:`~airflow_delta_maint.app.jobs.planned_again`)."""
+    return argparse.Namespace(**{**job.options.defaults(), **params, "history_uri": history_uri,
+                                 "seen_version": seen_version})
 
 
 def run_in_process(job: str, table: str, argv: Sequence[str], storage_options: Mapping[str, str] | None = None,

@@ -20,8 +20,10 @@ from airflow_delta_maint.hooks.application_run import try_read_metrics
 __all__ = ["JobSubmission", "application_args"]
 
 
-def application_args(job: str, options: Mapping[str, Any] | Sequence[str], history_uri: str | None = None) -> list[str]:
-    """The application's arguments for a job's options (values by name, or arguments already) and the history."""
+def application_args(job: str, options: Mapping[str, Any] | Sequence[str], history_uri: str | None = None,
+                     seen_version: int | None = None) -> list[str]:
+    """The application's arguments for a job's options (values by name, or arguments already), the history and
+    the version the task's check saw."""
     from airflow_delta_maint.app.job_definitions import definition
 
     if isinstance(options, Mapping):
@@ -31,7 +33,8 @@ def application_args(job: str, options: Mapping[str, Any] | Sequence[str], histo
             raise AirflowException(str(exc)) from None
     else:
         args = [str(a) for a in options]
-    return [*args, *(["--history-uri", history_uri] if history_uri else [])]
+    return [*args, *(["--history-uri", history_uri] if history_uri else []),
+            *(["--seen-version", str(seen_version)] if seen_version is not None else [])]
 
 
 class JobSubmission:
@@ -61,6 +64,7 @@ class JobSubmission:
         job_args: Mapping[str, Any] | Sequence[str] = (),
         storage_options: Mapping[str, Any] | None = None,
         history_uri: str | None = None,
+        seen_version: int | None = None,
     ) -> dict[str, Any]:
         """
         Submit one job and wait for it; return its metrics object.
@@ -72,9 +76,11 @@ class JobSubmission:
         :param storage_options: object-store options for the table (passed to the application and
             used to read a metrics file from object storage).
         :param history_uri: record the run in the maintenance history at this URI.
+        :param seen_version: the version the task's check saw; the metrics say whether the driver planned on a
+            newer one (``version_checked``, ``replanned``).
         :raises AirflowException: when the job fails; the message is the application's own error.
         """
-        job_args = application_args(job, job_args, history_uri)
+        job_args = application_args(job, job_args, history_uri, seen_version)
         if self._connect is not None:
             return self._connect.run_job(job, table_uri, job_args, storage_options)
         self.check_master_reachable()

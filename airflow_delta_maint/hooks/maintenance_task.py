@@ -70,6 +70,8 @@ class MaintenanceTask:
     looked: Looked | None = None
     #: full reads of the log this task made on the worker (its listings aside)
     log_reads: int = 0
+    #: the version the check's look saw (None: no look); the run says whether it had to plan on a newer one
+    seen_version: int | None = None
 
     # -- the table and its credentials -------------------------------------------------------------
     @property
@@ -151,6 +153,7 @@ class MaintenanceTask:
                 self.log_reads += 1
                 reason, version, planned = look(self.table_uri, self.worker_storage_options, options,
                                                 plan_bytes=plan_bytes)
+                self.seen_version = version
                 if self.looked is not None and plan_bytes:
                     self.looked = Looked(self.looked.log_bytes, planned)
             else:
@@ -210,8 +213,8 @@ class MaintenanceTask:
 
     def run_locally(self, params: Mapping[str, Any], history_uri: str | None) -> dict[str, Any]:
         """Run the job in this process (no Spark); metrics and failures as from spark-submit."""
-        _, metrics = run_parsed(self.job, self.table_uri, parsed_args(self.job, params, history_uri),
-                                self.worker_storage_options)
+        args = parsed_args(self.job, params, history_uri, seen_version=self.seen_version)
+        _, metrics = run_parsed(self.job, self.table_uri, args, self.worker_storage_options)
         if metrics.get("status") == "failed":
             raise AirflowException(f"delta-maint {self.job.name} failed: {metrics.get('error', 'unknown error')}")
         return metrics

@@ -264,7 +264,7 @@ class DeltaMaintenanceOperator(JobOptions, TableReporting, BaseOperator):
             self._spark_conf = inject_parent_job_info(self.conf, context)
             self._hook = self.get_hook()
             metrics = self._hook.run_job(self.job, self.table_uri, self.job_values(), self.table_storage_options,
-                                         history_uri=history)
+                                         history_uri=history, seen_version=self.task.seen_version)
         self.log.info(
             "%s on %s: %s (version read %s, committed %s)",
             self.job, self.table_uri, metrics.get("status"), metrics.get("version_read"),

@@ -61,11 +61,24 @@ def execute_job(job: str, module: Any, args: argparse.Namespace, ctx: JobContext
         code = 1
     if metrics.get("version_read") is None:
         metrics["version_read"] = ctx.version_read
+    metrics.update(planned_again(getattr(args, "seen_version", None), metrics.get("version_read")))
     finish(metrics)
     if getattr(args, "history_uri", None):  # never fails the run: a failure is logged and reported under "history"
         spark = ctx._spark
         metrics["history"] = record_run(args.history_uri, metrics, spark_app_id=application_id(spark))
     return code, metrics
+
+
+def planned_again(seen: int | None, read: int | None) -> dict[str, Any]:
+    """``version_checked`` (the version the submitting task's check saw) and ``replanned`` (the run read a newer
+    one: a commit came in between, so it planned again rather than on what the check saw); nothing when the
+    run was not submitted after a check."""
+    if seen is None:
+        return {}
+    replanned = read is not None and read != seen
+    if replanned:
+        log.info("the table moved from version %s (the task's check) to %s: planned again on %s", seen, read, read)
+    return {"version_checked": seen, "replanned": replanned}
 
 
 def refused(job: str, table: str, exc: DeltaError) -> tuple[int, dict[str, Any]]:

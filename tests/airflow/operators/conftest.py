@@ -23,8 +23,8 @@ def submits(monkeypatch) -> list[tuple]:
     """Record the jobs operators submit instead of starting Spark; each returns "committed" metrics."""
     calls: list[tuple] = []
 
-    def record(self, job, table_uri, job_args, storage_options=None, history_uri=None):
-        calls.append((job, table_uri, application_args(job, job_args, history_uri)))
+    def record(self, job, table_uri, job_args, storage_options=None, history_uri=None, seen_version=None):
+        calls.append((job, table_uri, application_args(job, job_args, history_uri, seen_version)))
         return {"operation": job, "table": table_uri, "status": "committed"}
 
     monkeypatch.setattr(DeltaMaintHook, "run_job", record)

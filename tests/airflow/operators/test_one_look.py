@@ -55,3 +55,52 @@ def test_without_auto_the_look_plans_no_bytes(tmp_path, log_reads):
     assert op.task.check(op.job_params(), "spark") is None
     assert op.task.looked is None and op.task.choose("spark", op.job_params()) == ("spark", "execution 'spark'")
     assert log_reads == ["OPTIMIZE's check"]
+
+
+def test_the_run_plans_on_the_version_the_check_saw(tmp_path, log_reads):
+    """No commit since the check: the run reports the version the check saw and no second planning."""
+    table = tmp_path / "t"
+    write_appends(table, 6)
+    op = OptimizeOperator(task_id="o", table_uri=str(table), execution="local")
+    assert op.task.check(op.job_params(), "local") is None
+    metrics = op.task.run_locally(op.job_params(), None)
+    assert metrics["status"] == "committed"
+    assert (metrics["version_checked"], metrics["version_read"], metrics["replanned"]) == (5, 5, False)
+
+
+def test_a_commit_after_the_check_is_planned_again_and_said(tmp_path, log_reads):
+    """A writer commits between the task's check and its run: the run plans on the newer version, says so, and
+    rewrites the new file too (nothing the check saw is taken as the plan)."""
+    from deltalake import DeltaTable, write_deltalake
+
+    table = tmp_path / "t"
+    write_appends(table, 6)
+    op = OptimizeOperator(task_id="o", table_uri=str(table), execution="local")
+    assert op.task.check(op.job_params(), "local") is None
+    rows = DeltaTable(str(table)).to_pyarrow_table()
+    write_deltalake(str(table), rows.slice(0, 3).cast(rows.schema), mode="append")
+    before = sorted_rows(DeltaTable(str(table)).to_pyarrow_table())
+    files_before = len(DeltaTable(str(table)).file_uris())
+    metrics = op.task.run_locally(op.job_params(), None)
+    assert (metrics["version_checked"], metrics["version_read"], metrics["replanned"]) == (5, 6, True)
+    after = DeltaTable(str(table))
+    assert sorted_rows(after.to_pyarrow_table()) == before
+    assert metrics["numRemovedFiles"] == files_before  # the new commit's file too
+    assert len(after.file_uris()) == metrics["numAddedFiles"] < files_before
+
+
+def test_the_submitted_application_gets_the_version_the_check_saw(tmp_path, submits):
+    table = tmp_path / "t"
+    write_appends(table, 6)
+    op = OptimizeOperator(task_id="o", table_uri=str(table), execution="spark")
+    op.execute({})
+    ((_, _, argv),) = submits
+    assert argv[argv.index("--seen-version") + 1] == "5"
+    from airflow_delta_maint.app.cli import build_parser
+
+    assert build_parser().parse_args(["optimize", str(table), *argv]).seen_version == 5
+
+
+def sorted_rows(rows) -> list[tuple]:
+    """A table's rows as sorted tuples (a rewrite may reorder rows)."""
+    return sorted(zip(*(rows.column(i).to_pylist() for i in range(rows.num_columns))))

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from airflow_delta_maint.delta.health.estimates import DEFAULT_RATES, CpuRates, Estimate, EstimateInputs, estimate
 from airflow_delta_maint.delta.protocol.features import DELTA_SPARK, Operation
 
 from .options import OptionSet
@@ -143,3 +144,8 @@ class JobDefinition:
         if own is not None:
             return own(dict(metrics))
         return "\n".join(f"{k}: {v}" for k, v in metrics.items())
+
+    def estimate(self, inputs: EstimateInputs, rates: CpuRates = DEFAULT_RATES) -> Estimate | None:
+        """What a run would gain and cost on the table ``inputs`` describe, from the log alone (its operation's
+        estimate: :mod:`airflow_delta_maint.delta.health.estimates`); None for a job that changes nothing."""
+        return estimate(self.operation, inputs, rates) if self.writes else None

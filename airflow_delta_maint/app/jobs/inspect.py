@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from airflow_delta_maint.delta.health.estimates import EstimateInputs
 from airflow_delta_maint.delta.health.score import health_score, inputs_from_aggregates
 from airflow_delta_maint.delta.health.state_summary import summarize_state
 from airflow_delta_maint.delta.log.history import last_operation_version, log_state
@@ -107,10 +108,32 @@ def inspect_table(state: TableHeader, small_file_bytes: int = DEFAULT_SMALL_FILE
         # (other engines) see another table than the commits say
         "distrusted_log_files": list(state.distrusted),
         "health": health_score(health),
+        # what each job would gain and cost here, from these aggregates alone
+        "estimates": job_estimates(EstimateInputs(health, summary.dv_files, summary.num_tombstones)),
     }
     if with_files:
         report["files"] = [p for _kind, table in state.scan([]) for p in table.column("path").to_pylist()]
     return report
+
+
+def job_estimates(inputs: EstimateInputs) -> dict[str, dict[str, Any]]:
+    """Each job's estimate on the table ``inputs`` describe (the jobs that change something and have one)."""
+    from ..job_definitions import JOBS
+
+    return {name: found.as_dict() for name, job in JOBS.items() if (found := job.estimate(inputs)) is not None}
+
+
+def _estimate_line(name: str, e: dict[str, Any]) -> str:
+    gain, cost = e["gain"], e["cost"]
+    gained = [f"{label} {gain[key] if key != 'bytes_freed' and key != 'dv_bytes_purged' else _label(gain[key])}"
+              for key, label in (("files_removed", "files removed"), ("dv_bytes_purged", "deleted rows purged"),
+                                 ("files_given_stats", "files given statistics"),
+                                 ("log_files_not_replayed", "log files not replayed"), ("bytes_freed", "freed"))
+              if gain[key]]
+    if not gained:
+        return f"  {name:<14} nothing to gain"
+    return (f"  {name:<14} {', '.join(gained)}; health {gain['score_before']} -> {gain['score_after']}; "
+            f"reads {_label(cost['bytes_read'])}, writes {_label(cost['bytes_written'])}, ~{cost['cpu_s']:g} CPU s")
 
 
 def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
@@ -150,6 +173,9 @@ def format_human(m: dict[str, Any]) -> str:
     for h in m["file_size_histogram"]:
         bar = "#" * max(1 if h["files"] else 0, round(40 * h["files"] / width))
         lines.append(f"  {h['bucket']:>18} {h['files']:>8} {bar}")
+    if m.get("estimates"):
+        lines.append("each job here would (estimated from the log):")
+        lines.extend(_estimate_line(name, e) for name, e in m["estimates"].items())
     if "files" in m:
         lines.append("files:")
         lines.extend(f"  {p}" for p in m["files"])

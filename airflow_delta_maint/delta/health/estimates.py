@@ -1,0 +1,203 @@
+"""What a maintenance operation would gain and cost on a table, from the log alone (no Spark, no data file read).
+
+Each estimate starts from the numbers the health score reads (:class:`~.score.HealthInputs`) and a few more
+aggregates of the same scan (:class:`EstimateInputs`), and says:
+
+- **gain**: files removed, bytes no longer scanned through deletion vectors, files given statistics, log files
+  a reader no longer replays, bytes freed on storage, and the health score before and after;
+- **cost**: bytes read and written, files listed and deleted, log files read, and predicted CPU-seconds from
+  :class:`CpuRates` (documented defaults, which a calibration on the maintenance history replaces).
+
+The estimates are keyed by the core's :class:`~airflow_delta_maint.delta.protocol.features.Operation`; a job's
+definition names its operation and so its estimate. They are approximations by design: a plan is exact, and
+costs a read of every candidate's statistics; an estimate costs nothing beyond the health report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_delta_maint.delta.health.score import HealthInputs, health_score
+from airflow_delta_maint.delta.protocol.features import Operation
+
+__all__ = ["CHECKPOINT_BYTES_PER_FILE", "Cost", "CpuRates", "DEFAULT_RATES", "Estimate", "EstimateInputs", "Gain",
+           "estimate"]
+
+#: bytes a checkpoint spends per live file (an add row in parquet: path, size, stats, partition values)
+CHECKPOINT_BYTES_PER_FILE = 300
+
+
+@dataclass(frozen=True)
+class EstimateInputs:
+    """The health score's inputs and the scan's other aggregates an estimate needs."""
+
+    health: HealthInputs
+    num_files_with_deletion_vectors: int = 0
+    num_tombstones: int = 0  # removed files VACUUM may delete (their bytes: ``health.tombstone_bytes``)
+
+    @property
+    def avg_file_bytes(self) -> int:
+        h = self.health
+        return h.size_bytes // h.num_files if h.num_files else 0
+
+
+@dataclass(frozen=True)
+class Gain:
+    """What a run would leave better."""
+
+    files_removed: int = 0
+    dv_bytes_purged: int = 0
+    files_given_stats: int = 0
+    log_files_not_replayed: int = 0
+    bytes_freed: int = 0
+    score_before: int = 100
+    score_after: int = 100
+
+    @property
+    def any(self) -> bool:
+        """Whether the run would gain anything at all."""
+        return bool(self.files_removed or self.dv_bytes_purged or self.files_given_stats
+                    or self.log_files_not_replayed or self.bytes_freed)
+
+
+@dataclass(frozen=True)
+class CpuRates:
+    """CPU-seconds per unit of work, by kind; ``fixed_s`` per run. The defaults are the native engine's measures
+    on two cores (docs/benchmarks.md: OPTIMIZE re-encoding 900 MB in 3.5 CPU-s, VACUUM full deleting 50,000
+    files in 3.5 CPU-s, the health report reading a commit in some 4 ms); docs/health.md, "Estimates"."""
+
+    per_gib_rewritten: float = 4.0
+    per_gib_read: float = 2.0
+    per_file_deleted: float = 0.0001
+    per_file_listed: float = 0.00002
+    per_log_file: float = 0.004
+    fixed_s: float = 1.0
+
+
+DEFAULT_RATES = CpuRates()
+GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What a run would spend."""
+
+    bytes_read: int = 0
+    bytes_written: int = 0
+    files_listed: int = 0
+    files_deleted: int = 0
+    log_files_read: int = 0
+    cpu_s: float = 0.0
+
+    def priced(self, rates: CpuRates, rewritten: int) -> Cost:
+        """This cost with its CPU-seconds predicted from ``rates`` (``rewritten``: bytes decoded and written again)."""
+        other_read = max(0, self.bytes_read - rewritten)
+        cpu = (rates.fixed_s + rates.per_gib_rewritten * rewritten / GIB + rates.per_gib_read * other_read / GIB
+               + rates.per_file_deleted * self.files_deleted + rates.per_file_listed * self.files_listed
+               + rates.per_log_file * self.log_files_read)
+        return dataclasses.replace(self, cpu_s=round(cpu, 3))
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One operation's gain and cost on one table state."""
+
+    operation: str
+    gain: Gain
+    cost: Cost
+    assumptions: tuple[str, ...] = field(default=())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"operation": self.operation, "gain": dataclasses.asdict(self.gain),
+                "cost": dataclasses.asdict(self.cost), "assumptions": list(self.assumptions)}
+
+
+def _score(h: HealthInputs) -> int:
+    return int(health_score(h)["score"])
+
+
+def _with_commits(h: HealthInputs, commits: int) -> HealthInputs:
+    """``h`` after ``commits`` more commits (a job's own): more log after the checkpoint and the compaction."""
+    return dataclasses.replace(h, commits_since_checkpoint=h.commits_since_checkpoint + commits,
+                               uncovered_commits=h.uncovered_commits + commits)
+
+
+def _optimize(x: EstimateInputs) -> tuple[HealthInputs, Gain, Cost, int, tuple[str, ...]]:
+    h = x.health
+    removed = max(0, h.excess_small_files)
+    deleted_share = h.deleted_rows / h.num_records if h.num_records else 0.0
+    dv_bytes = int(deleted_share * h.size_bytes)
+    dv_input = x.num_files_with_deletion_vectors * x.avg_file_bytes
+    read = h.small_files_bytes + dv_input
+    written = max(0, read - dv_bytes)
+    after = dataclasses.replace(h, num_files=h.num_files - removed, excess_small_files=0,
+                                num_small_files=max(0, h.num_small_files - removed), deleted_rows=0,
+                                tombstone_bytes=h.tombstone_bytes + read, size_bytes=h.size_bytes - dv_bytes)
+    gain = Gain(files_removed=removed, dv_bytes_purged=dv_bytes)
+    assumptions = ("every partition's small files are compacted, as a full OPTIMIZE plans",
+                   "files with deletion vectors are rewritten; their deleted rows are spread evenly over the table")
+    return after, gain, Cost(bytes_read=read, bytes_written=written), read, assumptions
+
+
+def _compute_stats(x: EstimateInputs) -> tuple[HealthInputs, Gain, Cost, int, tuple[str, ...]]:
+    h = x.health
+    files = h.files_without_stats + h.files_missing_stats_columns
+    after = dataclasses.replace(h, files_without_stats=0, files_missing_stats_columns=0)
+    read = files * x.avg_file_bytes
+    return after, Gain(files_given_stats=files), Cost(bytes_read=read), 0, (
+        "the files needing statistics are of the table's average size",)
+
+
+def _vacuum(x: EstimateInputs) -> tuple[HealthInputs, Gain, Cost, int, tuple[str, ...]]:
+    h = x.health
+    after = dataclasses.replace(h, tombstone_bytes=0)
+    cost = Cost(files_listed=h.num_files + x.num_tombstones, files_deleted=x.num_tombstones)
+    return after, Gain(bytes_freed=h.tombstone_bytes), cost, 0, (
+        "every removed file is past the retention window (an upper bound for a shorter retention)",
+        "a full VACUUM lists every file under the table")
+
+
+def _checkpoint(x: EstimateInputs) -> tuple[HealthInputs, Gain, Cost, int, tuple[str, ...]]:
+    h = x.health
+    commits = max(0, h.commits_since_checkpoint)
+    after = dataclasses.replace(h, commits_since_checkpoint=0, uncovered_commits=0)
+    cost = Cost(bytes_written=(h.num_files + x.num_tombstones) * CHECKPOINT_BYTES_PER_FILE, log_files_read=commits)
+    return after, Gain(log_files_not_replayed=commits), cost, 0, ()
+
+
+def _compact_log(x: EstimateInputs) -> tuple[HealthInputs, Gain, Cost, int, tuple[str, ...]]:
+    h = x.health
+    interval = max(1, h.compaction_interval)
+    windows = max(0, h.uncovered_commits) // interval
+    after = dataclasses.replace(h, uncovered_commits=h.uncovered_commits - windows * interval)
+    cost = Cost(log_files_read=windows * interval)
+    return after, Gain(log_files_not_replayed=windows * (interval - 1)), cost, 0, ()
+
+
+#: commits a run of the operation adds to the log (VACUUM: its start and its end)
+_COMMITS: Mapping[Operation, int] = {Operation.OPTIMIZE: 1, Operation.COMPUTE_STATS: 1, Operation.VACUUM: 2}
+
+_ESTIMATORS: Mapping[Operation, Callable[[EstimateInputs], tuple[HealthInputs, Gain, Cost, int, tuple[str, ...]]]] = {
+    Operation.OPTIMIZE: _optimize,
+    Operation.COMPUTE_STATS: _compute_stats,
+    Operation.VACUUM: _vacuum,
+    Operation.CHECKPOINT: _checkpoint,
+    Operation.COMPACT_LOG: _compact_log,
+}
+
+
+def estimate(operation: Operation | str, inputs: EstimateInputs, rates: CpuRates = DEFAULT_RATES) -> Estimate | None:
+    """``operation``'s gain and cost on the table ``inputs`` describe; None for an operation without an estimate
+    (it reads only, or what it gains is not in the log's aggregates, as for the expired log's cleanup)."""
+    op = Operation(operation)
+    estimator = _ESTIMATORS.get(op)
+    if estimator is None:
+        return None
+    after, gain, cost, rewritten, assumptions = estimator(inputs)
+    after = _with_commits(after, _COMMITS.get(op, 0))
+    before = _score(inputs.health)
+    gain = dataclasses.replace(gain, score_before=before, score_after=_score(after) if gain.any else before)
+    return Estimate(str(op), gain, cost.priced(rates, rewritten), assumptions)

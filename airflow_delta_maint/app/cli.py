@@ -22,6 +22,7 @@ from .client_logs import quieted_client_loggers
 from .context import JobContext
 from .execution import needs_spark, uses_delta_spark
 from .fleet_cli import FLEET, add_fleet_parser, run_fleet_command
+from .lake_cli import PLAN_LAKE, add_lake_parser, run_plan_lake
 from .job_definitions import JOBS, JobDefinition, definition
 from .jobs import execute_job, refused
 from .metrics import write_metrics
@@ -65,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
         job.options.add_to(p)
     add_report_parser(sub)
     add_fleet_parser(sub)
+    add_lake_parser(sub)
     return parser
 
 
@@ -91,6 +93,8 @@ def _run_parsed(args: argparse.Namespace, console: bool) -> tuple[int, dict[str,
         silence_python_warnings()
     if args.job == FLEET:
         return run_fleet_command(args, quiet=quiet)
+    if args.job == PLAN_LAKE:
+        return run_plan_lake(args, quiet=quiet)
     job = definition(args.job)
     refreshed = False
     try:

@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 
 from airflow_delta_maint.delta.health.estimates import EstimateInputs
-from airflow_delta_maint.delta.health.score import health_score, inputs_from_aggregates
-from airflow_delta_maint.delta.health.state_summary import summarize_state
-from airflow_delta_maint.delta.log.history import last_operation_version, log_state
+from airflow_delta_maint.delta.health.score import HealthInputs, health_score, inputs_from_aggregates
+from airflow_delta_maint.delta.health.state_summary import StateSummary, summarize_state
+from airflow_delta_maint.delta.log.history import LogState, last_operation_version, log_state
 from airflow_delta_maint.delta.log.table_header import TableHeader
 from airflow_delta_maint.delta.log.table_state import TableState
 from airflow_delta_maint.delta.storage.store import Storage
@@ -65,23 +65,14 @@ def inspect_table(state: TableHeader, small_file_bytes: int = DEFAULT_SMALL_FILE
     the eager state and the streamed one; ``with_files`` lists the live files' paths too."""
     shell = state
     check_supported(shell.protocol, Operation.INSPECT)
-    summary = summarize_state(state, small_file_bytes, _HIST_EDGES)
+    summary, health, log_now = _summary(state, small_file_bytes)
     storage = state.storage
-    log_now = log_state(storage)
     at_latest = shell.version == log_now.latest_version
     last_optimize = last_operation_version(storage, ["OPTIMIZE"], shell.version, max_commits=10_000, stop_at=0)
     histogram = []
     for i, lo in enumerate(_HIST_EDGES):
         label = f"[{_label(lo)}, {_label(_HIST_EDGES[i + 1])})" if i + 1 < len(_HIST_EDGES) else f">= {_label(lo)}"
         histogram.append({"bucket": label, "files": summary.bucket_files[i], "bytes": summary.bucket_bytes[i]})
-    health = inputs_from_aggregates(
-        shell, log_now if at_latest else None, num_files=summary.num_files, size_bytes=summary.size_bytes,
-        target_file_bytes=int(small_file_bytes), num_small_files=summary.num_small_files,
-        small_files_bytes=summary.small_files_bytes,
-        excess_small_files=summary.excess_small_files(int(small_file_bytes)) if summary.num_small_files else 0,
-        num_records=summary.num_records, deleted_rows=summary.deleted_rows,
-        tombstone_bytes=summary.tombstone_gone_bytes, files_without_stats=summary.files_without_stats or 0,
-        files_missing_stats_columns=summary.files_missing_stats_columns or 0)
     checkpoint = shell.segment.checkpoint_version
     report: dict[str, Any] = {
         **_report_head(storage, shell),
@@ -114,6 +105,28 @@ def inspect_table(state: TableHeader, small_file_bytes: int = DEFAULT_SMALL_FILE
     if with_files:
         report["files"] = [p for _kind, table in state.scan([]) for p in table.column("path").to_pylist()]
     return report
+
+
+def _summary(state: TableHeader, small_file_bytes: int) -> tuple[StateSummary, HealthInputs, LogState]:
+    """The state's aggregates, the health score's inputs from them, and the log's state now."""
+    summary = summarize_state(state, small_file_bytes, _HIST_EDGES)
+    log_now = log_state(state.storage)
+    health = inputs_from_aggregates(
+        state, log_now if state.version == log_now.latest_version else None, num_files=summary.num_files,
+        size_bytes=summary.size_bytes, target_file_bytes=int(small_file_bytes),
+        num_small_files=summary.num_small_files, small_files_bytes=summary.small_files_bytes,
+        excess_small_files=summary.excess_small_files(int(small_file_bytes)) if summary.num_small_files else 0,
+        num_records=summary.num_records, deleted_rows=summary.deleted_rows,
+        tombstone_bytes=summary.tombstone_gone_bytes, files_without_stats=summary.files_without_stats or 0,
+        files_missing_stats_columns=summary.files_missing_stats_columns or 0)
+    return summary, health, log_now
+
+
+def estimate_inputs(state: TableHeader, small_file_bytes: int = DEFAULT_SMALL_FILE_BYTES) -> EstimateInputs:
+    """What the jobs' estimates read of a table's state (the health report's aggregates, no data file read)."""
+    check_supported(state.protocol, Operation.INSPECT)
+    summary, health, _ = _summary(state, small_file_bytes)
+    return EstimateInputs(health, summary.dv_files, summary.num_tombstones)
 
 
 def job_estimates(inputs: EstimateInputs) -> dict[str, dict[str, Any]]:

@@ -1,0 +1,115 @@
+"""A fleet's night under a budget, on the worker: estimate each job that has work, choose, and defer the rest.
+
+After :func:`~airflow_delta_maint.app.fleet.decide` (each job's cheap check), every table with work is read once
+more, streamed, for the aggregates the estimates take (:func:`~airflow_delta_maint.app.jobs.inspect.estimate_inputs`;
+no data file, no Spark). The core's :func:`~airflow_delta_maint.delta.plans.lake_budget.plan_lake` chooses; the
+jobs it defers become "skipped" results that say why and what they would have cost, and the nights a job has
+waited come from the maintenance history (its deferred records).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from airflow_delta_maint.delta.errors import DeltaError, TableNotFoundError
+from airflow_delta_maint.delta.health.estimates import DEFAULT_RATES, CpuRates, EstimateInputs
+from airflow_delta_maint.delta.plans.lake_budget import Budget, Candidate, LakePlan, Planned, plan_lake
+from airflow_delta_maint.delta.storage.store import Storage
+
+from .fleet import Decision, FleetSpec, FleetTable, skipped_metrics
+from .job_definitions import definition
+
+log = logging.getLogger("delta_maint")
+
+__all__ = ["budgeted", "nights_waiting", "table_inputs"]
+
+
+def table_inputs(table: str, storage_options: Mapping[str, str]) -> EstimateInputs:
+    """One streamed read of the table's log for the estimates."""
+    from .jobs.inspect import estimate_inputs
+    from .state_reading import read_state
+
+    return read_state(Storage(table, dict(storage_options)), estimate_inputs, None, "the lake plan's estimate")
+
+
+def nights_waiting(history_uri: str | None, storage_options: Mapping[str, str] | None = None) -> dict[tuple[str, str], int]:
+    """Per (table, job): the nights in a row its newest history records deferred it (0 when the newest ran)."""
+    if not history_uri:
+        return {}
+    from airflow_delta_maint.delta.health.run_log import read_runs
+
+    try:
+        runs = read_runs(history_uri, storage_options).to_pylist()
+    except TableNotFoundError:
+        return {}
+    waiting: dict[tuple[str, str], int] = {}
+    done: set[tuple[str, str]] = set()
+    for row in reversed(runs):  # newest first
+        key = (str(row["table_uri"]), str(row["operation"]))
+        if key in done:
+            continue
+        if row["status"] == "skipped" and json.loads(row["metrics"] or "{}").get("deferred"):
+            waiting[key] = waiting.get(key, 0) + 1
+        else:
+            done.add(key)
+    return waiting
+
+
+def _deferred(planned: Planned) -> dict[str, Any]:
+    c = planned.candidate
+    return skipped_metrics(c.job, c.table, planned.reason, deferred=True, nights_waiting=c.nights_waiting + 1,
+                           predicted_cpu_s=round(c.cpu_s, 3), gain_value=round(c.value, 3),
+                           estimate=c.estimate.as_dict() if c.estimate is not None else None)
+
+
+def budgeted(spec: FleetSpec, decision: Decision, budget: Budget,
+             worker_options: Callable[[FleetTable], Mapping[str, str]] | None = None, *,
+             waiting: Mapping[tuple[str, str], int] | None = None, rates: CpuRates = DEFAULT_RATES,
+             threads: int = 8) -> tuple[Decision, LakePlan]:
+    """``decision`` cut down to what ``budget`` buys, and the plan. Deferred jobs join the known results
+    (skipped, ``deferred: true``, with the limit they would pass and their predicted cost); a table whose
+    estimate cannot be read keeps its jobs as candidates without an estimate."""
+    waiting = dict(waiting or {})
+    work = [(i, t) for i, t in enumerate(decision.to_run.tables)]
+
+    def inputs(t: FleetTable) -> EstimateInputs | None:
+        try:
+            return table_inputs(t.table, dict(worker_options(t) if worker_options else t.storage_options))
+        except DeltaError as exc:
+            log.warning("no estimate for %s: %s", t.table, exc)
+            return None
+
+    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+        found = list(pool.map(lambda it: inputs(it[1]), work))
+    candidates = []
+    for (_, t), got in zip(work, found):
+        for j in t.jobs:
+            estimate = definition(j.job).estimate(got, rates) if got is not None else None
+            candidates.append(Candidate(t.table, j.job, estimate, waiting.get((t.table, j.job), 0)))
+    plan = plan_lake(candidates, budget)
+    return _cut(spec, decision, plan), plan
+
+
+def _cut(spec: FleetSpec, decision: Decision, plan: LakePlan) -> Decision:
+    """The decision with only the chosen jobs to run, and the deferred ones known."""
+    chosen = {(p.candidate.table, p.candidate.job) for p in plan.chosen}
+    deferred = {(p.candidate.table, p.candidate.job): p for p in plan.deferred}
+    to_run: list[FleetTable] = []
+    known = []
+    for t, results in zip(spec.tables, decision.known):
+        kept = []
+        merged = []
+        for j, m in zip(t.jobs, results):
+            if m is None and (t.table, j.job) in deferred:
+                m = _deferred(deferred[(t.table, j.job)])
+            elif m is None and (t.table, j.job) in chosen:
+                kept.append(j)
+            merged.append(m)
+        known.append(merged)
+        if kept:
+            to_run.append(FleetTable(t.table, kept, t.storage_options))
+    return Decision(FleetSpec(to_run, spec.history_uri), known)

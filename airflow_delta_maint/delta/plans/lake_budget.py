@@ -1,0 +1,219 @@
+"""A night's maintenance of a lake under a budget: which (table, job) runs go, in what order, and why the rest wait.
+
+The input is one candidate per job that has work on a table (its cheap check said so), each with its estimate
+(:mod:`airflow_delta_maint.delta.health.estimates`). The choice is greedy by gain per predicted CPU-second,
+the way a knapsack is filled when items are many and small against the sack:
+
+1. candidates that have waited :data:`STARVATION_NIGHTS` nights or more go first, the longest waiting first;
+   one of them is taken even when it alone is over what is left, if nothing was taken before it (a run
+   bigger than the whole budget would otherwise wait for ever);
+2. then the rest by :func:`gain_value` ÷ predicted CPU-seconds, highest first;
+3. a candidate that does not fit in what is left of any limit waits, with the limit it would pass; smaller
+   ones after it may still fit.
+
+A table's chosen jobs run in the order its jobs are listed (OPTIMIZE before compute-stats and VACUUM), so a
+job that follows a rewrite is planned on the table the rewrite leaves. The core knows no Spark: the worker
+plans, the application runs what was chosen.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_delta_maint.delta.errors import InvalidArgumentError
+from airflow_delta_maint.delta.health.estimates import Estimate, Gain
+
+__all__ = ["Budget", "Candidate", "GAIN_WEIGHTS", "LakePlan", "Planned", "STARVATION_NIGHTS", "gain_value",
+           "plan_lake"]
+
+#: nights a candidate may wait before it goes first
+STARVATION_NIGHTS = 3
+MIB = 1 << 20
+GIB = 1 << 30
+#: what each unit of gain is worth, in files a reader no longer opens on a scan of the table (the unit):
+#: a file removed is one open fewer; a log file no longer replayed is one read fewer on every load of the
+#: table; 8 MiB no longer read through deletion vectors is about the time of one open on an object store;
+#: a file given statistics is skipped by about half the selective reads; a GiB freed is storage, not reads
+GAIN_WEIGHTS: Mapping[str, float] = {"files_removed": 1.0, "log_files_not_replayed": 1.0,
+                                     "dv_bytes_purged": 1.0 / (8 * MIB), "files_given_stats": 0.5,
+                                     "bytes_freed": 1.0 / GIB}
+#: the gain of a job without an estimate (housekeeping whose gain the log's aggregates cannot see)
+UNESTIMATED_GAIN = 0.1
+#: its predicted CPU-seconds
+UNESTIMATED_CPU_S = 1.0
+
+
+def gain_value(gain: Gain | None) -> float:
+    """One number for a gain: the weighted sum of :data:`GAIN_WEIGHTS`."""
+    if gain is None:
+        return UNESTIMATED_GAIN
+    return sum(weight * float(getattr(gain, name)) for name, weight in GAIN_WEIGHTS.items())
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A night's limits; None: no limit of that kind.
+
+    Attributes:
+        cpu_s: predicted CPU-seconds of the chosen runs together.
+        bytes_rewritten: bytes of data files the chosen runs read to rewrite.
+        max_tables: tables with at least one chosen run.
+        deadline_s: wall-clock seconds for the application; the plan spreads predicted CPU-seconds over
+            ``cores``, and the application stops starting work when the deadline has passed.
+        cores: the cores the application's work runs on (for ``deadline_s``).
+    """
+
+    cpu_s: float | None = None
+    bytes_rewritten: int | None = None
+    max_tables: int | None = None
+    deadline_s: float | None = None
+    cores: int = 1
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any] | None) -> Budget:
+        """A budget from its limits by name (``cpu_s``, ``bytes_rewritten``, ``max_tables``, ``deadline_s``,
+        ``cores``); a wrong name or a value that is not a positive number raises one clear error."""
+        values = dict(values or {})
+        known = {"cpu_s", "bytes_rewritten", "max_tables", "deadline_s", "cores"}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise InvalidArgumentError(f"budget: unknown limit {', '.join(unknown)} (limits: {', '.join(sorted(known))})")
+        out: dict[str, Any] = {}
+        for name, value in values.items():
+            if value is None or value == "":
+                continue
+            try:
+                number = float(value)
+            except (TypeError, ValueError):
+                raise InvalidArgumentError(f"budget: {name} must be a number, got {value!r}") from None
+            if not math.isfinite(number) or number <= 0:
+                raise InvalidArgumentError(f"budget: {name} must be above 0, got {value!r}")
+            out[name] = int(number) if name in ("bytes_rewritten", "max_tables", "cores") else number
+        return cls(**out)
+
+    @property
+    def limited(self) -> bool:
+        return any(v is not None for v in (self.cpu_s, self.bytes_rewritten, self.max_tables, self.deadline_s))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"cpu_s": self.cpu_s, "bytes_rewritten": self.bytes_rewritten, "max_tables": self.max_tables,
+                "deadline_s": self.deadline_s, "cores": self.cores}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A job with work on a table: its estimate (None: the job has none) and the nights it has waited."""
+
+    table: str
+    job: str
+    estimate: Estimate | None
+    nights_waiting: int = 0
+
+    @property
+    def cpu_s(self) -> float:
+        return self.estimate.cost.cpu_s if self.estimate is not None else UNESTIMATED_CPU_S
+
+    @property
+    def bytes_rewritten(self) -> int:
+        """The bytes the run rewrites (OPTIMIZE's reads; a read-only scan, as compute-stats', rewrites none)."""
+        e = self.estimate
+        return e.cost.bytes_read if e is not None and e.cost.bytes_written else 0
+
+    @property
+    def value(self) -> float:
+        return gain_value(self.estimate.gain if self.estimate is not None else None)
+
+    @property
+    def ratio(self) -> float:
+        """Gain per predicted CPU-second."""
+        return self.value / max(self.cpu_s, 1e-3)
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A candidate's place in the plan: chosen (with its rank) or waiting, and why."""
+
+    candidate: Candidate
+    chosen: bool
+    reason: str
+    rank: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        c = self.candidate
+        return {"table": c.table, "job": c.job, "chosen": self.chosen, "reason": self.reason, "rank": self.rank,
+                "nights_waiting": c.nights_waiting, "gain_value": round(c.value, 3),
+                "predicted_cpu_s": round(c.cpu_s, 3), "bytes_rewritten": c.bytes_rewritten,
+                "estimate": c.estimate.as_dict() if c.estimate is not None else None}
+
+
+@dataclass
+class LakePlan:
+    """The night's plan: every candidate, chosen or waiting, and the budget used."""
+
+    budget: Budget
+    entries: list[Planned] = field(default_factory=list)
+
+    @property
+    def chosen(self) -> list[Planned]:
+        return sorted((p for p in self.entries if p.chosen), key=lambda p: p.rank or 0)
+
+    @property
+    def deferred(self) -> list[Planned]:
+        return [p for p in self.entries if not p.chosen]
+
+    def used(self) -> dict[str, Any]:
+        chosen = [p.candidate for p in self.chosen]
+        return {"cpu_s": round(sum(c.cpu_s for c in chosen), 3), "bytes_rewritten": sum(c.bytes_rewritten for c in chosen),
+                "tables": len({c.table for c in chosen}), "runs": len(chosen)}
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"budget": self.budget.as_dict(), "used": self.used(),
+                "chosen": [p.as_dict() for p in self.chosen], "deferred": [p.as_dict() for p in self.deferred]}
+
+
+def _order(candidates: Sequence[Candidate], starvation_nights: int) -> list[Candidate]:
+    starving = sorted((c for c in candidates if c.nights_waiting >= starvation_nights),
+                      key=lambda c: (-c.nights_waiting, -c.ratio, c.table, c.job))
+    rest = sorted((c for c in candidates if c.nights_waiting < starvation_nights),
+                  key=lambda c: (-c.ratio, c.table, c.job))
+    return starving + rest
+
+
+def _over(budget: Budget, c: Candidate, cpu: float, rewritten: int, tables: set[str]) -> str | None:
+    """The limit ``c`` would pass on top of what is chosen, in words, or None when it fits."""
+    if budget.cpu_s is not None and cpu + c.cpu_s > budget.cpu_s:
+        return f"cpu_s: {cpu:.2f} of {budget.cpu_s:g} predicted CPU-s chosen, this run needs {c.cpu_s:.2f}"
+    if budget.deadline_s is not None and (cpu + c.cpu_s) / max(1, budget.cores) > budget.deadline_s:
+        return (f"deadline_s: {cpu / max(1, budget.cores):.2f} of {budget.deadline_s:g} s chosen on "
+                f"{budget.cores} cores, this run needs {c.cpu_s / max(1, budget.cores):.2f}")
+    if budget.bytes_rewritten is not None and rewritten + c.bytes_rewritten > budget.bytes_rewritten:
+        return (f"bytes_rewritten: {rewritten} of {budget.bytes_rewritten} bytes chosen, this run rewrites "
+                f"{c.bytes_rewritten}")
+    if budget.max_tables is not None and c.table not in tables and len(tables) >= budget.max_tables:
+        return f"max_tables: {len(tables)} of {budget.max_tables} tables chosen"
+    return None
+
+
+def plan_lake(candidates: Sequence[Candidate], budget: Budget,
+              starvation_nights: int = STARVATION_NIGHTS) -> LakePlan:
+    """Choose the night's runs under ``budget`` (see the module's docstring); every candidate is in the plan."""
+    plan = LakePlan(budget)
+    cpu, rewritten = 0.0, 0
+    tables: set[str] = set()
+    for c in _order(candidates, starvation_nights):
+        starving = c.nights_waiting >= starvation_nights
+        over = _over(budget, c, cpu, rewritten, tables)
+        if over is not None and not (starving and not tables):
+            plan.entries.append(Planned(c, False, f"deferred: over the budget's {over}"))
+            continue
+        cpu, rewritten = cpu + c.cpu_s, rewritten + c.bytes_rewritten
+        tables.add(c.table)
+        why = (f"waited {c.nights_waiting} nights (at most {starvation_nights})" if starving
+               else f"gain {c.value:.3g} for {c.cpu_s:.3g} predicted CPU-s")
+        if over is not None:
+            why += f"; over the budget ({over}), taken as the night's first run"
+        plan.entries.append(Planned(c, True, why, rank=len([p for p in plan.entries if p.chosen]) + 1))
+    return plan

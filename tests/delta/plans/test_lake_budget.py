@@ -1,0 +1,78 @@
+"""The night's plan under a budget: greedy by gain per CPU-second, limits, starvation, reasons for every wait."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_delta_maint.delta.errors import InvalidArgumentError
+from airflow_delta_maint.delta.health.estimates import Cost, Estimate, Gain
+from airflow_delta_maint.delta.plans.lake_budget import (STARVATION_NIGHTS, Budget, Candidate, gain_value,
+                                                         plan_lake)
+
+
+def candidate(table: str, files_removed: int, cpu_s: float, job: str = "optimize", nights: int = 0,
+              rewritten: int = 0) -> Candidate:
+    estimate = Estimate(job, Gain(files_removed=files_removed),
+                        Cost(bytes_read=rewritten, bytes_written=rewritten, cpu_s=cpu_s))
+    return Candidate(table, job, estimate, nights_waiting=nights)
+
+
+def test_the_best_gain_per_cpu_second_goes_first_and_the_rest_waits_with_its_reason():
+    plan = plan_lake([candidate("a", 10, 10.0), candidate("b", 50, 10.0), candidate("c", 30, 30.0)],
+                     Budget(cpu_s=25))
+    assert [p.candidate.table for p in plan.chosen] == ["b", "a"]
+    (waiting,) = plan.deferred
+    assert waiting.candidate.table == "c"
+    assert waiting.reason == "deferred: over the budget's cpu_s: 20.00 of 25 predicted CPU-s chosen, this run needs 30.00"
+    assert plan.used() == {"cpu_s": 20.0, "bytes_rewritten": 0, "tables": 2, "runs": 2}
+
+
+def test_a_smaller_run_after_one_that_does_not_fit_still_goes():
+    plan = plan_lake([candidate("big", 100, 20.0), candidate("huge", 150, 40.0), candidate("small", 4, 2.0)],
+                     Budget(cpu_s=25))
+    assert sorted(p.candidate.table for p in plan.chosen) == ["big", "small"]
+
+
+def test_each_limit_holds():
+    runs = [candidate(t, 10 * (i + 1), 1.0, rewritten=100) for i, t in enumerate("abcd")]
+    assert len(plan_lake(runs, Budget(max_tables=2)).chosen) == 2
+    assert len(plan_lake(runs, Budget(bytes_rewritten=250)).chosen) == 2
+    assert len(plan_lake(runs, Budget(deadline_s=1.5, cores=2)).chosen) == 3
+    assert len(plan_lake(runs, Budget()).chosen) == 4
+    two_jobs = [candidate("a", 10, 1.0), candidate("a", 5, 1.0, job="compute-stats"), candidate("b", 1, 1.0)]
+    assert {(p.candidate.table, p.candidate.job) for p in plan_lake(two_jobs, Budget(max_tables=1)).chosen} == {
+        ("a", "optimize"), ("a", "compute-stats")}
+
+
+def test_a_starving_run_goes_first_even_when_bigger_than_the_budget():
+    starving = candidate("old", 1, 100.0, nights=STARVATION_NIGHTS)
+    plan = plan_lake([candidate("new", 1000, 1.0), starving], Budget(cpu_s=10))
+    assert [p.candidate.table for p in plan.chosen] == ["old"]
+    assert "taken as the night's first run" in plan.chosen[0].reason
+    assert plan.deferred[0].candidate.table == "new"
+    waited = plan_lake([candidate("new", 1000, 1.0), candidate("old", 1, 5.0, nights=STARVATION_NIGHTS)],
+                       Budget(cpu_s=10))
+    assert [p.candidate.table for p in waited.chosen] == ["old", "new"]
+
+
+def test_gain_weights():
+    assert gain_value(Gain(files_removed=3, log_files_not_replayed=2)) == 5
+    assert gain_value(Gain(dv_bytes_purged=16 << 20, files_given_stats=2, bytes_freed=2 << 30)) == 2 + 1 + 2
+    assert gain_value(None) > 0
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"cpu": 10}, "budget: unknown limit cpu"),
+    ({"cpu_s": "ten"}, "budget: cpu_s must be a number, got 'ten'"),
+    ({"max_tables": 0}, "budget: max_tables must be above 0, got 0"),
+    ({"deadline_s": float("inf")}, "budget: deadline_s must be above 0"),
+])
+def test_a_bad_budget_gets_one_message(values, message):
+    with pytest.raises(InvalidArgumentError, match=message):
+        Budget.from_mapping(values)
+
+
+def test_a_budget_from_its_limits():
+    assert Budget.from_mapping({"cpu_s": "3600", "max_tables": "50", "bytes_rewritten": 1e9}) == Budget(
+        cpu_s=3600.0, max_tables=50, bytes_rewritten=1_000_000_000)
+    assert not Budget.from_mapping(None).limited

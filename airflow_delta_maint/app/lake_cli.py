@@ -71,15 +71,15 @@ def run_plan_lake(args: argparse.Namespace, *, quiet: bool = False) -> tuple[int
     from airflow_delta_maint.delta.plans.lake_budget import Budget
 
     from .fleet import decide, merge, run_fleet
-    from .lake_plan import budgeted, nights_waiting
+    from .lake_plan import budgeted, lake_history
 
     try:
         settings = Settings.from_environ(os.environ)
         budget = Budget.from_mapping(dict(args.budget))
         spec = _spec(args)
         decision = decide(spec)
-        waiting = nights_waiting(spec.history_uri, dict(args.storage_option))
-        cut, plan = budgeted(spec, decision, budget, waiting=waiting)
+        history = lake_history(spec.history_uri, dict(args.storage_option))
+        cut, plan = budgeted(spec, decision, budget, history=history)
     except DeltaError as exc:
         print(f"delta-maint {PLAN_LAKE}: error: {exc}", file=sys.stderr)
         return 2, {"status": "failed", "error": str(exc)}

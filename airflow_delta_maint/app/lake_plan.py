@@ -13,19 +13,22 @@ import json
 import logging
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_delta_maint.delta.errors import DeltaError, TableNotFoundError
-from airflow_delta_maint.delta.health.estimates import DEFAULT_RATES, CpuRates, EstimateInputs
+from airflow_delta_maint.delta.health.cost_model import CostModel
+from airflow_delta_maint.delta.health.estimates import EstimateInputs
 from airflow_delta_maint.delta.plans.lake_budget import Budget, Candidate, LakePlan, Planned, plan_lake
 from airflow_delta_maint.delta.storage.store import Storage
 
+from .execution import parse_job_args
 from .fleet import Decision, FleetSpec, FleetTable, skipped_metrics
 from .job_definitions import definition
 
 log = logging.getLogger("delta_maint")
 
-__all__ = ["budgeted", "nights_waiting", "table_inputs"]
+__all__ = ["LakeHistory", "budgeted", "lake_history", "table_inputs"]
 
 
 def table_inputs(table: str, storage_options: Mapping[str, str]) -> EstimateInputs:
@@ -36,16 +39,29 @@ def table_inputs(table: str, storage_options: Mapping[str, str]) -> EstimateInpu
     return read_state(Storage(table, dict(storage_options)), estimate_inputs, None, "the lake plan's estimate")
 
 
-def nights_waiting(history_uri: str | None, storage_options: Mapping[str, str] | None = None) -> dict[tuple[str, str], int]:
-    """Per (table, job): the nights in a row its newest history records deferred it (0 when the newest ran)."""
+@dataclass(frozen=True)
+class LakeHistory:
+    """What a night's plan learns from the history: the nights each (table, job) has waited, the cost model."""
+
+    waiting: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    model: CostModel = field(default_factory=lambda: CostModel({}))
+
+
+def lake_history(history_uri: str | None, storage_options: Mapping[str, str] | None = None) -> LakeHistory:
+    """One read of the history for the plan (an empty one where there is no history yet)."""
     if not history_uri:
-        return {}
+        return LakeHistory()
     from airflow_delta_maint.delta.health.run_log import read_runs
 
     try:
         runs = read_runs(history_uri, storage_options).to_pylist()
     except TableNotFoundError:
-        return {}
+        return LakeHistory()
+    return LakeHistory(nights_waiting(runs), CostModel.learn(runs))
+
+
+def nights_waiting(runs: list[dict[str, Any]]) -> dict[tuple[str, str], int]:
+    """Per (table, job): the nights in a row its newest history records deferred it (0 when the newest ran)."""
     waiting: dict[tuple[str, str], int] = {}
     done: set[tuple[str, str]] = set()
     for row in reversed(runs):  # newest first
@@ -68,12 +84,11 @@ def _deferred(planned: Planned) -> dict[str, Any]:
 
 def budgeted(spec: FleetSpec, decision: Decision, budget: Budget,
              worker_options: Callable[[FleetTable], Mapping[str, str]] | None = None, *,
-             waiting: Mapping[tuple[str, str], int] | None = None, rates: CpuRates = DEFAULT_RATES,
-             threads: int = 8) -> tuple[Decision, LakePlan]:
+             history: LakeHistory | None = None, threads: int = 8) -> tuple[Decision, LakePlan]:
     """``decision`` cut down to what ``budget`` buys, and the plan. Deferred jobs join the known results
     (skipped, ``deferred: true``, with the limit they would pass and their predicted cost); a table whose
     estimate cannot be read keeps its jobs as candidates without an estimate."""
-    waiting = dict(waiting or {})
+    history = history or LakeHistory()
     work = [(i, t) for i, t in enumerate(decision.to_run.tables)]
 
     def inputs(t: FleetTable) -> EstimateInputs | None:
@@ -88,8 +103,11 @@ def budgeted(spec: FleetSpec, decision: Decision, budget: Budget,
     candidates = []
     for (_, t), got in zip(work, found):
         for j in t.jobs:
-            estimate = definition(j.job).estimate(got, rates) if got is not None else None
-            candidates.append(Candidate(t.table, j.job, estimate, waiting.get((t.table, j.job), 0)))
+            job = definition(j.job)
+            engine = job.engine(vars(parse_job_args(j.job, j.args)))
+            estimate = job.estimate(got, history.model.rates(j.job, engine)) if got is not None else None
+            candidates.append(Candidate(t.table, j.job, estimate, history.waiting.get((t.table, j.job), 0),
+                                        scale=history.model.scale(j.job, engine)))
     plan = plan_lake(candidates, budget)
     return _cut(spec, decision, plan), plan
 

@@ -111,6 +111,8 @@ class Candidate:
     job: str
     estimate: Estimate | None
     nights_waiting: int = 0
+    #: the cost model's scale of the default rates its estimate was priced with
+    scale: float = 1.0
 
     @property
     def cpu_s(self) -> float:
@@ -145,7 +147,8 @@ class Planned:
         c = self.candidate
         return {"table": c.table, "job": c.job, "chosen": self.chosen, "reason": self.reason, "rank": self.rank,
                 "nights_waiting": c.nights_waiting, "gain_value": round(c.value, 3),
-                "predicted_cpu_s": round(c.cpu_s, 3), "bytes_rewritten": c.bytes_rewritten,
+                "predicted_cpu_s": round(c.cpu_s, 3), "prediction_scale": round(c.scale, 4),
+                "bytes_rewritten": c.bytes_rewritten,
                 "estimate": c.estimate.as_dict() if c.estimate is not None else None}
 
 

@@ -1,0 +1,94 @@
+"""The cost model learns from the maintenance history: how far each job's CPU-seconds were from the model's.
+
+Every run a plan chose records ``predicted_cpu_s`` (what the plan expected), ``prediction_scale`` (the scale
+the plan applied to the default rates) and ``cpu_s`` (what it measured). The default rates of
+:class:`~.estimates.CpuRates` are this machine's; a lake's machines, engines and tables differ. So each (job,
+engine) gets a scale: the median, over its last :data:`WINDOW` measured runs, of measured ÷ the default
+rates' prediction. The median keeps one slow night (a busy cluster, a cold cache) from moving the next
+night's plan. A job with fewer than :data:`MIN_RUNS` measured runs keeps scale 1.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_delta_maint.delta.health.estimates import DEFAULT_RATES, CpuRates
+
+__all__ = ["MIN_RUNS", "WINDOW", "CostModel", "PredictionError", "prediction_errors"]
+
+#: runs a (job, engine) needs before its own scale replaces 1
+MIN_RUNS = 1
+#: the newest runs the scale is taken from
+WINDOW = 20
+
+
+def _measured(row: Mapping[str, Any]) -> tuple[str, str, float, float, str] | None:
+    """(job, engine, measured CPU-s, the default rates' prediction, started) of a history row, or None."""
+    metrics = json.loads(row.get("metrics") or "{}")
+    cpu, predicted = metrics.get("cpu_s"), metrics.get("predicted_cpu_s")
+    scale = metrics.get("prediction_scale") or 1.0
+    if row.get("status") != "committed" or not isinstance(cpu, (int, float)) or not predicted:
+        return None
+    return (str(row.get("operation")), str(metrics.get("engine") or "native"), float(cpu),
+            float(predicted) / float(scale), str(row.get("started_at")))
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Scales of the default rates by (job, engine), learnt from the history."""
+
+    scales: Mapping[tuple[str, str], float]
+    base: CpuRates = DEFAULT_RATES
+
+    @classmethod
+    def learn(cls, rows: Iterable[Mapping[str, Any]], base: CpuRates = DEFAULT_RATES) -> CostModel:
+        """The model from history rows (oldest first, as :func:`~.run_log.read_runs` gives them)."""
+        ratios: dict[tuple[str, str], list[float]] = {}
+        for row in rows:
+            seen = _measured(row)
+            if seen is not None and seen[3] > 0:
+                ratios.setdefault((seen[0], seen[1]), []).append(seen[2] / seen[3])
+        return cls({key: statistics.median(r[-WINDOW:]) for key, r in ratios.items() if len(r) >= MIN_RUNS}, base)
+
+    def scale(self, job: str, engine: str = "native") -> float:
+        return float(self.scales.get((job, engine), 1.0))
+
+    def rates(self, job: str, engine: str = "native") -> CpuRates:
+        """The rates a plan prices ``job`` with: the defaults times its scale."""
+        k = self.scale(job, engine)
+        b = self.base
+        return CpuRates(per_gib_rewritten=b.per_gib_rewritten * k, per_gib_read=b.per_gib_read * k,
+                        per_file_deleted=b.per_file_deleted * k, per_file_listed=b.per_file_listed * k,
+                        per_log_file=b.per_log_file * k, fixed_s=b.fixed_s * k)
+
+
+@dataclass(frozen=True)
+class PredictionError:
+    """One run's prediction against what it measured."""
+
+    job: str
+    table: str
+    started_at: str
+    predicted_cpu_s: float
+    cpu_s: float
+
+    @property
+    def relative(self) -> float:
+        """|predicted − measured| ÷ measured."""
+        return abs(self.predicted_cpu_s - self.cpu_s) / self.cpu_s if self.cpu_s else 0.0
+
+
+def prediction_errors(rows: Iterable[Mapping[str, Any]]) -> list[PredictionError]:
+    """Every committed run that recorded a prediction and a measure, oldest first."""
+    out = []
+    for row in rows:
+        metrics = json.loads(row.get("metrics") or "{}")
+        cpu, predicted = metrics.get("cpu_s"), metrics.get("predicted_cpu_s")
+        if row.get("status") == "committed" and isinstance(cpu, (int, float)) and isinstance(predicted, (int, float)):
+            out.append(PredictionError(str(row.get("operation")), str(row.get("table_uri")),
+                                       str(row.get("started_at")), float(predicted), float(cpu)))
+    return out

@@ -1,0 +1,45 @@
+"""The cost model learns each job's scale from the history rows that recorded a prediction and a measure."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from airflow_delta_maint.delta.health.cost_model import WINDOW, CostModel, prediction_errors
+from airflow_delta_maint.delta.health.estimates import DEFAULT_RATES
+
+
+def row(job: str, cpu: float | None, predicted: float | None, scale: float = 1.0, status: str = "committed",
+        engine: str | None = None, table: str = "t") -> dict:
+    metrics = {"cpu_s": cpu, "predicted_cpu_s": predicted, "prediction_scale": scale}
+    if engine:
+        metrics["engine"] = engine
+    return {"operation": job, "table_uri": table, "status": status, "started_at": "2026-11-28T00:00:00Z",
+            "metrics": json.dumps(metrics)}
+
+
+def test_each_job_and_engine_gets_the_median_of_measured_over_the_default_prediction():
+    rows = [row("optimize", 4.0, 2.0), row("optimize", 9.0, 3.0), row("optimize", 100.0, 2.0),  # one slow night
+            row("vacuum", 1.0, 2.0), row("optimize", 6.0, 2.0, engine="delta-spark"),
+            row("optimize", 50.0, 1.0, status="failed"), row("checkpoint", None, 1.0)]
+    model = CostModel.learn(rows)
+    assert model.scale("optimize") == 3.0  # median of 2, 3, 50
+    assert model.scale("optimize", "delta-spark") == 3.0 and model.scale("vacuum") == 0.5
+    assert model.scale("checkpoint") == 1.0  # nothing measured: the defaults
+    assert model.rates("vacuum").per_file_deleted == pytest.approx(DEFAULT_RATES.per_file_deleted * 0.5)
+
+
+def test_a_prediction_already_scaled_is_unscaled_before_it_is_compared():
+    # the plan predicted 6 CPU-s with scale 3 (2 by the defaults); 4 were measured: the defaults are 2x off
+    assert CostModel.learn([row("optimize", 4.0, 6.0, scale=3.0)]).scale("optimize") == 2.0
+
+
+def test_only_the_newest_runs_count():
+    rows = [row("optimize", 10.0, 1.0)] * 50 + [row("optimize", 1.0, 1.0)] * WINDOW
+    assert CostModel.learn(rows).scale("optimize") == 1.0
+
+
+def test_prediction_errors():
+    errors = prediction_errors([row("optimize", 4.0, 5.0), row("vacuum", None, 1.0), row("optimize", 2.0, 1.0)])
+    assert [round(e.relative, 2) for e in errors] == [0.25, 0.5]

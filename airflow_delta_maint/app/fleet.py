@@ -40,6 +40,8 @@ log = logging.getLogger("delta_maint")
 class FleetJob:
     job: str
     args: list[str] = field(default_factory=list)
+    #: what a plan expects of the run (``predicted_cpu_s``, ``prediction_scale``), recorded with its metrics
+    expect: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -53,6 +55,8 @@ class FleetTable:
 class FleetSpec:
     tables: list[FleetTable]
     history_uri: str | None = None
+    #: the night's limits the run keeps (``cpu_s``, ``deadline_s``: it starts no job once one is reached)
+    budget: dict[str, float] | None = None
 
     @classmethod
     def from_json(cls, data: Any) -> FleetSpec:
@@ -66,7 +70,8 @@ class FleetSpec:
             jobs = []
             for raw_job in raw["jobs"]:
                 name = raw_job.get("job") if isinstance(raw_job, Mapping) else None
-                job = FleetJob(str(name), [str(a) for a in raw_job.get("args", [])]) if name else None
+                job = FleetJob(str(name), [str(a) for a in raw_job.get("args", [])],
+                               dict(raw_job.get("expect") or {})) if name else None
                 if job is None:
                     raise InvalidArgumentError(f"fleet table {raw['table']}: each job needs a \"job\" name")
                 parsed = parse_job_args(job.job, job.args)  # bad input fails before anything runs
@@ -76,12 +81,28 @@ class FleetSpec:
             options = {str(k): str(v) for k, v in (raw.get("storage_options") or {}).items()}
             tables.append(FleetTable(str(raw["table"]), jobs, options))
         history = data.get("history_uri")
-        return cls(tables, str(history) if history else None)
+        return cls(tables, str(history) if history else None, run_budget(data.get("budget")))
 
     def to_json(self) -> dict[str, Any]:
-        return {"history_uri": self.history_uri,
-                "tables": [{"table": t.table, "storage_options": t.storage_options,
-                            "jobs": [{"job": j.job, "args": j.args} for j in t.jobs]} for t in self.tables]}
+        out: dict[str, Any] = {
+            "history_uri": self.history_uri,
+            "tables": [{"table": t.table, "storage_options": t.storage_options,
+                        "jobs": [{"job": j.job, "args": j.args, **({"expect": j.expect} if j.expect else {})}
+                                 for j in t.jobs]} for t in self.tables]}
+        if self.budget:
+            out["budget"] = dict(self.budget)
+        return out
+
+
+def run_budget(raw: Any) -> dict[str, float] | None:
+    """The limits a run keeps of a budget (checked: one clear error for a bad one), or None."""
+    if not raw:
+        return None
+    from airflow_delta_maint.delta.plans.lake_budget import Budget
+
+    budget = Budget.from_mapping(raw)
+    kept = {"cpu_s": budget.cpu_s, "deadline_s": budget.deadline_s}
+    return {k: float(v) for k, v in kept.items() if v is not None} or None
 
 
 def table_status(jobs: Sequence[Mapping[str, Any]]) -> str:
@@ -193,6 +214,25 @@ def merge(spec: FleetSpec, decision: Decision, ran: Sequence[Mapping[str, Any]])
 
 
 # -- in the application: run them --------------------------------------------------------------
+@dataclass
+class Spent:
+    """What a run has spent of its budget: the CPU-seconds its jobs measured, the wall clock since it started."""
+
+    budget: Mapping[str, float]
+    started: float
+    cpu_s: float = 0.0
+
+    def over(self) -> str | None:
+        """The limit reached, in words, or None."""
+        cpu, deadline = self.budget.get("cpu_s"), self.budget.get("deadline_s")
+        if cpu is not None and self.cpu_s >= cpu:
+            return f"cpu_s: {self.cpu_s:.1f} of {cpu:g} CPU-s measured"
+        elapsed = time.monotonic() - self.started
+        if deadline is not None and elapsed >= deadline:
+            return f"deadline_s: {elapsed:.0f} of {deadline:g} s"
+        return None
+
+
 def run_fleet(spec: FleetSpec, master: str | None = None, *, spark_allowed: bool = True,
               settings: Settings | None = None, spark_conf: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     """Run every table's jobs in order in this process, one SparkSession for all; one entry per table.
@@ -212,6 +252,7 @@ def run_fleet(spec: FleetSpec, master: str | None = None, *, spark_allowed: bool
         start_in_background(master, conf)  # comes up while the first table's log is read
     entries = []
     t0 = time.monotonic()
+    spent = Spent(spec.budget or {}, t0)
     for n, t in enumerate(spec.tables, 1):
         jobs: list[dict[str, Any]] = []
         failed: str | None = None
@@ -219,12 +260,18 @@ def run_fleet(spec: FleetSpec, master: str | None = None, *, spark_allowed: bool
             if failed is not None:
                 jobs.append(skipped_metrics(j.job, t.table, f"not run: {failed} failed on this table"))
                 continue
+            out_of_budget = spent.over()
+            if out_of_budget:
+                jobs.append(skipped_metrics(j.job, t.table, f"not run: the budget ran out ({out_of_budget})", left=True,
+                                            **j.expect))
+                continue
             args = parse_job_args(j.job, j.args)
             if spec.history_uri and not args.history_uri:
                 args.history_uri = spec.history_uri
             ctx = JobContext(table=t.table, storage_options=dict(t.storage_options), master=master,
                              spark_allowed=spark_allowed, settings=settings, spark_conf=conf)
-            _, metrics = execute_job(j.job, definition(j.job).module(), args, ctx)
+            _, metrics = execute_job(j.job, definition(j.job).module(), args, ctx, expect=j.expect)
+            spent.cpu_s += float(metrics.get("cpu_s") or 0.0)
             jobs.append(metrics)
             if metrics.get("status") == "failed":
                 failed = j.job

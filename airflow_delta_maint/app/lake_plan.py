@@ -23,7 +23,7 @@ from airflow_delta_maint.delta.plans.lake_budget import Budget, Candidate, LakeP
 from airflow_delta_maint.delta.storage.store import Storage
 
 from .execution import parse_job_args
-from .fleet import Decision, FleetSpec, FleetTable, skipped_metrics
+from .fleet import Decision, FleetJob, FleetSpec, FleetTable, skipped_metrics
 from .job_definitions import definition
 
 log = logging.getLogger("delta_maint")
@@ -113,8 +113,9 @@ def budgeted(spec: FleetSpec, decision: Decision, budget: Budget,
 
 
 def _cut(spec: FleetSpec, decision: Decision, plan: LakePlan) -> Decision:
-    """The decision with only the chosen jobs to run, and the deferred ones known."""
-    chosen = {(p.candidate.table, p.candidate.job) for p in plan.chosen}
+    """The decision with only the chosen jobs to run (each with what the plan expects of it, and the budget the run
+    keeps), and the deferred ones known."""
+    chosen = {(p.candidate.table, p.candidate.job): p for p in plan.chosen}
     deferred = {(p.candidate.table, p.candidate.job): p for p in plan.deferred}
     to_run: list[FleetTable] = []
     known = []
@@ -125,9 +126,12 @@ def _cut(spec: FleetSpec, decision: Decision, plan: LakePlan) -> Decision:
             if m is None and (t.table, j.job) in deferred:
                 m = _deferred(deferred[(t.table, j.job)])
             elif m is None and (t.table, j.job) in chosen:
-                kept.append(j)
+                c = chosen[(t.table, j.job)].candidate
+                kept.append(FleetJob(j.job, j.args, {"predicted_cpu_s": round(c.cpu_s, 3),
+                                                     "prediction_scale": round(c.scale, 4)}))
             merged.append(m)
         known.append(merged)
         if kept:
             to_run.append(FleetTable(t.table, kept, t.storage_options))
-    return Decision(FleetSpec(to_run, spec.history_uri), known)
+    budget = {k: v for k, v in (("cpu_s", plan.budget.cpu_s), ("deadline_s", plan.budget.deadline_s)) if v}
+    return Decision(FleetSpec(to_run, spec.history_uri, budget or None), known)

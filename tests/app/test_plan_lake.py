@@ -107,3 +107,44 @@ def test_bad_input_gets_one_message(tmp_path, capsys):
     assert capsys.readouterr().err.strip().splitlines() == [f"delta-maint plan-lake: error: {result['error']}"]
     code, result = cli.run(["plan-lake", "--dry-run"])
     assert (code, result["error"]) == (2, "plan-lake needs tables or --spec")
+
+
+def test_the_run_stops_starting_work_once_the_budget_is_spent_and_says_what_was_left(tmp_path):
+    from airflow_delta_maint.app.fleet import FleetSpec, run_fleet
+
+    tables = lake(tmp_path, {"one": 6, "two": 6, "three": 6})
+    before = [rows(t) for t in tables]
+    spec = FleetSpec.from_json({"tables": [{"table": t, "jobs": [{"job": "optimize"}]} for t in tables],
+                                "budget": {"cpu_s": 1e-6}})
+    entries = run_fleet(spec, spark_allowed=False)
+    first, *rest = [e["jobs"][0] for e in entries]
+    assert first["status"] == "committed" and first["cpu_s"] > 0
+    for left in rest:
+        assert (left["status"], left["left"]) == ("skipped", True)
+        assert left["reason"].startswith("not run: the budget ran out (cpu_s: ")
+    assert [rows(t) for t in tables] == before
+    assert FleetSpec.from_json(spec.to_json()) == spec
+    with pytest.raises(Exception, match="budget: cpu_s must be above 0"):
+        FleetSpec.from_json({"tables": [], "budget": {"cpu_s": -1}})
+
+
+def test_each_run_records_its_prediction_beside_its_measure_and_the_model_learns(tmp_path):
+    from airflow_delta_maint.app.lake_plan import lake_history
+
+    tables = lake(tmp_path / "lake", {"busy": 12, "some": 6})
+    history = str(tmp_path / "history")
+    code, result = plan_lake(*tables, "--history-uri", history, "--local")
+    assert code == 0, result
+    ran = [j for e in result["tables"] for j in e["jobs"] if j["status"] == "committed"]
+    assert ran and all(j["predicted_cpu_s"] > 0 and j["cpu_s"] > 0 and j["prediction_scale"] == 1.0 for j in ran)
+    recorded = [json.loads(r["metrics"]) for r in read_runs(history).to_pylist() if r["status"] == "committed"]
+    assert sorted(m["predicted_cpu_s"] for m in recorded) == sorted(j["predicted_cpu_s"] for j in ran)
+    model = lake_history(history).model
+    optimize = [j for j in ran if j["operation"] == "optimize"]
+    expected = sorted(j["cpu_s"] / j["predicted_cpu_s"] for j in optimize)
+    assert model.scale("optimize") == pytest.approx(expected[len(expected) // 2] if len(expected) % 2 else
+                                                    (expected[0] + expected[1]) / 2)
+    lake(tmp_path / "lake", {"busy": 12})  # the next night has work again
+    _, again = plan_lake(*tables, "--history-uri", history, "--dry-run")
+    (planned,) = [p for p in again["plan"]["chosen"] if p["job"] == "optimize"]
+    assert planned["prediction_scale"] == round(model.scale("optimize"), 4) != 1.0

@@ -18,7 +18,9 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
 import traceback
+from collections.abc import Mapping
 from typing import Any
 
 from airflow_delta_maint.delta.errors import DeltaError
@@ -32,14 +34,17 @@ from ..settings import running
 log = logging.getLogger("delta_maint")
 
 
-def execute_job(job: str, module: Any, args: argparse.Namespace, ctx: JobContext) -> tuple[int, dict[str, Any]]:
+def execute_job(job: str, module: Any, args: argparse.Namespace, ctx: JobContext,
+                expect: Mapping[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
     """Run one parsed job on ``ctx.table``; never raises for the job's own failure.
 
     Returns (exit code, metrics): 0, 2 for bad input or a refused table (``DeltaError``), 1 for an
     unexpected error; a failed run's metrics carry ``status: failed`` and ``error``. The run is
-    appended to the maintenance history when ``args.history_uri`` is set.
+    appended to the maintenance history when ``args.history_uri`` is set. ``expect``: what a plan expected of
+    the run (``predicted_cpu_s``, ...), recorded beside what it measured.
     """
     metrics = base_metrics(job, ctx.table)
+    cpu_at_start = time.process_time()
     if getattr(args, "engine", None) is not None:  # the jobs that take --engine say which one ran
         metrics["engine"] = str(args.engine).strip().lower()
     code = 0
@@ -61,6 +66,9 @@ def execute_job(job: str, module: Any, args: argparse.Namespace, ctx: JobContext
         code = 1
     if metrics.get("version_read") is None:
         metrics["version_read"] = ctx.version_read
+    # this process's CPU (every thread: a run in the worker's process, or the driver's part of a Spark run)
+    metrics["cpu_s"] = round(time.process_time() - cpu_at_start, 3)
+    metrics.update(expect or {})
     metrics.update(planned_again(getattr(args, "seen_version", None), metrics.get("version_read")))
     finish(metrics)
     if getattr(args, "history_uri", None):  # never fails the run: a failure is logged and reported under "history"

@@ -29,6 +29,7 @@ from airflow_delta_maint.delta.errors import DeltaError, InvalidArgumentError
 from .engines import check_engine
 from .execution import needs_spark, parse_job_args
 from .job_definitions import definition
+from .context import JobContext
 from .jobs import execute_job
 from .metrics import base_metrics, finish
 from .settings import Settings
@@ -216,17 +217,23 @@ def merge(spec: FleetSpec, decision: Decision, ran: Sequence[Mapping[str, Any]])
 # -- in the application: run them --------------------------------------------------------------
 @dataclass
 class Spent:
-    """What a run has spent of its budget: the CPU-seconds its jobs measured, the wall clock since it started."""
+    """What a run has spent of its budget: this process's CPU-seconds since it started (its jobs, their records in
+    the history, everything between), the Spark tasks' its jobs measured, the wall clock."""
 
     budget: Mapping[str, float]
     started: float
-    cpu_s: float = 0.0
+    cpu_at_start: float = field(default_factory=time.process_time)
+    tasks_cpu_s: float = 0.0
+
+    @property
+    def cpu_s(self) -> float:
+        return time.process_time() - self.cpu_at_start + self.tasks_cpu_s
 
     def over(self) -> str | None:
         """The limit reached, in words, or None."""
         cpu, deadline = self.budget.get("cpu_s"), self.budget.get("deadline_s")
         if cpu is not None and self.cpu_s >= cpu:
-            return f"cpu_s: {self.cpu_s:.1f} of {cpu:g} CPU-s measured"
+            return f"cpu_s: {self.cpu_s:.2f} of {cpu:g} CPU-s measured"
         elapsed = time.monotonic() - self.started
         if deadline is not None and elapsed >= deadline:
             return f"deadline_s: {elapsed:.0f} of {deadline:g} s"
@@ -242,8 +249,6 @@ def run_fleet(spec: FleetSpec, master: str | None = None, *, spark_allowed: bool
     process's environment; a bad one raises ``InvalidArgumentError``). ``spark_conf``: for a session
     this process starts itself (the command line's, outside spark-submit).
     """
-    from .context import JobContext
-
     settings = settings if settings is not None else Settings.from_environ(os.environ)
     conf = dict(spark_conf or {})
     if spark_allowed and any(needs_spark(j.job, vars(parse_job_args(j.job, j.args))) for t in spec.tables for j in t.jobs):
@@ -253,31 +258,51 @@ def run_fleet(spec: FleetSpec, master: str | None = None, *, spark_allowed: bool
     entries = []
     t0 = time.monotonic()
     spent = Spent(spec.budget or {}, t0)
+
+    def context(table: FleetTable) -> JobContext:
+        return JobContext(table=table.table, storage_options=dict(table.storage_options), master=master,
+                          spark_allowed=spark_allowed, settings=settings, spark_conf=conf)
+
     for n, t in enumerate(spec.tables, 1):
-        jobs: list[dict[str, Any]] = []
-        failed: str | None = None
-        for j in t.jobs:
-            if failed is not None:
-                jobs.append(skipped_metrics(j.job, t.table, f"not run: {failed} failed on this table"))
-                continue
-            out_of_budget = spent.over()
-            if out_of_budget:
-                jobs.append(skipped_metrics(j.job, t.table, f"not run: the budget ran out ({out_of_budget})", left=True,
-                                            **j.expect))
-                continue
-            args = parse_job_args(j.job, j.args)
-            if spec.history_uri and not args.history_uri:
-                args.history_uri = spec.history_uri
-            ctx = JobContext(table=t.table, storage_options=dict(t.storage_options), master=master,
-                             spark_allowed=spark_allowed, settings=settings, spark_conf=conf)
-            _, metrics = execute_job(j.job, definition(j.job).module(), args, ctx, expect=j.expect)
-            spent.cpu_s += float(metrics.get("cpu_s") or 0.0)
-            jobs.append(metrics)
-            if metrics.get("status") == "failed":
-                failed = j.job
-                log.error("table %d/%d %s: %s failed: %s", n, len(spec.tables), t.table, j.job, metrics.get("error"))
-        entry = table_entry(t.table, jobs)
+        entry = run_table(t, context, spent, spec.history_uri)
         entries.append(entry)
         log.info("table %d/%d %s: %s (%.1f s into the run)", n, len(spec.tables), t.table, entry["status"],
                   time.monotonic() - t0)
     return entries
+
+
+def run_table(t: FleetTable, context: Callable[[FleetTable], Any], spent: Spent,
+              history_uri: str | None) -> dict[str, Any]:
+    """One table's jobs in order (none after a failure, none once the budget is spent); the runs are recorded in
+    the history in one append after the table's last."""
+    from .jobs import application_id
+    from .run_history import record_runs
+
+    jobs: list[dict[str, Any]] = []
+    ran: list[dict[str, Any]] = []
+    failed: str | None = None
+    ctx = None
+    for j in t.jobs:
+        if failed is not None:
+            jobs.append(skipped_metrics(j.job, t.table, f"not run: {failed} failed on this table"))
+            continue
+        out_of_budget = spent.over()
+        if out_of_budget:
+            jobs.append(skipped_metrics(j.job, t.table, f"not run: the budget ran out ({out_of_budget})", left=True,
+                                        deferred=True, **j.expect))
+            continue
+        args = parse_job_args(j.job, j.args)
+        ctx = context(t)
+        _, metrics = execute_job(j.job, definition(j.job).module(), args, ctx, expect=j.expect)
+        spent.tasks_cpu_s += float(metrics.get("tasks_cpu_s") or 0.0)
+        jobs.append(metrics)
+        if not args.history_uri:
+            ran.append(metrics)
+        if metrics.get("status") == "failed":
+            failed = j.job
+            log.error("%s: %s failed: %s", t.table, j.job, metrics.get("error"))
+    if history_uri and ran:
+        recorded = record_runs(history_uri, ran, spark_app_id=application_id(ctx._spark if ctx else None))
+        for metrics in ran:
+            metrics["history"] = recorded
+    return table_entry(t.table, jobs)

@@ -7,6 +7,8 @@ import argparse
 import json
 import os
 import sys
+import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow_delta_maint.delta.errors import DeltaError, InvalidArgumentError
@@ -77,9 +79,10 @@ def run_plan_lake(args: argparse.Namespace, *, quiet: bool = False) -> tuple[int
         settings = Settings.from_environ(os.environ)
         budget = Budget.from_mapping(dict(args.budget))
         spec = _spec(args)
+        started = time.process_time()
         decision = decide(spec)
         history = lake_history(spec.history_uri, dict(args.storage_option))
-        cut, plan = budgeted(spec, decision, budget, history=history)
+        cut, plan = budgeted(spec, decision, budget, history=history, spent_cpu_s=time.process_time() - started)
     except DeltaError as exc:
         print(f"delta-maint {PLAN_LAKE}: error: {exc}", file=sys.stderr)
         return 2, {"status": "failed", "error": str(exc)}
@@ -89,7 +92,7 @@ def run_plan_lake(args: argparse.Namespace, *, quiet: bool = False) -> tuple[int
         ran = run_fleet(cut.to_run, args.master, spark_allowed=not args.local, settings=settings,
                         spark_conf=conf) if cut.to_run.tables else []
         entries = merge(spec, cut, ran)
-        record_known(spec.history_uri, cut, dict(args.storage_option))
+        record_known(spec.history_uri, cut, dict(args.storage_option), ran)
         result["tables"] = entries
         if any(e["status"] == "failed" for e in entries):
             result["status"] = "failed"
@@ -102,14 +105,16 @@ def run_plan_lake(args: argparse.Namespace, *, quiet: bool = False) -> tuple[int
     return (2 if result["status"] == "failed" else 0), result
 
 
-def record_known(history_uri: str | None, decision: Any, storage_options: dict[str, str]) -> None:
-    """Record the jobs that did not run (deferred, nothing to do, a failed check) in the history, in one append:
-    the nights a deferred job waits are counted from these records."""
+def record_known(history_uri: str | None, decision: Any, storage_options: dict[str, str],
+                 ran: Sequence[Mapping[str, Any]] = ()) -> None:
+    """Record the jobs that did not run (deferred, nothing to do, a failed check; and those the run left when its
+    budget ran out, from ``ran``) in the history, in one append: the nights a job waits are counted from these."""
     if not history_uri:
         return
     from airflow_delta_maint.delta.health.run_log import append_runs, run_record
 
-    rows = [run_record(m) for known in decision.known for m in known if m is not None]
+    left = [m for e in ran for m in e.get("jobs", []) if m.get("left")]
+    rows = [run_record(m) for known in decision.known for m in known if m is not None] + [run_record(m) for m in left]
     if rows:
         append_runs(history_uri, rows, storage_options)
 

@@ -9,8 +9,10 @@ waited come from the maintenance history (its deferred records).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -68,7 +70,7 @@ def nights_waiting(runs: list[dict[str, Any]]) -> dict[tuple[str, str], int]:
         key = (str(row["table_uri"]), str(row["operation"]))
         if key in done:
             continue
-        if row["status"] == "skipped" and json.loads(row["metrics"] or "{}").get("deferred"):
+        if row["status"] == "skipped" and json.loads(row["metrics"] or "{}").get("deferred"):  # or left by the run
             waiting[key] = waiting.get(key, 0) + 1
         else:
             done.add(key)
@@ -84,10 +86,13 @@ def _deferred(planned: Planned) -> dict[str, Any]:
 
 def budgeted(spec: FleetSpec, decision: Decision, budget: Budget,
              worker_options: Callable[[FleetTable], Mapping[str, str]] | None = None, *,
-             history: LakeHistory | None = None, threads: int = 8) -> tuple[Decision, LakePlan]:
+             history: LakeHistory | None = None, spent_cpu_s: float = 0.0,
+             threads: int = 8) -> tuple[Decision, LakePlan]:
     """``decision`` cut down to what ``budget`` buys, and the plan. Deferred jobs join the known results
     (skipped, ``deferred: true``, with the limit they would pass and their predicted cost); a table whose
-    estimate cannot be read keeps its jobs as candidates without an estimate."""
+    estimate cannot be read keeps its jobs as candidates without an estimate. The CPU-seconds of the budget
+    are the night's: what the checks spent (``spent_cpu_s``) and the estimates' reads are taken off first."""
+    started = time.process_time()
     history = history or LakeHistory()
     work = [(i, t) for i, t in enumerate(decision.to_run.tables)]
 
@@ -106,8 +111,12 @@ def budgeted(spec: FleetSpec, decision: Decision, budget: Budget,
             job = definition(j.job)
             engine = job.engine(vars(parse_job_args(j.job, j.args)))
             estimate = job.estimate(got, history.model.rates(j.job, engine)) if got is not None else None
+            rates = history.model.rates(j.job, engine)
             candidates.append(Candidate(t.table, j.job, estimate, history.waiting.get((t.table, j.job), 0),
-                                        scale=history.model.scale(j.job, engine)))
+                                        scale=history.model.scale(j.job, engine), unestimated_cpu_s=rates.fixed_s))
+    planning = time.process_time() - started + spent_cpu_s
+    if budget.cpu_s is not None:  # what the checks and the estimates spent is the night's too
+        budget = dataclasses.replace(budget, cpu_s=max(0.0, budget.cpu_s - planning))
     plan = plan_lake(candidates, budget)
     return _cut(spec, decision, plan), plan
 
@@ -117,7 +126,7 @@ def _cut(spec: FleetSpec, decision: Decision, plan: LakePlan) -> Decision:
     keeps), and the deferred ones known."""
     chosen = {(p.candidate.table, p.candidate.job): p for p in plan.chosen}
     deferred = {(p.candidate.table, p.candidate.job): p for p in plan.deferred}
-    to_run: list[FleetTable] = []
+    to_run: list[tuple[int, FleetTable]] = []
     known = []
     for t, results in zip(spec.tables, decision.known):
         kept = []
@@ -132,6 +141,10 @@ def _cut(spec: FleetSpec, decision: Decision, plan: LakePlan) -> Decision:
             merged.append(m)
         known.append(merged)
         if kept:
-            to_run.append(FleetTable(t.table, kept, t.storage_options))
-    budget = {k: v for k, v in (("cpu_s", plan.budget.cpu_s), ("deadline_s", plan.budget.deadline_s)) if v}
-    return Decision(FleetSpec(to_run, spec.history_uri, budget or None), known)
+            best = min(chosen[(t.table, j.job)].rank or 0 for j in kept)
+            to_run.append((best, FleetTable(t.table, kept, t.storage_options)))
+    # the best runs first: a run that has spent its budget leaves the least worth
+    ordered = [t for _, t in sorted(to_run, key=lambda bt: bt[0])]
+    budget = {k: v for k, v in (("cpu_s", plan.budget.cpu_s), ("deadline_s", plan.budget.deadline_s))
+              if v is not None}
+    return Decision(FleetSpec(ordered, spec.history_uri, budget or None), known)

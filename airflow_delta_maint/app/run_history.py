@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from airflow_delta_maint.delta.health.run_log import append_runs, run_record
 
@@ -30,12 +30,20 @@ def record_run(uri: str, metrics: Mapping[str, Any], *, storage_options: Mapping
         What goes into the metrics under ``history``: ``{"uri", "written": True, "version"}``, or
         ``{"uri", "written": False, "error"}`` when the run log could not be written (logged).
     """
+    return record_runs(uri, [metrics], storage_options=storage_options, spark_app_id=spark_app_id, ids=ids)
+
+
+def record_runs(uri: str, runs: Sequence[Mapping[str, Any]], *, storage_options: Mapping[str, str] | None = None,
+                spark_app_id: str | None = None, ids: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """:func:`record_run` for several runs, in one append (a fleet's table: one commit to the history, not one a
+    job)."""
     try:
-        row = run_record(metrics, spark_app_id=spark_app_id, **dict(ids if ids is not None else airflow_ids()))
-        result = append_runs(uri, [row], storage_options)
+        found = dict(ids if ids is not None else airflow_ids())
+        rows = [run_record(metrics, spark_app_id=spark_app_id, **found) for metrics in runs]
+        result = append_runs(uri, rows, storage_options)
     except Exception as exc:  # the maintenance itself has happened: report, do not fail
         error = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
         log.warning("could not record the run in the maintenance history %s: %s", uri, error)
         return {"uri": uri, "written": False, "error": error}
-    log.info("recorded the run in the maintenance history %s (version %d)", uri, result.version)
+    log.info("recorded %d run(s) in the maintenance history %s (version %d)", len(rows), uri, result.version)
     return {"uri": uri, "written": True, "version": result.version}

@@ -44,61 +44,77 @@ def log_listing(tables: list[str]) -> list[list[str]]:
     return [sorted(p.name for p in (Path(t) / "_delta_log").iterdir()) for t in tables]
 
 
+def optimize_bytes(tables: list[str]) -> dict[str, int]:
+    """The bytes each table's OPTIMIZE would rewrite, by an unlimited plan (a dry run)."""
+    _, unlimited = plan_lake(*tables, "--dry-run")
+    assert not unlimited["plan"]["deferred"]
+    return {p["table"]: p["bytes_rewritten"] for p in unlimited["plan"]["chosen"] if p["job"] == "optimize"}
+
+
 def test_the_dry_run_says_what_the_night_would_cost_and_changes_nothing(tmp_path):
     tables = lake(tmp_path, {"busy": 12, "some": 6, "few": 3})
     before, listed = [rows(t) for t in tables], log_listing(tables)
-    code, result = plan_lake(*tables, "--budget", "cpu_s=2.5", "--dry-run")
+    rewrites = optimize_bytes(tables)
+    budget = rewrites[tables[0]] + rewrites[tables[1]]
+    code, result = plan_lake(*tables, "--budget", f"bytes_rewritten={budget}", "--dry-run")
     assert (code, result["status"]) == (0, "dry_run")
     plan = result["plan"]
-    chosen = [(p["table"], p["job"]) for p in plan["chosen"]]
-    assert chosen == [(tables[0], "optimize"), (tables[1], "optimize")]  # most files removed per CPU-second first
-    assert plan["used"]["cpu_s"] <= 2.5 and plan["used"]["runs"] == 2
-    assert {p["reason"].split(":")[0] for p in plan["deferred"]} == {"deferred"}
+    assert plan["chosen"][0]["table"] == tables[0] and plan["chosen"][0]["job"] == "optimize"  # most gain per CPU-s
+    assert {(p["table"], p["job"]) for p in plan["chosen"]} >= {(tables[0], "optimize"), (tables[1], "optimize")}
+    assert [(p["table"], p["job"]) for p in plan["deferred"]] == [(tables[2], "optimize")]
+    assert plan["deferred"][0]["reason"].startswith("deferred: over the budget's bytes_rewritten: ")
+    assert plan["used"]["bytes_rewritten"] == budget
     assert all(p["predicted_cpu_s"] > 0 and p["estimate"] for p in plan["deferred"])
     assert [rows(t) for t in tables] == before and log_listing(tables) == listed
+
+
+def test_the_checks_and_the_estimates_spend_the_budget_first(tmp_path):
+    tables = lake(tmp_path, {"busy": 12})
+    _, result = plan_lake(*tables, "--budget", "cpu_s=0.000001", "--dry-run")
+    assert not result["plan"]["chosen"] and result["plan"]["budget"]["cpu_s"] == 0
+    assert all("cpu_s: 0.00 of 0 predicted CPU-s chosen" in p["reason"] for p in result["plan"]["deferred"])
 
 
 def test_the_night_runs_what_it_chose_and_records_what_waited(tmp_path):
     tables = lake(tmp_path / "lake", {"busy": 12, "some": 6, "few": 3})
     history = str(tmp_path / "history")
     before = [rows(t) for t in tables]
-    code, result = plan_lake(*tables, "--budget", "cpu_s=2.5", "--history-uri", history, "--local")
+    rewrites = optimize_bytes(tables)
+    budget = f"bytes_rewritten={rewrites[tables[0]] + rewrites[tables[1]]}"
+    code, result = plan_lake(*tables, "--budget", budget, "--history-uri", history, "--local")
     assert code == 0, result
     by_table = {e["table"]: {j["operation"]: j for j in e["jobs"]} for e in result["tables"]}
-    for table, job in ((tables[0], "optimize"), (tables[1], "optimize")):
-        assert by_table[table][job]["status"] == "committed"
+    for table in tables[:2]:
+        assert by_table[table]["optimize"]["status"] == "committed"
     waiting = [p for p in result["plan"]["deferred"]]
-    assert waiting and all(by_table[p["table"]][p["job"]]["deferred"] is True for p in waiting)
+    assert [(p["table"], p["job"]) for p in waiting] == [(tables[2], "optimize")]
+    assert by_table[tables[2]]["optimize"]["deferred"] is True
     assert [rows(t) for t in tables] == before
     recorded = read_runs(history).to_pylist()
     deferred = [r for r in recorded if r["status"] == "skipped" and json.loads(r["metrics"]).get("deferred")]
-    assert sorted((r["table_uri"], r["operation"]) for r in deferred) == sorted((p["table"], p["job"]) for p in waiting)
+    assert [(r["table_uri"], r["operation"]) for r in deferred] == [(tables[2], "optimize")]
 
 
 @pytest.mark.parametrize("nights", [STARVATION_NIGHTS])
 def test_a_job_that_waited_long_enough_goes_first(tmp_path, nights):
     tables = lake(tmp_path / "lake", {"busy": 12, "quiet": 3})
     history = str(tmp_path / "history")
-    # night after night the budget buys one run: the busy table's OPTIMIZE; the quiet one waits
-    for night in range(nights):
-        _, result = plan_lake(*tables, "--budget", "cpu_s=1.2", "--budget", "max_tables=1", "--history-uri",
-                              history, "--dry-run" if night else "--local")
-        if night == 0:
-            assert [p["table"] for p in result["plan"]["chosen"]] == [tables[0]]
-            lake(tmp_path / "lake", {"busy": 12})  # the busy table fills up again
-    # the dry runs recorded nothing: the quiet table has waited one night
-    _, result = plan_lake(*tables, "--budget", "cpu_s=1.2", "--budget", "max_tables=1", "--history-uri", history,
-                          "--dry-run")
+    one_table = ["--budget", "max_tables=1", "--history-uri", history]
+    # night after night the budget buys one table: the busy one, refilled each day; the quiet one waits
+    _, result = plan_lake(*tables, *one_table, "--local")
+    assert {p["table"] for p in result["plan"]["chosen"]} == {tables[0]}
+    lake(tmp_path / "lake", {"busy": 12})
+    _, result = plan_lake(*tables, *one_table, "--dry-run")  # a dry run records nothing
     quiet = [p for p in result["plan"]["deferred"] if p["table"] == tables[1] and p["job"] == "optimize"]
     assert quiet and quiet[0]["nights_waiting"] == 1
     for _ in range(nights - 1):  # real nights: each records the wait
-        plan_lake(*tables, "--budget", "cpu_s=1.2", "--budget", "max_tables=1", "--history-uri", history, "--local")
+        plan_lake(*tables, *one_table, "--local")
         lake(tmp_path / "lake", {"busy": 12})
-    _, result = plan_lake(*tables, "--budget", "cpu_s=1.2", "--budget", "max_tables=1", "--history-uri", history,
-                          "--dry-run")
+    _, result = plan_lake(*tables, *one_table, "--dry-run")
     first = result["plan"]["chosen"][0]
     assert (first["table"], first["nights_waiting"]) == (tables[1], nights)
     assert first["reason"].startswith(f"waited {nights} nights")
+    assert {p["table"] for p in result["plan"]["chosen"]} == {tables[1]}
 
 
 def test_bad_input_gets_one_message(tmp_path, capsys):
@@ -114,16 +130,20 @@ def test_the_run_stops_starting_work_once_the_budget_is_spent_and_says_what_was_
 
     tables = lake(tmp_path, {"one": 6, "two": 6, "three": 6})
     before = [rows(t) for t in tables]
-    spec = FleetSpec.from_json({"tables": [{"table": t, "jobs": [{"job": "optimize"}]} for t in tables],
-                                "budget": {"cpu_s": 1e-6}})
-    entries = run_fleet(spec, spark_allowed=False)
-    first, *rest = [e["jobs"][0] for e in entries]
-    assert first["status"] == "committed" and first["cpu_s"] > 0
-    for left in rest:
-        assert (left["status"], left["left"]) == ("skipped", True)
+
+    def night(budget: dict) -> list[dict]:
+        spec = FleetSpec.from_json({"tables": [{"table": t, "jobs": [{"job": "optimize"}]} for t in tables],
+                                    "budget": budget})
+        assert FleetSpec.from_json(spec.to_json()) == spec
+        return [e["jobs"][0] for e in run_fleet(spec, spark_allowed=False)]
+
+    for left in night({"cpu_s": 1e-6}):  # spent before the first job starts
+        assert (left["status"], left["left"], left["deferred"]) == ("skipped", True, True)
         assert left["reason"].startswith("not run: the budget ran out (cpu_s: ")
     assert [rows(t) for t in tables] == before
-    assert FleetSpec.from_json(spec.to_json()) == spec
+    ran = night({"cpu_s": 1000, "deadline_s": 1000})
+    assert [m["status"] for m in ran] == ["committed"] * 3 and all(m["cpu_s"] > 0 for m in ran)
+    assert [rows(t) for t in tables] == before
     with pytest.raises(Exception, match="budget: cpu_s must be above 0"):
         FleetSpec.from_json({"tables": [], "budget": {"cpu_s": -1}})
 
@@ -148,3 +168,19 @@ def test_each_run_records_its_prediction_beside_its_measure_and_the_model_learns
     _, again = plan_lake(*tables, "--history-uri", history, "--dry-run")
     (planned,) = [p for p in again["plan"]["chosen"] if p["job"] == "optimize"]
     assert planned["prediction_scale"] == round(model.scale("optimize"), 4) != 1.0
+
+
+def test_a_fleet_records_each_tables_runs_in_one_append(tmp_path):
+    from airflow_delta_maint.app.fleet import FleetSpec, run_fleet
+
+    tables = lake(tmp_path / "lake", {"one": 6, "two": 6})
+    history = tmp_path / "history"
+    spec = FleetSpec.from_json({"tables": [{"table": t, "jobs": [{"job": "optimize"}, {"job": "checkpoint"}]}
+                                           for t in tables], "history_uri": str(history)})
+    entries = run_fleet(spec, spark_allowed=False)
+    recorded = read_runs(str(history)).to_pylist()
+    assert sorted((r["table_uri"], r["operation"], r["status"]) for r in recorded) == sorted(
+        (t, job, "committed") for t in tables for job in ("optimize", "checkpoint"))
+    commits = sorted(p.name for p in (history / "_delta_log").glob("*.json"))
+    assert len(commits) == 3  # the history's creation, then one append a table
+    assert {m["history"]["version"] for e in entries for m in e["jobs"]} == {1, 2}

@@ -5,7 +5,8 @@ the plan applied to the default rates) and ``cpu_s`` (what it measured). The def
 :class:`~.estimates.CpuRates` are this machine's; a lake's machines, engines and tables differ. So each (job,
 engine) gets a scale: the median, over its last :data:`WINDOW` measured runs, of measured ÷ the default
 rates' prediction. The median keeps one slow night (a busy cluster, a cold cache) from moving the next
-night's plan. A job with fewer than :data:`MIN_RUNS` measured runs keeps scale 1.
+night's plan. A (job, engine) with no measured run yet takes the median over every measured run (the machine's
+own speed against the defaults'), and 1 on an empty history.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ class CostModel:
 
     scales: Mapping[tuple[str, str], float]
     base: CpuRates = DEFAULT_RATES
+    #: the scale of a (job, engine) that has none of its own
+    prior: float = 1.0
 
     @classmethod
     def learn(cls, rows: Iterable[Mapping[str, Any]], base: CpuRates = DEFAULT_RATES) -> CostModel:
@@ -52,10 +55,12 @@ class CostModel:
             seen = _measured(row)
             if seen is not None and seen[3] > 0:
                 ratios.setdefault((seen[0], seen[1]), []).append(seen[2] / seen[3])
-        return cls({key: statistics.median(r[-WINDOW:]) for key, r in ratios.items() if len(r) >= MIN_RUNS}, base)
+        every = [x for r in ratios.values() for x in r[-WINDOW:]]
+        return cls({key: statistics.median(r[-WINDOW:]) for key, r in ratios.items() if len(r) >= MIN_RUNS}, base,
+                   statistics.median(every) if every else 1.0)
 
     def scale(self, job: str, engine: str = "native") -> float:
-        return float(self.scales.get((job, engine), 1.0))
+        return float(self.scales.get((job, engine), self.prior))
 
     def rates(self, job: str, engine: str = "native") -> CpuRates:
         """The rates a plan prices ``job`` with: the defaults times its scale."""

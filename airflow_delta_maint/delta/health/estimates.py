@@ -67,14 +67,15 @@ class Gain:
 class CpuRates:
     """CPU-seconds per unit of work, by kind; ``fixed_s`` per run. The defaults are the native engine's measures
     on two cores (docs/benchmarks.md: OPTIMIZE re-encoding 900 MB in 3.5 CPU-s, VACUUM full deleting 50,000
-    files in 3.5 CPU-s, the health report reading a commit in some 4 ms); docs/health.md, "Estimates"."""
+    files in 3.5 CPU-s, the health report reading a commit in some 4 ms, a run's own start in some 50 ms);
+    docs/health.md, "Estimates"."""
 
     per_gib_rewritten: float = 4.0
     per_gib_read: float = 2.0
     per_file_deleted: float = 0.0001
     per_file_listed: float = 0.00002
     per_log_file: float = 0.004
-    fixed_s: float = 1.0
+    fixed_s: float = 0.05
 
 
 DEFAULT_RATES = CpuRates()

@@ -42,8 +42,8 @@ GAIN_WEIGHTS: Mapping[str, float] = {"files_removed": 1.0, "log_files_not_replay
                                      "bytes_freed": 1.0 / GIB}
 #: the gain of a job without an estimate (housekeeping whose gain the log's aggregates cannot see)
 UNESTIMATED_GAIN = 0.1
-#: its predicted CPU-seconds
-UNESTIMATED_CPU_S = 1.0
+#: its predicted CPU-seconds, unless the cost model says what a run's start costs
+UNESTIMATED_CPU_S = 0.05
 
 
 def gain_value(gain: Gain | None) -> float:
@@ -113,10 +113,12 @@ class Candidate:
     nights_waiting: int = 0
     #: the cost model's scale of the default rates its estimate was priced with
     scale: float = 1.0
+    #: its predicted CPU-seconds when it has no estimate (a run's own start, by the cost model)
+    unestimated_cpu_s: float = UNESTIMATED_CPU_S
 
     @property
     def cpu_s(self) -> float:
-        return self.estimate.cost.cpu_s if self.estimate is not None else UNESTIMATED_CPU_S
+        return self.estimate.cost.cpu_s if self.estimate is not None else self.unestimated_cpu_s
 
     @property
     def bytes_rewritten(self) -> int:

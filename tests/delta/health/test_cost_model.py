@@ -26,7 +26,8 @@ def test_each_job_and_engine_gets_the_median_of_measured_over_the_default_predic
     model = CostModel.learn(rows)
     assert model.scale("optimize") == 3.0  # median of 2, 3, 50
     assert model.scale("optimize", "delta-spark") == 3.0 and model.scale("vacuum") == 0.5
-    assert model.scale("checkpoint") == 1.0  # nothing measured: the defaults
+    assert model.scale("checkpoint") == 3.0  # nothing measured: the median of every run (0.5, 2, 3, 3, 50)
+    assert CostModel.learn([]).scale("checkpoint") == 1.0  # no history: the defaults
     assert model.rates("vacuum").per_file_deleted == pytest.approx(DEFAULT_RATES.per_file_deleted * 0.5)
 
 

@@ -1,0 +1,313 @@
+"""A lake maintained night after night by three policies, each on its own copy: everything, threshold, budgeted.
+
+The lake: ``--tables`` delta-rs tables on local disk with skewed sizes and five write patterns (streaming appends
+of tiny files, daily batch loads, writers that collect no statistics, deletes that rewrite files, quiet tables),
+every table with a 0-hour retention so VACUUM and the log's cleanup have work every night. Between nights the
+writers write the same rows into each copy.
+
+Each night each policy runs one fleet application in this process (the jobs on threads, no Spark):
+
+- **everything**: every job (OPTIMIZE, compute-stats, VACUUM, checkpoint, log compaction, the log's cleanup) on
+  every table;
+- **threshold**: the jobs whose cheap check finds work (the fleet's decision);
+- **budgeted**: the lake plan (``plan-lake``) with a CPU budget of half what "everything" spent on average a night,
+  learning its cost model from its own history.
+
+Measured each night: the CPU-seconds of the application (``time.process_time``: the whole process, every
+thread), small files left (what a compaction of each partition would remove), files without statistics, log
+files a reader replays, deleted rows' bytes still read, what a full scan of every table opens (files, bytes),
+and for the budgeted policy each run's predicted CPU-seconds against its measure. The rows of every table are
+compared with the writers' at the end of each policy.
+
+Usage: ``python -m benchmarks.bench_lake [--tables 200] [--nights 10] [--out benchmarks/out/lake.json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+POLICIES = ("everything", "threshold", "budgeted")
+PATTERNS = ("streaming", "batch", "nostats", "deletes", "quiet")
+#: every job that changes a table, in the order a night runs them
+JOBS = (("optimize", []), ("compute-stats", []), ("vacuum", []), ("checkpoint", []), ("compact-log", []),
+        ("cleanup-log", []))
+RETENTION = {"delta.deletedFileRetentionDuration": "interval 0 hours",
+             "delta.logRetentionDuration": "interval 0 hours"}
+
+
+@dataclass
+class LakeTable:
+    name: str
+    pattern: str
+    weight: int  # the skew: how much its writers write
+    next_id: int = 0
+
+
+@dataclass
+class Night:
+    policy: str
+    night: int
+    cpu_s: float
+    measures: dict[str, int]  # after the night's maintenance
+    gains: dict[str, int]  # the debts before the maintenance minus after
+    predictions: list[tuple[float, float]] = field(default_factory=list)
+    max_nights_waiting: int = 0
+
+
+def make_lake(n: int, seed: int) -> list[LakeTable]:
+    rng = random.Random(seed)
+    tables = []
+    for i in range(n):
+        weight = min(8, max(1, int(rng.paretovariate(1.3))))
+        tables.append(LakeTable(f"t{i:03d}", PATTERNS[i % len(PATTERNS)], weight))
+    return tables
+
+
+def _rows(t: LakeTable, n: int) -> Any:
+    import pyarrow as pa
+
+    ids = list(range(t.next_id, t.next_id + n))
+    t.next_id += n
+    return pa.table({"id": pa.array(ids, pa.int64()), "value": pa.array([(i * 7919) % 10007 for i in ids], pa.int64()),
+                     "kind": pa.array([f"k{i % 3}" for i in ids])})
+
+
+def _strip_stats(path: Path) -> None:
+    """The newest commit's adds lose their statistics (a writer that collects none)."""
+    log = path / "_delta_log"
+    newest = max(log.glob("*.json"), key=lambda p: p.name)
+    actions = [json.loads(line) for line in newest.read_text().splitlines() if line.strip()]
+    for a in actions:
+        a.get("add", {}).pop("stats", None)
+    newest.write_text("".join(json.dumps(a) + "\n" for a in actions))
+
+
+def write_night(root: Path, tables: list[LakeTable], night: int) -> None:
+    """The writers of one night (the same rows into each copy: ``tables`` carry the ids written so far)."""
+    from deltalake import DeltaTable, write_deltalake
+
+    for t in tables:
+        path = root / t.name
+        if night == 0:  # the first load
+            write_deltalake(str(path), _rows(t, 2000 * t.weight), mode="append", configuration=RETENTION)
+            continue
+        if t.pattern == "streaming":
+            for _ in range(3 * t.weight):
+                write_deltalake(str(path), _rows(t, 40), mode="append")
+        elif t.pattern == "batch":
+            write_deltalake(str(path), _rows(t, 1500 * t.weight), mode="append")
+        elif t.pattern == "nostats":
+            for _ in range(t.weight):
+                write_deltalake(str(path), _rows(t, 200), mode="append")
+                _strip_stats(path)
+        elif t.pattern == "deletes":
+            write_deltalake(str(path), _rows(t, 300 * t.weight), mode="append")
+            DeltaTable(str(path)).delete(f"id % 11 = {night % 11}")
+
+
+def expected_rows(tables: list[LakeTable], nights: int) -> dict[str, int]:
+    """The rows each table holds after ``nights`` nights of writers (deletes computed the writers' way)."""
+    out = {}
+    for t in tables:
+        ids = 2000 * t.weight
+        per_night = {"streaming": 3 * t.weight * 40, "batch": 1500 * t.weight, "nostats": 200 * t.weight,
+                     "deletes": 300 * t.weight, "quiet": 0}[t.pattern]
+        alive = set(range(ids))
+        for night in range(1, nights):
+            alive |= set(range(ids, ids + per_night))
+            ids += per_night
+            if t.pattern == "deletes":
+                alive = {i for i in alive if i % 11 != night % 11}
+        out[t.name] = len(alive)
+    return out
+
+
+def measure(root: Path, tables: list[LakeTable]) -> dict[str, int]:
+    """What the lake leaves readers, from each table's log (no data file read)."""
+    from airflow_delta_maint.app.lake_plan import table_inputs
+
+    totals = {"small_files_left": 0, "files_without_stats": 0, "log_files_to_replay": 0, "deleted_bytes_read": 0,
+              "scan_files": 0, "scan_bytes": 0}
+    for t in tables:
+        x = table_inputs(str(root / t.name), {})
+        h = x.health
+        totals["small_files_left"] += max(0, h.excess_small_files)
+        totals["files_without_stats"] += h.files_without_stats + h.files_missing_stats_columns
+        totals["log_files_to_replay"] += h.commits_since_checkpoint
+        totals["deleted_bytes_read"] += int(h.deleted_rows / h.num_records * h.size_bytes) if h.num_records else 0
+        totals["scan_files"] += h.num_files
+        totals["scan_bytes"] += h.size_bytes
+    return totals
+
+
+def _spec(root: Path, tables: list[LakeTable], history: str) -> Any:
+    from airflow_delta_maint.app.fleet import FleetJob, FleetSpec, FleetTable
+
+    return FleetSpec([FleetTable(str(root / t.name), [FleetJob(j, list(a)) for j, a in JOBS]) for t in tables], history)
+
+
+GAINS = {"small_files_removed": "small_files_left", "files_given_stats": "files_without_stats",
+         "deleted_bytes_purged": "deleted_bytes_read", "log_files_not_replayed": "log_files_to_replay"}
+
+
+def _gains(before: dict[str, int], after: dict[str, int], entries: list[dict[str, Any]]) -> dict[str, int]:
+    gains = {gain: before[debt] - after[debt] for gain, debt in GAINS.items()}
+    gains["runs"] = sum(1 for e in entries for m in e.get("jobs", []) if m.get("status") == "committed")
+    return gains
+
+
+def run_night(policy: str, root: Path, tables: list[LakeTable], history: str,
+              budget_cpu_s: float | None) -> tuple[float, list[dict[str, Any]], Any]:
+    """One fleet application of ``policy``; (CPU-seconds, the tables' results, the plan or None)."""
+    from airflow_delta_maint.app.fleet import decide, merge, run_fleet
+    from airflow_delta_maint.app.lake_cli import record_known
+    from airflow_delta_maint.app.lake_plan import budgeted, lake_history
+    from airflow_delta_maint.delta.plans.lake_budget import Budget
+
+    spec = _spec(root, tables, history)
+    started = time.process_time()
+    plan = None
+    if policy == "everything":
+        entries = run_fleet(spec, spark_allowed=False)
+    else:
+        decision = decide(spec)
+        if policy == "budgeted":
+            decision, plan = budgeted(spec, decision, Budget(cpu_s=budget_cpu_s), history=lake_history(history),
+                                      spent_cpu_s=time.process_time() - started)
+        ran = run_fleet(decision.to_run, spark_allowed=False) if decision.to_run.tables else []
+        entries = merge(spec, decision, ran)
+        record_known(history, decision, {}, ran)
+    return time.process_time() - started, entries, plan
+
+
+def run_policy(policy: str, work: Path, tables: list[LakeTable], nights: int, budget_cpu_s: float | None,
+               progress: Callable[[str], None]) -> list[Night]:
+    import copy
+
+    from deltalake import DeltaTable
+
+    root = work / policy
+    history = str(work / f"{policy}-history")
+    writers = copy.deepcopy(tables)
+    out = []
+    for night in range(nights):
+        write_night(root, writers, night)
+        before = measure(root, writers)
+        cpu, entries, plan = run_night(policy, root, writers, history, budget_cpu_s)
+        predictions = []
+        if plan is not None:
+            predicted = {(p.candidate.table, p.candidate.job): p.candidate.cpu_s for p in plan.chosen}
+            for e in entries:
+                for m in e["jobs"]:
+                    key = (e["table"], m.get("operation"))
+                    if m.get("status") == "committed" and key in predicted and m.get("cpu_s"):
+                        predictions.append((predicted[key], float(m["cpu_s"])))
+        waiting = max((p.candidate.nights_waiting for p in plan.entries), default=0) if plan else 0
+        after = measure(root, writers)
+        out.append(Night(policy, night, cpu, after, _gains(before, after, entries), predictions, waiting))
+        progress(f"{policy} night {night}: {cpu:.1f} CPU-s, {out[-1].gains['runs']} runs, {out[-1].measures}")
+    expected = expected_rows(tables, nights)
+    for t in writers:
+        got = DeltaTable(str(root / t.name)).to_pyarrow_table(columns=["id"]).num_rows
+        assert got == expected[t.name], (policy, t.name, got, expected[t.name])
+    return out
+
+
+def summarize(results: dict[str, list[Night]]) -> dict[str, Any]:
+    every, budgeted = results["everything"], results["budgeted"]
+
+    def total(nights: list[Night], key: str) -> int:
+        return sum(n.gains[key] for n in nights)
+
+    def scanned(nights: list[Night], key: str) -> int:
+        """What full scans after each night's maintenance read, summed over the nights."""
+        return sum(n.measures[key] for n in nights)
+
+    errors_after_3 = [abs(p - m) / m for n in budgeted[3:] for p, m in n.predictions if m > 0]
+    last = {policy: nights[-1].measures for policy, nights in results.items()}
+    return {
+        "cpu_s": {p: round(sum(n.cpu_s for n in ns), 2) for p, ns in results.items()},
+        "cpu_share_of_everything": round(sum(n.cpu_s for n in budgeted) / max(1e-9, sum(n.cpu_s for n in every)), 3),
+        "gain_share_of_everything": {
+            key: round(total(budgeted, key) / total(every, key), 3) if total(every, key) else None for key in GAINS},
+        "gains": {p: {key: total(ns, key) for key in GAINS} for p, ns in results.items()},
+        "scan_files_vs_everything": round(scanned(budgeted, "scan_files") / max(1, scanned(every, "scan_files")), 3),
+        "scan_bytes_vs_everything": round(scanned(budgeted, "scan_bytes") / max(1, scanned(every, "scan_bytes")), 3),
+        "median_prediction_error_after_3_nights": round(statistics.median(errors_after_3), 3) if errors_after_3 else None,
+        "max_nights_waiting": max(n.max_nights_waiting for n in budgeted),
+        "last_night": last,
+    }
+
+
+def plot(results: dict[str, list[Night]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = ("cpu_s", "small_files_left", "files_without_stats", "log_files_to_replay")
+    fig, axes = plt.subplots(1, len(keys), figsize=(16, 3.6))
+    for ax, key in zip(axes, keys):
+        for policy, nights in results.items():
+            ys = [n.cpu_s if key == "cpu_s" else n.measures[key] for n in nights]
+            ax.plot([n.night for n in nights], ys, marker="o", label=policy)
+        ax.set_title(key.replace("_", " "))
+        ax.set_xlabel("night")
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tables", type=int, default=200)
+    parser.add_argument("--nights", type=int, default=10)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--out", default=str(REPO / "benchmarks" / "out" / "lake.json"))
+    args = parser.parse_args(argv)
+    import logging
+
+    logging.getLogger("delta_maint").setLevel(logging.WARNING)
+    logging.getLogger("airflow_delta_maint").setLevel(logging.WARNING)
+    tables = make_lake(args.tables, args.seed)
+    work = Path(tempfile.mkdtemp(prefix="bench-lake-"))
+    results: dict[str, list[Night]] = {}
+    try:
+        t0 = time.monotonic()
+
+        def progress(text: str) -> None:
+            print(f"[{time.monotonic() - t0:6.0f} s] {text}", flush=True)
+
+        results["everything"] = run_policy("everything", work, tables, args.nights, None, progress)
+        budget = statistics.mean(n.cpu_s for n in results["everything"][1:]) / 2
+        progress(f"the budgeted policy's budget: {budget:.2f} CPU-s a night")
+        results["threshold"] = run_policy("threshold", work, tables, args.nights, None, progress)
+        results["budgeted"] = run_policy("budgeted", work, tables, args.nights, budget, progress)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    summary = summarize(results)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"summary": summary, "nights": [n.__dict__ for ns in results.values() for n in ns]},
+                              indent=1, default=str))
+    plot(results, out.with_suffix(".png"))
+    print(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +16,9 @@ from airflow_delta_maint.app.execution import (LOCAL_MAX_LOG_BYTES, LOCAL_MAX_RE
 from airflow_delta_maint.app.job_definitions import definition, fleet_defaults
 from airflow_delta_maint.app.job_definitions.definition import NATIVE
 from airflow_delta_maint.app.fleet import Decision, FleetJob, FleetSpec, FleetTable, decide, merge, run_fleet
+from airflow_delta_maint.app.lake_plan import budgeted, lake_history
 from airflow_delta_maint.delta.errors import DeltaError
+from airflow_delta_maint.delta.plans.lake_budget import Budget
 from airflow_delta_maint.hooks.catalogs import CatalogError, ResolvedTable
 from airflow_delta_maint.hooks.catalogs.table_target import (
     check_catalog_allows,
@@ -118,10 +121,17 @@ class MaintainTablesOperator(BaseOperator):
         table. OPTIMIZE, VACUUM, checkpoint and cleanup-log take it; log compaction takes it for its
         checkpoint and expired-log cleanup; inspect always runs natively. The application carries
         delta-spark's jars when any table uses it. (templated)
+    :param budget: the night's limits (``{"cpu_s": 3600, "bytes_rewritten": ..., "max_tables": ...,
+        "deadline_s": ..., "cores": ...}``): after the checks, the worker estimates what each job with work
+        would gain and cost, from the log alone, and keeps the runs that gain most per predicted CPU-second
+        within the limits; the others are "skipped" with ``deferred: true``, the limit they would pass and their
+        predicted cost, and a job deferred for 3 nights goes first. The application starts no job once the
+        CPU-seconds it measured or the deadline are reached. The plan is pushed to XCom as ``lake_plan``
+        (``delta-maint plan-lake --dry-run`` shows it without running). See docs/fleet.md. (templated)
     """
 
     template_fields: Sequence[str] = ("tables", "table_names", "jobs", "storage_options", "conf", "metrics_uri",
-                                      "history_uri", "engine")
+                                      "history_uri", "engine", "budget")
     ui_color = "#00add4"
 
     def __init__(
@@ -145,11 +155,15 @@ class MaintainTablesOperator(BaseOperator):
         check_threads: int = 8,
         execution: str | None = None,
         engine: str | None = None,
+        budget: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         refuse_unknown_engine(engine)
         self.engine = engine
+        if isinstance(budget, Mapping) and not any("{{" in str(v) for v in budget.values()):
+            self.checked_budget(budget)  # a bad limit fails when the DAG is parsed
+        self.budget = budget
         if execution is not None and str(execution).strip().lower() not in FLEET_EXECUTIONS:
             raise AirflowException(f"execution must be 'spark' or 'auto', got {execution!r}")
         self.execution = str(execution).strip().lower() if execution is not None else None
@@ -173,6 +187,32 @@ class MaintainTablesOperator(BaseOperator):
         self.check_threads = check_threads
         self._hook: DeltaMaintHook | None = None
         self._credentials: StorageCredentials | None = None
+
+    def checked_budget(self, budget: Mapping[str, Any] | None) -> Budget | None:
+        """The budget, checked (one line naming the limit), or None for no budget."""
+        if not budget:
+            return None
+        try:
+            return Budget.from_mapping(budget)
+        except DeltaError as exc:
+            raise AirflowException(f"{self.task_id}: {exc}") from None
+
+    def plan_within_budget(self, spec: FleetSpec, decision: Decision, history: str | None, planning_cpu_s: float,
+                           context: Context) -> Decision:
+        """``decision`` cut down to what the budget buys (the plan in XCom as ``lake_plan``)."""
+        budget = self.checked_budget(self.budget)
+        if budget is None:
+            return decision
+        started = time.process_time()  # the history is read as it is written here: record_on_worker's options
+        cut, plan = budgeted(spec, decision, budget, lambda t: worker_options(self._credentials, t.storage_options),
+                             history=lake_history(history), spent_cpu_s=planning_cpu_s + time.process_time() - started,
+                             threads=self.check_threads)
+        used = plan.used()
+        self.log.info("budget %s: %d runs on %d tables chosen (%.1f predicted CPU-s), %d deferred",
+                      {k: v for k, v in budget.as_dict().items() if v is not None}, used["runs"], used["tables"],
+                      used["cpu_s"], len(plan.deferred))
+        context["ti"].xcom_push(key="lake_plan", value=plan.as_dict())
+        return cut
 
     # -- the spec -----------------------------------------------------------------------------
     def all_tables(self) -> list[str | Mapping[str, Any]]:
@@ -297,11 +337,13 @@ class MaintainTablesOperator(BaseOperator):
             return []
         spec = self.fleet_spec(history)
         self._credentials = self.resolve_credentials(spec)
+        started = time.process_time()
         if as_bool(self.skip_if_nothing_to_do):
             decision = decide(spec, lambda t: worker_options(self._credentials, t.storage_options),
                               threads=self.check_threads)
         else:
             decision = Decision(spec, [[None] * len(t.jobs) for t in spec.tables])
+        decision = self.plan_within_budget(spec, decision, history, time.process_time() - started, context)
         with_work = decision.tables_with_work
         self.log.info("%d of %d tables have work%s", len(with_work), len(spec.tables),
                       f": {', '.join(with_work)}" if len(with_work) <= 20 else "")
@@ -313,7 +355,7 @@ class MaintainTablesOperator(BaseOperator):
         if with_work and execution == "auto" and self._runs_locally(decision.to_run):
             self.log.info("Every job with work is small enough for this worker: running them in this process")
             local = FleetSpec([FleetTable(t.table, t.jobs, worker_options(self._credentials, t.storage_options))
-                               for t in decision.to_run.tables], decision.to_run.history_uri)
+                               for t in decision.to_run.tables], decision.to_run.history_uri, decision.to_run.budget)
             ran = run_fleet(local, spark_allowed=False)  # credentials stay in this process's memory
         elif with_work:
             self._hook = self.get_hook(inject_parent_job_info(self.conf, context), decision.to_run)
@@ -331,7 +373,8 @@ class MaintainTablesOperator(BaseOperator):
         if history:
             for entry, known in zip(results, decision.known):
                 for metrics, decided in zip(entry["jobs"], known):
-                    if decided is not None and decided.get("status") == "skipped":
+                    # skipped by its check or deferred by the budget, or left by a run whose budget ran out
+                    if (decided is not None and decided.get("status") == "skipped") or metrics.get("left"):
                         metrics["history"] = record_on_worker(history, metrics, context)
         for entry in results:
             self.log.info("%s: %s%s", entry["table"], entry["status"],

@@ -545,3 +545,42 @@ def test_a_local_run_imports_no_pyspark(tmp_path):
     job_status, fleet_status, loaded = json.loads(out.strip().splitlines()[-1])
     assert job_status == "committed" and fleet_status == "skipped"
     assert "pyspark" not in loaded and "py4j" not in loaded
+
+
+def test_a_budget_keeps_the_runs_that_gain_most_and_defers_the_rest(tmp_path, monkeypatch):
+    import airflow_delta_maint.operators.fleet as fleet_operator
+    from airflow_delta_maint.delta.health.run_log import read_runs
+
+    specs: list[FleetSpec] = []
+
+    def local_run(spec, **kwargs):
+        specs.append(spec)
+        return run_fleet(spec, **kwargs)
+
+    monkeypatch.setattr(fleet_operator, "run_fleet", local_run)
+    monkeypatch.setattr(DeltaMaintHook, "submit", lambda *a, **k: pytest.fail("spark-submit was called"))
+    tables = []
+    for i, appends in enumerate((12, 6, 3)):
+        write_appends(tmp_path / f"t{i}", appends)
+        tables.append(str(tmp_path / f"t{i}"))
+    before = {t: rows(Path(t)) for t in tables}
+    history = str(tmp_path / "history")
+    ti = RecordingTI()
+    op = MaintainTablesOperator(task_id="fleet", tables=tables, jobs={"optimize": {}}, history_uri=history,
+                                budget={"max_tables": 2, "cpu_s": 1000}, execution="auto")
+    results = op.execute(context={"ti": ti})
+    assert [e["jobs"][0]["status"] for e in results] == ["committed", "committed", "skipped"]
+    deferred = results[2]["jobs"][0]
+    assert deferred["deferred"] is True and deferred["reason"].startswith("deferred: over the budget's max_tables")
+    assert deferred["predicted_cpu_s"] > 0 and deferred["estimate"]["gain"]["files_removed"] > 0
+    plan = ti.pushed["lake_plan"]
+    assert [p["table"] for p in plan["chosen"]] == tables[:2] and [p["table"] for p in plan["deferred"]] == tables[2:]
+    (spec,) = specs  # the run keeps the CPU budget left after the worker's planning
+    assert spec.budget is not None and 0 < spec.budget["cpu_s"] < 1000
+    assert all(j.expect["predicted_cpu_s"] > 0 for t in spec.tables for j in t.jobs)
+    assert all(m["cpu_s"] > 0 and m["predicted_cpu_s"] > 0 for e in results[:2] for m in e["jobs"])
+    assert {t: rows(Path(t)) for t in tables} == before
+    waiting = [r for r in read_runs(history).to_pylist() if json.loads(r["metrics"]).get("deferred")]
+    assert [(r["table_uri"], r["operation"]) for r in waiting] == [(tables[2], "optimize")]
+    with pytest.raises(AirflowException, match="fleet: budget: unknown limit cpu"):
+        MaintainTablesOperator(task_id="fleet", tables=tables, budget={"cpu": 1})

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from airflow_delta_maint.delta.storage.store import Storage
+from airflow_delta_maint.delta.storage.store_calls import StoreCalls
 
 from .settings import Settings
 
@@ -30,13 +31,15 @@ class JobContext:
     #: Spark configuration for the session this process starts itself (outside spark-submit): the
     #: command line's ``--conf``, the delta-spark engine's packages, its quiet log4j configuration
     spark_conf: dict[str, str] = field(default_factory=dict)
+    #: what the job asked the store for, on the driver and (added when they end) in its Spark tasks
+    store_calls: StoreCalls = field(default_factory=StoreCalls)
     _spark: Any = None
     _storage: Storage | None = None
 
     @property
     def storage(self) -> Storage:
         if self._storage is None:
-            self._storage = Storage(self.table, self.storage_options)
+            self._storage = Storage(self.table, self.storage_options, calls=self.store_calls)
         return self._storage
 
     def spark(self, what: str = "this run"):

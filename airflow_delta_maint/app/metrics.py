@@ -9,6 +9,8 @@ from datetime import datetime, timezone
 from typing import Any, Mapping
 from urllib.parse import urlparse
 
+from airflow_delta_maint.delta.storage.store_calls import empty_counts
+
 STATUSES = ("committed", "skipped", "dry_run", "failed")
 
 
@@ -26,6 +28,7 @@ def base_metrics(operation: str, table: str) -> dict[str, Any]:
         "version_committed": None,
         "started_at": now_iso(),
         "duration_s": 0.0,
+        "storeCalls": empty_counts(),
         "_t0": time.perf_counter(),
     }
 

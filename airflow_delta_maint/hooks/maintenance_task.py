@@ -21,6 +21,7 @@ from airflow_delta_maint.app.execution import (EXECUTIONS, LOCAL_MAX_LOG_BYTES, 
 from airflow_delta_maint.app.job_definitions import JobDefinition
 from airflow_delta_maint.app.metrics import base_metrics, finish
 from airflow_delta_maint.delta.errors import DeltaError
+from airflow_delta_maint.delta.storage.store_calls import StoreCalls, counting
 from airflow_delta_maint.hooks.catalogs import ResolvedTable
 from airflow_delta_maint.hooks.catalogs.table_target import (
     check_catalog_allows,
@@ -140,11 +141,20 @@ class MaintenanceTask:
         return self.job.nothing_to_do(self.table_uri, self.worker_storage_options, options)
 
     def check(self, params: Mapping[str, Any], execution: str | None = None) -> dict[str, Any] | None:
-        """The "skipped" metrics when the job's check says there is nothing to do, else None.
+        """The "skipped" metrics when the job's check says there is nothing to do, else None; their
+        ``storeCalls`` are the check's.
 
         A job whose runner offers ``look`` reads the log once for the check, the version and (for the
         execution ``auto`` of a job that rewrites data files, on a small log) the bytes its plan rewrites, which
         the execution choice then takes instead of reading the log again."""
+        calls = StoreCalls()
+        with counting(calls):
+            metrics = self._check(params, execution)
+        if metrics is not None:
+            metrics["storeCalls"] = calls.counts()
+        return metrics
+
+    def _check(self, params: Mapping[str, Any], execution: str | None) -> dict[str, Any] | None:
         try:
             options = self.job.typed_options(params)
             look = getattr(self.job.module(), "look", None)

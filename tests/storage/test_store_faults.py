@@ -19,7 +19,8 @@ import pytest
 
 from airflow_delta_maint.app.execution import run_in_process
 from airflow_delta_maint.delta.storage.store import Storage
-from tests.storage.fault_harness import Table, clean_env, commits, data_files, new_table, proxied, removed_files
+from tests.storage.fault_harness import (Table, clean_env, commits, data_files, new_table, proxied, removed_files,
+                                         through)
 
 __all__ = ["clean_env", "proxied"]  # fixtures
 
@@ -114,3 +115,130 @@ def test_every_job_on_a_failing_store(proxied, clean_env, seed):
     log.info("%s seed %d: faults %s; runs that failed: %s", store.name, seed, json.dumps(dict(drawn), sort_keys=True),
              ", ".join(failed) or "none")
     assert sum(drawn.values()) > 0, "no fault was drawn: the test proves nothing"
+
+
+# -- the store calls a run counts, against the requests the proxy saw ----------------------------------------------
+#: our kinds of calls and the proxy's kinds of requests they are sent as (a multipart upload is a create, on S3,
+#: and a complete request; Azure has no create)
+PROXY_KINDS = {"list": ("LIST",), "get": ("GET",), "getRange": ("RANGE_GET",), "head": ("HEAD",), "put": ("PUT",),
+               "putIfAbsent": ("CONDITIONAL_PUT",), "multipartUpload": ("MULTIPART_CREATE", "MULTIPART_COMPLETE"),
+               "multipartPart": ("MULTIPART_PART",), "delete": ("DELETE",), "deleteMany": ("DELETE_MANY",)}
+
+
+def expected_requests(calls: dict, store: str) -> Counter:
+    """The requests of each proxy kind our counted calls stand for, on a table small enough for one page a listing
+    and one request a bulk delete (obstore sends even one object's delete to S3 and Azure as a bulk request)."""
+    out: Counter = Counter()
+    for kind, proxy_kinds in PROXY_KINDS.items():
+        for proxy_kind in proxy_kinds:
+            if proxy_kind == "DELETE":
+                proxy_kind = "DELETE_MANY"
+            if not (store == "azure" and proxy_kind == "MULTIPART_CREATE"):
+                out[proxy_kind] += calls[kind]["calls"]
+    return +out
+
+
+def seen_requests(stats: dict) -> Counter:
+    return +Counter(stats["requests"])
+
+
+def test_store_calls_match_the_requests_the_store_saw(proxied, clean_env):
+    """OPTIMIZE and full VACUUM in this process (local execution: tasks on threads) count, call by call, the requests
+    the proxy forwarded; the metrics hold counts only, never the endpoint or a credential."""
+    store, proxy = proxied
+    table = new_table(store, proxy, "calls/local", days=None)
+    Storage(table.uri, table.options).put("part=0/part-00000-orphan.parquet", b"not referenced")
+    for job, argv in (("optimize", []), ("vacuum", ["--mode", "full", *RETENTION])):
+        code, m = table.run(job, argv)
+        assert code == 0 and m["status"] == "committed", (job, m)
+        calls = m["storeCalls"]
+        assert set(calls) == set(PROXY_KINDS) and all(set(c) == {"calls", "bytes", "objects"} for c in calls.values())
+        assert expected_requests(calls, store.name) == seen_requests(table.stats), (job, calls, table.stats)
+        text = json.dumps(calls)
+        assert "127.0.0.1" not in text and all(v not in text for v in table.faulty.values() if len(v) > 6)
+        if job == "optimize":  # 24 inputs read whole, 2 outputs written, the commit put if absent
+            assert calls["get"]["calls"] >= 24 and calls["putIfAbsent"]["calls"] >= 1
+            assert calls["get"]["bytes"] >= m["numRemovedBytes"] and calls["put"]["bytes"] >= m["numAddedBytes"]
+        else:  # the 24 rewritten inputs and the orphan, deleted in one bulk request
+            assert calls["deleteMany"] == {"calls": 1, "bytes": 0, "objects": 25}, calls
+            assert calls["list"]["objects"] >= 27
+    table.check()
+
+
+def test_store_calls_with_failing_requests_leave_the_retries_to_the_proxy(proxied, clean_env):
+    """With 503 and 500 answers (which obstore repeats for every request) the proxy sees more requests than the run
+    counted, and the difference of each kind is the faults drawn for it: the requests obstore repeated."""
+    store, proxy = proxied
+    table = new_table(store, proxy, "calls/faults", days=None)
+    code, m = table.run("optimize", [], rates={"*": {"slowdown": 0.04, "internal": 0.04}})
+    assert code == 0, m
+    expected, seen = expected_requests(m["storeCalls"], store.name), seen_requests(table.stats)
+    retries: Counter = Counter()
+    for name, n in table.stats["faults"].items():
+        retries[name.split(":")[0]] += n
+    assert sum(retries.values()) > 0, "no fault was drawn: the test proves nothing"
+    assert all(seen[k] >= expected[k] for k in expected), (expected, seen)
+    assert seen - expected == +retries, (expected, seen, retries)
+    table.check()
+
+
+def test_large_puts_and_streams_are_counted_as_multipart_uploads(proxied, clean_env):
+    """A put past obstore's part size and a stream past its buffer are multipart uploads, counted part by part as
+    the proxy sees them; a stream below a part is one put."""
+    from airflow_delta_maint.delta.storage.store_calls import StoreCalls
+    from airflow_delta_maint.delta.storage.stream_write import open_stream
+
+    store, proxy = proxied
+    proxy.configure()
+    calls = StoreCalls()
+    storage = Storage(store.uri("calls/multipart"), through(store, proxy), calls=calls)
+    storage.put("big.bin", b"x" * (11 << 20))  # 3 parts of obstore's 5 MiB
+    with open_stream(storage, "streamed.bin", part_bytes=5 << 20) as sink:  # 2 parts
+        for _ in range(10):
+            sink.write(b"y" * (1 << 20))
+    with open_stream(storage, "small.bin", part_bytes=5 << 20) as sink:  # one put
+        sink.write(b"z" * 1000)
+    counts = calls.counts()
+    assert counts["multipartUpload"] == {"calls": 2, "bytes": 21 << 20, "objects": 0}, counts
+    assert counts["multipartPart"]["calls"] == 5 and counts["put"] == {"calls": 1, "bytes": 1000, "objects": 0}
+    assert expected_requests(counts, store.name) == seen_requests(proxy.stats()), (counts, proxy.stats())
+
+
+@pytest.mark.spark
+def test_store_calls_of_spark_tasks_reach_the_driver(proxied, clean_env, spark, monkeypatch):
+    """OPTIMIZE's bins rewritten in Spark tasks, and full VACUUM's listing and deletes sent from Spark tasks: the
+    tasks' calls come back to the driver, and the run's counts match the requests the proxy saw."""
+    from airflow_delta_maint.app.jobs import vacuum_deletion, vacuum_listing
+
+    store, proxy = proxied
+    if store.name != "s3":
+        pytest.skip("one store is enough for the tasks' way back")
+    monkeypatch.setattr(vacuum_listing, "DRIVER_LIST_MAX", 0)  # listed in Spark tasks
+    monkeypatch.setattr(vacuum_deletion, "SPARK_DELETE_MIN", 1)  # deleted in Spark tasks
+    table = new_table(store, proxy, "calls/spark", days=None)
+    Storage(table.uri, table.options).put("part=1/part-00000-orphan.parquet", b"not referenced")
+    for job, argv in (("optimize", []), ("vacuum", ["--mode", "full", *RETENTION])):
+        proxy.configure()
+        code, m = run_in_process(job, table.uri, argv, table.faulty, spark_allowed=True)
+        assert code == 0 and m["status"] == "committed", (job, m)
+        calls = m["storeCalls"]
+        assert expected_requests(calls, store.name) == seen_requests(proxy.stats()), (job, calls, proxy.stats())
+        if job == "optimize":  # the inputs are read in the tasks only
+            assert calls["get"]["calls"] >= 24 and calls["get"]["bytes"] >= m["numRemovedBytes"], calls
+        else:
+            assert calls["deleteMany"]["objects"] == 25 and calls["list"]["objects"] >= 27, calls
+    table.check()
+    # Z-order: sampled in tasks, then rewritten through the scratch folder, Spark's RDD shuffle, or DataFrame tasks
+    # (as on Spark Connect: the counts come back as results)
+    for shuffle, kind in (("scratch", "rdd"), ("spark", "rdd"), ("spark", "dataframe")):
+        monkeypatch.setenv("DELTA_MAINT_ZORDER_SHUFFLE", shuffle)
+        monkeypatch.setenv("DELTA_MAINT_SPARK_TASKS", kind)
+        table = new_table(store, proxy, f"calls/zorder-{shuffle}-{kind}", days=None)
+        proxy.configure()
+        code, m = run_in_process("optimize", table.uri, ["--zorder-by", "id"], table.faulty, spark_allowed=True)
+        assert code == 0 and m["status"] == "committed", m
+        calls = m["storeCalls"]
+        assert expected_requests(calls, store.name) == seen_requests(proxy.stats()), (shuffle, kind, calls,
+                                                                                     proxy.stats())
+        assert calls["get"]["calls"] + calls["getRange"]["calls"] >= 24, calls
+        table.check()

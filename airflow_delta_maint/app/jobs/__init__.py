@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_delta_maint.delta.errors import DeltaError
+from airflow_delta_maint.delta.storage.store_calls import counting
 
 from ..context import JobContext
 from ..environment_errors import ERROR_TYPE, describe
@@ -49,7 +50,8 @@ def execute_job(job: str, module: Any, args: argparse.Namespace, ctx: JobContext
         metrics["engine"] = str(args.engine).strip().lower()
     code = 0
     try:
-        with running(ctx.settings):  # the job's settings, also for helpers that get no context
+        # the job's settings, also for helpers that get no context; the storages it opens count into its counter
+        with running(ctx.settings), counting(ctx.store_calls):
             metrics.update(module.run(args, ctx))
     except DeltaError as exc:
         metrics.update(status="failed", error=str(exc), error_type=type(exc).__name__)
@@ -69,6 +71,7 @@ def execute_job(job: str, module: Any, args: argparse.Namespace, ctx: JobContext
     # this process's CPU (every thread: a run in the worker's process, or the driver's part of a Spark run)
     metrics["cpu_s"] = round(time.process_time() - cpu_at_start, 3)
     metrics.update(expect or {})
+    metrics["storeCalls"] = ctx.store_calls.counts()
     metrics.update(planned_again(getattr(args, "seen_version", None), metrics.get("version_read")))
     finish(metrics)
     if getattr(args, "history_uri", None):  # never fails the run: a failure is logged and reported under "history"

@@ -24,6 +24,7 @@ from airflow_delta_maint.delta.storage.store import Storage
 
 from ..context import JobContext
 from .vacuum_background import Background
+from airflow_delta_maint.app.runners.store_call_tasks import count_into, spark_task_calls
 from airflow_delta_maint.app.runners.vacuum_tasks import DELETE_BATCH, TASK_THREADS, delete_partition
 
 #: a dry run lists at most this many of the files it would delete
@@ -78,10 +79,11 @@ def delete_parallel(ctx: JobContext, storage: Storage, keys: list[str]) -> int:
     slices = max(1, min(math.ceil(total / (DELETE_BATCH * TASK_THREADS)), sc.defaultParallelism * 4))
     counter = sc.accumulator(0)
     task = functools.partial(delete_partition, storage=storage, counter=counter)
-    job = Background(lambda: sum(sc.parallelize(keys, slices).mapPartitions(task).collect()))
-    while job.running_after(_PROGRESS_EVERY_S):
-        log.info("deleted %d / %d files", counter.value, total)
-    deleted = int(job.join())
+    with spark_task_calls(sc) as calls:  # the tasks' store calls, added to the job's
+        job = Background(lambda: sum(sc.parallelize(keys, slices).mapPartitions(count_into(task, calls)).collect()))
+        while job.running_after(_PROGRESS_EVERY_S):
+            log.info("deleted %d / %d files", counter.value, total)
+        deleted = int(job.join())
     log.info("deleted %d / %d files", deleted, total)
     return deleted
 

@@ -43,6 +43,7 @@ from airflow_delta_maint.app.rewrite.data_files import DataFileWriter, RewriteSp
 from airflow_delta_maint.app.runners.connect_shuffle import shuffle_to_groups
 from airflow_delta_maint.app.runners.connect_tasks import DataFrameTasks, classic_tasks_kind, is_connect
 from airflow_delta_maint.app.runners.scratch_shuffle import scratch_shared, shuffle_through_scratch
+from airflow_delta_maint.app.runners.store_call_tasks import count_into, spark_task_calls
 
 MAX_RANGES = 1000
 SAMPLE_ROWS = 100_000
@@ -361,9 +362,12 @@ def execute_zorder(spark, spec: RewriteSpec, plan: OptimizePlan,
     chunks = [files[i::slices] for i in range(slices)]
     started = time.perf_counter()
     if rdd:
-        sampled = (spark.sparkContext.parallelize(list(enumerate(chunks)), slices)
-                   .map(lambda item: _sample_files(spec, columns, item[1], per_task, seed=item[0]))
-                   .collect())
+        def sample(items: Iterator[tuple[int, list[tuple[int, dict]]]]) -> list[Any]:
+            return [_sample_files(spec, columns, chunk, per_task, seed=i) for i, chunk in items]
+
+        with spark_task_calls(spark.sparkContext) as calls:  # the tasks' store calls, added to the job's
+            sampled = (spark.sparkContext.parallelize(list(enumerate(chunks)), slices)
+                       .mapPartitions(count_into(sample, calls)).collect())
     else:
         sampled = DataFrameTasks(spark, "Z-order").map_slices(
             lambda items: [_sample_files(spec, columns, chunk, per_task, seed=i) for i, chunk in items],
@@ -401,11 +405,19 @@ def execute_zorder(spark, spec: RewriteSpec, plan: OptimizePlan,
             lambda chunk: _split_rows(spec, columns, bounds, bits, layout, chunk, curve, ordinals, compress),
             lambda sub: int(to_file[sub]), lambda records: _write_output(spec, groups, layout, records))
     elif rdd:
-        results = (spark.sparkContext.parallelize(chunks, slices)
-                   .flatMap(lambda chunk: _split_rows(spec, columns, bounds, bits, layout, chunk, curve, ordinals))
-                   .partitionBy(layout.num_files, lambda sub: int(to_file[sub]))
-                   .mapPartitions(lambda records: _write_output(spec, groups, layout, records))
-                   .collect())
+        def split_chunks(items: Iterator[list[tuple[int, dict]]]) -> Iterator[tuple[int, bytes]]:
+            for chunk in items:
+                yield from _split_rows(spec, columns, bounds, bits, layout, chunk, curve, ordinals)
+
+        def write_file(records: Iterator[tuple[int, bytes]]) -> Iterator[tuple[int, str, bytes | None]]:
+            return _write_output(spec, groups, layout, records)
+
+        with spark_task_calls(spark.sparkContext) as calls:  # the tasks' store calls, added to the job's
+            results = (spark.sparkContext.parallelize(chunks, slices)
+                       .mapPartitions(count_into(split_chunks, calls))
+                       .partitionBy(layout.num_files, lambda sub: int(to_file[sub]))
+                       .mapPartitions(count_into(write_file, calls))
+                       .collect())
     else:
         def split(items: Iterator[list[tuple[int, dict]]]) -> Iterator[tuple[int, int, bytes]]:
             for chunk in items:

@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence, Tuple, TypeVar
 import pyarrow as pa
 
 from airflow_delta_maint.app.runners.connect_tasks import is_connect, slice_calls, use_shipped_environment
+from airflow_delta_maint.app.runners.store_call_tasks import TaskCalls, take_task_calls, with_task_calls
 from airflow_delta_maint.app.runners.tasks import raise_worker_error, split_slices
 
 T = TypeVar("T")
@@ -37,11 +38,17 @@ _ROWS = pa.schema([("group", pa.int64()), ("key", pa.int64()), ("blob", pa.binar
 _ROWS_DDL = "group long, key long, blob binary"
 _RESULTS = pa.schema([("group", pa.int64()), ("seq", pa.int32()), ("result", pa.binary())])
 _RESULTS_DDL = "group long, seq int, result binary"
+#: the group the split tasks send their store calls to (output groups count from 0)
+CALLS_GROUP = -1
 
 
 def _split(payload: bytes, slices: list[bytes], batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     for _, rows in slice_calls(payload, slices, batches):
-        for group, key, blob in rows:
+        for row in rows:
+            if isinstance(row, TaskCalls):  # the slice's store calls: to the group that sends them back as results
+                group, key, blob = CALLS_GROUP, 0, pickle.dumps(row)
+            else:
+                group, key, blob = row
             yield pa.RecordBatch.from_pydict({"group": [group], "key": [key], "blob": [blob]}, schema=_ROWS)
 
 
@@ -52,6 +59,9 @@ def _group_writer(payload: bytes) -> Callable[..., Iterator[pa.RecordBatch]]:
         use_shipped_environment()
         from pyspark import cloudpickle
 
+        from airflow_delta_maint.app.runners.store_call_tasks import TaskCalls  # this worker's own counter
+        from airflow_delta_maint.delta.storage.store_calls import PROCESS_CALLS
+
         fn = cloudpickle.loads(payload)
         gid = group[0].as_py()
 
@@ -59,9 +69,16 @@ def _group_writer(payload: bytes) -> Callable[..., Iterator[pa.RecordBatch]]:
             for batch in batches:
                 yield from zip(batch.column("key").to_pylist(), batch.column("blob").to_pylist())
 
-        for seq, result in enumerate(fn(gid, records())):
-            yield pa.RecordBatch.from_pydict({"group": [gid], "seq": [seq], "result": [pickle.dumps(result)]},
-                                             schema=_RESULTS)
+        def results() -> Iterator[bytes]:
+            if gid == CALLS_GROUP:  # the split tasks' store calls, as they were sent
+                yield from (blob for _, blob in records())
+                return
+            before = PROCESS_CALLS.counts()
+            yield from (pickle.dumps(result) for result in fn(gid, records()))
+            yield pickle.dumps(TaskCalls(PROCESS_CALLS.since(before)))
+
+        for seq, result in enumerate(results()):
+            yield pa.RecordBatch.from_pydict({"group": [gid], "seq": [seq], "result": [result]}, schema=_RESULTS)
 
     return write
 
@@ -84,7 +101,8 @@ def shuffle_to_groups(spark: Any, split: Callable[[Iterator[T]], Iterable[tuple[
         if connect:
             spark.addTag(tag)  # interruptTag(tag) cancels these tasks
         rows = spark.range(0, len(parts), 1, len(parts)).mapInArrow(
-            functools.partial(_split, cloudpickle.dumps(split), [pickle.dumps(p) for p in parts]), _ROWS_DDL)
+            functools.partial(_split, cloudpickle.dumps(with_task_calls(split)), [pickle.dumps(p) for p in parts]),
+            _ROWS_DDL)
         out = rows.groupBy("group").applyInArrow(_group_writer(cloudpickle.dumps(write)), _RESULTS_DDL).toArrow()
     except Exception as exc:
         raise_worker_error(exc)
@@ -95,4 +113,4 @@ def shuffle_to_groups(spark: Any, split: Callable[[Iterator[T]], Iterable[tuple[
     log.info("%s: %d tasks and a shuffle done in %.1f s", label, len(parts), time.perf_counter() - started)
     ordered = sorted(zip(out.column("group").to_pylist(), out.column("seq").to_pylist(),
                          out.column("result").to_pylist()))
-    return [pickle.loads(r) for _, _, r in ordered]
+    return take_task_calls(pickle.loads(r) for _, _, r in ordered)  # the tasks' store calls go to the job's

@@ -32,6 +32,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
+from airflow_delta_maint.app.runners.store_call_tasks import take_task_calls, with_task_calls
 from airflow_delta_maint.app.runners.tasks import PROGRESS_EVERY_S, raise_worker_error, split_slices
 
 T = TypeVar("T")
@@ -205,7 +206,7 @@ class DataFrameTasks:
         parts = split_slices(list(items), slices)
         if not parts:
             return []
-        payload = cloudpickle.dumps(fn)
+        payload = cloudpickle.dumps(with_task_calls(fn))  # the slices' store calls come back as their last result
         sliced = [pickle.dumps(part) for part in parts]
         tag = f"delta-maint-{uuid.uuid4().hex[:8]}"
         started = time.perf_counter()
@@ -226,7 +227,7 @@ class DataFrameTasks:
                  time.perf_counter() - started)
         rows = sorted(zip(out.column("slice").to_pylist(), out.column("seq").to_pylist(),
                           out.column("result").to_pylist()))
-        return [pickle.loads(r) for _, _, r in rows]
+        return take_task_calls(pickle.loads(r) for _, _, r in rows)
 
 
 def _default_parallelism(spark: Any) -> int:

@@ -18,6 +18,8 @@ from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 from airflow_delta_maint.delta.storage.scratch import make_scratch, remove_scratch
 
+from .store_call_tasks import count_into, spark_task_calls
+
 __all__ = ["SCRATCH_ENV", "read_output", "scratch_shared", "shuffle_through_scratch", "write_map_outputs"]
 
 SCRATCH_ENV = "DELTA_MAINT_SCRATCH_DIR"
@@ -100,12 +102,14 @@ def shuffle_through_scratch(spark: Any, chunks: Sequence[C], num_outputs: int,
             for index, chunk in items:
                 yield write_map_outputs(folder, index, split(chunk), output_of)
 
-        sc.parallelize(list(enumerate(chunks)), max(1, len(chunks))).mapPartitions(map_task).collect()
-
         def reduce_task(items: Iterator[int]) -> Iterator[T]:
             for out in items:
                 yield from reduce(read_output(folder, out))
 
-        return sc.parallelize(range(num_outputs), max(1, num_outputs)).mapPartitions(reduce_task).collect()
+        with spark_task_calls(sc) as calls:  # the tasks' store calls, added to the job's
+            sc.parallelize(list(enumerate(chunks)), max(1, len(chunks))).mapPartitions(
+                count_into(map_task, calls)).collect()
+            return sc.parallelize(range(num_outputs), max(1, num_outputs)).mapPartitions(
+                count_into(reduce_task, calls)).collect()
     finally:
         remove_scratch(folder)

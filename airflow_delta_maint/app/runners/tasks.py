@@ -21,6 +21,8 @@ from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence, TypeVa
 
 from airflow_delta_maint.delta import errors
 
+from .store_call_tasks import count_into, spark_task_calls
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -128,7 +130,9 @@ class SparkTasks:
         watcher = threading.Thread(target=self._progress, args=(group, label, stop), daemon=True)
         watcher.start()
         try:
-            return self.sc.parallelize(items, max(1, min(slices, len(items)))).mapPartitions(fn).collect()
+            with spark_task_calls(self.sc) as calls:  # the tasks' store calls, added to the job's
+                return self.sc.parallelize(items, max(1, min(slices, len(items)))) \
+                    .mapPartitions(count_into(fn, calls)).collect()
         except Exception as exc:
             raise_worker_error(exc)
             raise

@@ -34,6 +34,7 @@ from airflow_delta_maint.delta.storage.scratch import make_scratch
 from airflow_delta_maint.delta.storage.store import Storage
 
 from .scratch_shuffle import SCRATCH_ENV, scratch_shared
+from .store_call_tasks import count_into, spark_task_calls
 from .vacuum_tasks import delete_rows, list_rows
 
 __all__ = ["SCRATCH_ENV", "ScaledListing", "Untracked", "delete_untracked", "list_into_spark", "listing_from_parquet",
@@ -101,12 +102,14 @@ def list_into_spark(spark: Any, storage: Storage, partition_columns: Sequence[st
     top_rows = [("f", k, s, m) for k, s, m in zip(top.keys, top.sizes, top.mtimes)]
     top_rows += [("d", k, 0, m) for k, m in top.dirs.items()]
     rdd = sc.parallelize(top_rows, 1)
-    if frontier:
-        task = functools.partial(list_rows, storage=storage, partition_columns=list(partition_columns))
-        listed = sc.parallelize(frontier, max(1, min(len(frontier), parallelism * 4))).mapPartitions(task)
-        rdd = rdd.union(listed)
-    frame = spark.createDataFrame(rdd, _LISTING_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
-    totals = frame.where(F.col("kind") == "f").agg(F.count("*").alias("n"), F.sum("size").alias("b")).first()
+    with spark_task_calls(sc) as calls:  # the listing tasks' store calls, added to the job's
+        if frontier:
+            task = functools.partial(list_rows, storage=storage, partition_columns=list(partition_columns))
+            listed = sc.parallelize(frontier, max(1, min(len(frontier), parallelism * 4))) \
+                .mapPartitions(count_into(task, calls))
+            rdd = rdd.union(listed)
+        frame = spark.createDataFrame(rdd, _LISTING_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
+        totals = frame.where(F.col("kind") == "f").agg(F.count("*").alias("n"), F.sum("size").alias("b")).first()
     dirs = {r["key"]: int(r["mtime"]) for r in frame.where(F.col("kind") == "d").select("key", "mtime").collect()}
     files, size = int(totals["n"] or 0), int(totals["b"] or 0)
     log.info("listed %d files (%d bytes) in %d folders with Spark", files, size, len(dirs) + 1)
@@ -202,6 +205,7 @@ def delete_untracked(spark: Any, storage: Storage, untracked: Untracked) -> int:
     task = functools.partial(delete_rows, storage=storage, counter=counter)
     # a key listed twice (an inventory's duplicate rows) is deleted twice, as the in-memory path does
     keys = untracked.frame.select(F.explode(F.array_repeat("key", F.col("n").cast("int"))).alias("key"))
-    deleted = sum(keys.rdd.mapPartitions(task).collect())
+    with spark_task_calls(sc) as calls:  # the tasks' store calls, added to the job's
+        deleted = sum(keys.rdd.mapPartitions(count_into(task, calls)).collect())
     log.info("deleted %d / %d files in Spark tasks", deleted, untracked.files)
     return int(deleted)

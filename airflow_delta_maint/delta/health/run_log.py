@@ -44,7 +44,7 @@ from airflow_delta_maint.delta.storage.write_once import put_once
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "MAINTAIN_EVERY", "RUN_LOG_SCHEMA", "AppendResult", "append_runs", "create_run_log", "maintain_run_log",
+    "ADDED_COLUMNS", "MAINTAIN_EVERY", "RUN_LOG_SCHEMA", "AppendResult", "append_runs", "create_run_log", "maintain_run_log",
     "read_runs", "run_record",
 ]
 
@@ -77,7 +77,11 @@ RUN_LOG_SCHEMA = pa.schema([
     pa.field("try_number", pa.int32()),
     pa.field("spark_app_id", pa.string()),
     pa.field("engine", pa.string()),
+    pa.field("store_calls", pa.string()),
 ])
+#: columns added after the first run logs were written: a run log without them is still read (they are null)
+#: and appended to in its own columns (the whole metrics, these values included, are in ``metrics`` anyway)
+ADDED_COLUMNS = frozenset({"store_calls"})
 
 
 @dataclass(frozen=True)
@@ -123,7 +127,8 @@ def run_record(metrics: Mapping[str, Any], *, dag_id: str | None = None, dag_run
 
     Args:
         metrics: the run's metrics (``operation``, ``table``, ``status``, ``started_at``, ...);
-            stored whole as JSON in ``metrics``, except a ``history`` entry.
+            stored whole as JSON in ``metrics``, except a ``history`` entry; its ``storeCalls`` also in
+            ``store_calls`` (JSON).
         dag_id, dag_run_id, task_id, map_index, try_number: the Airflow task instance, when known.
         spark_app_id: the Spark application id, when Spark ran.
         ended_at: when the run ended (default: ``started_at + duration_s``, else now).
@@ -159,6 +164,7 @@ def run_record(metrics: Mapping[str, Any], *, dag_id: str | None = None, dag_run
         "map_index": _int(map_index),
         "try_number": _int(try_number),
         "spark_app_id": spark_app_id or None,
+        "store_calls": None if metrics.get("storeCalls") is None else json.dumps(metrics["storeCalls"], sort_keys=True),
         # who did the data work: ours, or another engine run by ours (the metrics' "engine")
         "engine": default_engine_info() if metrics.get("engine") in (None, "native")
         else f"{metrics['engine']} via {default_engine_info()}",
@@ -189,14 +195,26 @@ def _schema_json() -> dict[str, Any]:
         {"name": f.name, "type": types[f.type], "nullable": f.nullable, "metadata": {}} for f in RUN_LOG_SCHEMA]}
 
 
-def _check_schema(snapshot: Snapshot) -> None:
+def _check_schema(snapshot: Snapshot) -> pa.Schema:
+    """The run log's own columns (:data:`RUN_LOG_SCHEMA`, less the :data:`ADDED_COLUMNS` an older run log lacks)."""
     fields = {f["name"]: f["type"] for f in snapshot.metadata.schema.get("fields", [])}
     wanted = {f["name"]: f["type"] for f in _schema_json()["fields"]}
-    missing = [name for name, kind in wanted.items() if fields.get(name) != kind]
+    missing = [name for name, kind in wanted.items()
+               if fields.get(name) != kind and not (name in ADDED_COLUMNS and name not in fields)]
     if missing or snapshot.partition_columns:
         raise InvalidArgumentError(
             f"{snapshot.storage.root} is a Delta table but not a maintenance run log "
             f"(columns missing or of another type: {', '.join(missing) or 'partitioned'})")
+    return pa.schema([f for f in RUN_LOG_SCHEMA if f.name in fields])
+
+
+def _with_every_column(table: pa.Table) -> pa.Table:
+    """A file's rows in :data:`RUN_LOG_SCHEMA`, the columns added since it was written null."""
+    for name in RUN_LOG_SCHEMA.names:
+        if name not in table.column_names:
+            field = RUN_LOG_SCHEMA.field(name)
+            table = table.append_column(field, pa.nulls(table.num_rows, field.type))
+    return table.select(RUN_LOG_SCHEMA.names).cast(RUN_LOG_SCHEMA)
 
 
 def create_run_log(uri: str | Storage, storage_options: Mapping[str, str] | None = None) -> Snapshot:
@@ -225,9 +243,8 @@ def create_run_log(uri: str | Storage, storage_options: Mapping[str, str] | None
     return snapshot
 
 
-def _to_table(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
-    return pa.Table.from_pylist([{f.name: r.get(f.name) for f in RUN_LOG_SCHEMA} for r in rows],
-                                schema=RUN_LOG_SCHEMA)
+def _to_table(rows: Sequence[Mapping[str, Any]], schema: pa.Schema = RUN_LOG_SCHEMA) -> pa.Table:
+    return pa.Table.from_pylist([{f.name: r.get(f.name) for f in schema} for r in rows], schema=schema)
 
 
 def _parquet_bytes(table: pa.Table) -> bytes:
@@ -263,7 +280,7 @@ def append_runs(uri: str | Storage, rows: Iterable[Mapping[str, Any]],
         raise InvalidArgumentError("no run log rows to append")
     storage = _storage(uri, storage_options, create=True)
     snapshot = create_run_log(storage)
-    action = _add_action(storage, _to_table(batch), snapshot.metadata, data_change=True)
+    action = _add_action(storage, _to_table(batch, _check_schema(snapshot)), snapshot.metadata, data_change=True)
     while True:
         txn = Transaction(snapshot, "WRITE", {"mode": "Append", "partitionBy": "[]"}, job=Operation.OPTIMIZE,
                           max_retries=MAX_RETRIES)
@@ -295,12 +312,12 @@ def maintain_run_log(uri: str | Storage, storage_options: Mapping[str, str] | No
     storage = _storage(uri, storage_options)
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     snapshot = Snapshot.load(storage)
-    _check_schema(snapshot)
+    schema = _check_schema(snapshot)
     out: dict[str, Any] = {"compacted_files": 0, "version_compacted": None, "expired_files_deleted": 0}
     files = snapshot.add_actions()
     small = [a for a in files if int(a["size"]) < SMALL_FILE_BYTES]
     if len(small) >= 2:
-        parts = [pq.read_table(io.BytesIO(storage.read(_key(storage, a["path"]))), schema=RUN_LOG_SCHEMA)
+        parts = [pq.read_table(io.BytesIO(storage.read(_key(storage, a["path"]))), schema=schema)
                  for a in small]
         merged = pa.concat_tables(parts).sort_by([("started_at", "ascending"), ("record_id", "ascending")])
         txn = Transaction(snapshot, "OPTIMIZE", {"predicate": "[]", "zOrderBy": "[]"}, job=Operation.OPTIMIZE,
@@ -347,8 +364,8 @@ def read_runs(uri: str | Storage, storage_options: Mapping[str, str] | None = No
     storage = _storage(uri, storage_options)
     snapshot = Snapshot.load(storage)
     _check_schema(snapshot)
-    parts = [pq.read_table(io.BytesIO(storage.read(_key(storage, a["path"])))).select(RUN_LOG_SCHEMA.names)
-             .cast(RUN_LOG_SCHEMA) for a in snapshot.add_actions()]
+    parts = [_with_every_column(pq.read_table(io.BytesIO(storage.read(_key(storage, a["path"])))))
+             for a in snapshot.add_actions()]
     table = pa.concat_tables(parts) if parts else RUN_LOG_SCHEMA.empty_table()
     if tables:
         import pyarrow.compute as pc

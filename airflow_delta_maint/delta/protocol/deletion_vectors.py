@@ -125,7 +125,7 @@ def _locate(storage: Storage, dv: Mapping) -> tuple[Storage, str]:
     path = dv.get("pathOrInlineDv") or ""
     parent, name = posixpath.split(path)
     try:
-        return Storage(parent, storage.options), unquote(name)
+        return Storage(parent, storage.options, calls=storage.calls), unquote(name)
     except (DeltaError, ObjectStoreError, ValueError) as exc:
         raise CorruptLogError(f"deletion vector file {path} cannot be opened: {exc}") from None
 

@@ -54,6 +54,7 @@ class PrefetchedListing:
 
         keys, sizes, mtimes = self._keys, self._sizes, self._mtimes
         storage = self._storage
+        storage.calls.add("list")
         try:
             # Arrow pages of 1,000: no dict and no datetime per object, a fraction of the CPU (which
             # the driver's other thread, loading the log, needs meanwhile)
@@ -61,6 +62,7 @@ class PrefetchedListing:
                 if self._stop.is_set() or len(keys) > self._max:
                     return  # leaving the stream stops the requests after the page in flight
                 page = pa.record_batch(chunk)
+                storage.calls.add("list", 0, objects=page.num_rows)
                 ms = pc.divide(page.column("last_modified").cast(pa.int64()), 1000).to_pylist()
                 for key, size, mtime in zip(page.column("path").to_pylist(), page.column("size").to_pylist(), ms):
                     if not key.startswith("_delta_log/"):

@@ -20,11 +20,14 @@ from obstore.store import LocalStore, from_url
 from airflow_delta_maint.delta.errors import PutIfAbsentUnsupportedError, StorageError, TableNotFoundError
 from airflow_delta_maint.delta.storage.failures import translate
 from airflow_delta_maint.delta.storage.options import conditional_put_disabled, split_options, store_environ, store_family
+from airflow_delta_maint.delta.storage.store_calls import StoreCalls, current_calls
 
 log = logging.getLogger("delta_maint.storage")
 
 #: the key the put-if-absent probe asks about; a conforming store never creates it
 _PROBE_PREFIX = "_delta_log/.delta-maint-put-if-absent-probe-"
+#: obstore's ``put`` of bytes: a multipart upload of parts this large when the data is larger
+PUT_PART_BYTES = 5 * 1024 * 1024
 
 __all__ = ["FileInfo", "Storage", "AlreadyExistsError", "credential_provider_for", "normalize_table_uri",
            "register_credential_provider"]
@@ -89,11 +92,15 @@ class Storage:
             session token, an Azure SAS or token), called again when they expire; default: the one registered
             for the root (:func:`register_credential_provider`). It travels with a pickled Storage, so Spark
             tasks keep asking it.
+        calls: the counter of this store's calls (:mod:`.store_calls`; object stores only); default: the one
+            of the :func:`~.store_calls.counting` block it is opened in, else the process's.
     """
 
     def __init__(self, root: str, options: Mapping[str, str] | None = None,
-                 credential_provider: Callable[[], Any] | None = None):
+                 credential_provider: Callable[[], Any] | None = None, calls: StoreCalls | None = None):
         self.root = normalize_table_uri(root)
+        #: what this store was asked for (a pickled copy counts where it is unpickled)
+        self.calls = calls if calls is not None else current_calls()
         self.options = dict(options or {})
         self.is_local = self.root.startswith("file://")
         self.family = store_family(self.root)
@@ -158,8 +165,10 @@ class Storage:
         if self.is_local:
             return iter(self._scan_local(prefix, start_after))
         items: list[FileInfo] = []
+        self.calls.add("list")
         with self._errors("list"):
             for chunk in obstore.list(self._store, prefix, offset=start_after or None):
+                self.calls.add("list", 0, objects=len(chunk))
                 for meta in chunk:
                     if start_after is None or meta["path"] > start_after:
                         items.append(_info(meta))
@@ -191,29 +200,50 @@ class Storage:
 
     def list_recursive(self, prefix: str = "") -> Iterator[FileInfo]:
         """Every object under ``prefix`` (unsorted, streamed)."""
+        counted = not self.is_local
+        if counted:
+            self.calls.add("list")
         with self._errors("list"):
             for chunk in obstore.list(self._store, prefix or None):
+                if counted:
+                    self.calls.add("list", 0, objects=len(chunk))
                 for meta in chunk:
                     yield _info(meta)
 
     def list_dir(self, prefix: str = "") -> tuple[list[str], list[FileInfo]]:
         """Immediate children of a folder: (sub-folder keys, objects)."""
+        if not self.is_local:
+            self.calls.add("list")
         with self._errors("list"):
             res = obstore.list_with_delimiter(self._store, prefix or None)
+        if not self.is_local:
+            self.calls.add("list", 0, objects=len(res["objects"]) + len(res["common_prefixes"]))
         return list(res["common_prefixes"]), [_info(m) for m in res["objects"]]
 
     def read(self, key: str) -> bytes:
         """The whole object. Raises FileNotFoundError when it does not exist."""
-        with self._errors("read", key):
+        if self.is_local:
             return bytes(obstore.get(self._store, key).bytes())
+        self.calls.add("get")
+        with self._errors("read", key):
+            data = bytes(obstore.get(self._store, key).bytes())
+        self.calls.add("get", 0, len(data))
+        return data
 
     def read_range(self, key: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of an object."""
-        with self._errors("read", key):
+        if self.is_local:
             return bytes(obstore.get_range(self._store, key, start=start, end=end))
+        self.calls.add("getRange")
+        with self._errors("read", key):
+            data = bytes(obstore.get_range(self._store, key, start=start, end=end))
+        self.calls.add("getRange", 0, len(data))
+        return data
 
     def head(self, key: str) -> FileInfo:
         """Size and modification time of one object."""
+        if not self.is_local:
+            self.calls.add("head")
         with self._errors("read", key):
             return _info(obstore.head(self._store, key))
 
@@ -247,6 +277,7 @@ class Storage:
                 "(conditional_put=disabled), so a commit could overwrite another; remove that setting "
                 "on a store that supports If-None-Match")
         key = f"{_PROBE_PREFIX}{uuid.uuid4().hex}"
+        self.calls.add("putIfAbsent")
         try:
             with self._errors("write to"):
                 obstore.put(self._store, key, b"", mode={"e_tag": '"delta-maint-probe"', "version": "1"})
@@ -258,6 +289,7 @@ class Storage:
             raise PutIfAbsentUnsupportedError(
                 f"cannot write to {self.root}: the store does not support conditional puts, so a commit "
                 "could overwrite another") from None
+        self.calls.add("delete", objects=1)
         with contextlib.suppress(Exception):
             obstore.delete(self._store, key)
         raise PutIfAbsentUnsupportedError(
@@ -267,17 +299,35 @@ class Storage:
     def put_if_absent(self, key: str, data: bytes) -> None:
         """Create the object; raises AlreadyExistsError if it exists. Never overwrites."""
         self.require_put_if_absent()
+        if not self.is_local:
+            self.calls.add("putIfAbsent", 1, len(data))
         with self._errors("write to", key):
             obstore.put(self._store, key, data, mode="create")
 
     def put(self, key: str, data: bytes) -> None:
         """Create or overwrite the object (whole or not at all)."""
         self.require_put_if_absent()
+        if not self.is_local:
+            self.count_upload(len(data), PUT_PART_BYTES)
         with self._errors("write to", key):
-            obstore.put(self._store, key, data)
+            obstore.put(self._store, key, data, chunk_size=PUT_PART_BYTES)
         self.drop_checksum_sidecar(key)
 
+    def count_upload(self, size: int, part_bytes: int, multipart: bool | None = None) -> None:
+        """Count the upload of ``size`` bytes as obstore sends it: one put, or (``multipart``; default: when
+        ``size`` exceeds ``part_bytes``) a multipart upload of parts of ``part_bytes`` bytes (the last one
+        shorter)."""
+        if multipart is None:
+            multipart = size > part_bytes
+        if not multipart:
+            self.calls.add("put", 1, size)
+            return
+        self.calls.add("multipartUpload", 1, size)
+        self.calls.add("multipartPart", -(-size // part_bytes), size)
+
     def delete(self, key: str) -> None:
+        if not self.is_local:
+            self.calls.add("delete", objects=1)
         with self._errors("delete from", key):
             obstore.delete(self._store, key)
         self.drop_checksum_sidecar(key)

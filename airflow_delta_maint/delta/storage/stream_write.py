@@ -4,6 +4,9 @@ bytes, so a large file never sits whole in memory or in a local temporary copy.
 
 Whole or not at all: a failure inside the ``with`` block deletes the local file, or aborts the upload
 (the object is never created); only a clean exit completes it.
+
+obstore's writer sends what stays below one part as a single put, and anything larger as a multipart upload of
+parts of the buffer's size; the stream is counted so (:meth:`~.store.Storage.count_upload`) when it ends.
 """
 
 from __future__ import annotations
@@ -66,14 +69,31 @@ def open_stream(storage: Storage, key: str, part_bytes: int | None = None) -> It
     except Exception as exc:
         raise translate(exc, storage.root, storage.family, "write to", key) from None
     failed_inside = False
+    part = part_bytes or PART_BYTES
+    upload = _Upload(storage, key, writer)
     try:
         with writer:  # obstore aborts the upload when the block raises
             try:
-                yield _Upload(storage, key, writer)  # type: ignore[misc]
+                yield upload  # type: ignore[misc]
             except BaseException:
                 failed_inside = True
                 raise
-    except Exception as exc:
+    except BaseException as exc:
         if failed_inside:
+            _count_aborted(storage, upload.written, part)
+        else:  # the last part or the put failed
+            storage.count_upload(upload.written, part, multipart=upload.written >= part)
+        if failed_inside or not isinstance(exc, Exception):
             raise
         raise translate(exc, storage.root, storage.family, "write to", key) from None
+    # the writer turns to a multipart upload once its buffer would hold a whole part
+    storage.count_upload(upload.written, part, multipart=upload.written >= part)
+
+
+def _count_aborted(storage: Storage, written: int, part: int) -> None:
+    """Count a stream its writer gave up: nothing sent below a part, else the multipart upload, the parts its
+    bytes filled, and the abort (a delete of no object)."""
+    if written >= part:
+        storage.calls.add("multipartUpload", 1, written)
+        storage.calls.add("multipartPart", written // part, written // part * part)
+        storage.calls.add("delete")

@@ -238,6 +238,7 @@ def _delete_chunk(storage: Storage, chunk: list[str]) -> int:
     import obstore
 
     for attempt in range(1, DELETE_ATTEMPTS + 1):
+        storage.calls.add("deleteMany", objects=len(chunk))
         try:
             obstore.delete(storage.store, chunk)
             return len(chunk)

@@ -111,3 +111,21 @@ def test_a_fleet_submits_compute_stats_only_for_the_tables_that_need_it(tmp_path
     assert [t["table"] for t in specs[0]["tables"]] == [tables[1]]
     assert [e["status"] for e in results] == ["skipped", "committed", "skipped"]
     assert "have statistics of the 2 covered columns" in results[0]["jobs"][0]["reason"]
+
+
+def test_the_store_calls_reach_the_xcom_value_and_the_history(small_table, no_spark_submit, tmp_path):
+    """A run's ``storeCalls`` (every kind, zero on local disk) is in the task's return value and in its history row;
+    a run the check skipped carries the check's."""
+    from airflow_delta_maint.delta.health.run_log import read_runs
+    from airflow_delta_maint.delta.storage.store_calls import KINDS
+
+    strip_stats(small_table, 0)
+    history = tmp_path / "history"
+    for status in ("committed", "skipped"):
+        op = ComputeStatsOperator(task_id="s", table_uri=str(small_table), execution="local", history_uri=str(history))
+        metrics = op.execute(context={})
+        assert metrics["status"] == status and metrics["history"]["written"], metrics
+        calls = metrics["storeCalls"]
+        assert set(calls) == set(KINDS) and calls["get"] == {"calls": 0, "bytes": 0, "objects": 0}, calls
+        row = read_runs(str(history)).to_pylist()[-1]
+        assert json.loads(row["store_calls"]) == calls and json.loads(row["metrics"])["storeCalls"] == calls

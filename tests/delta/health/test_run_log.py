@@ -67,6 +67,7 @@ def test_every_status_appends_one_row(tmp_path, monkeypatch):
         assert (row["dag_id"], row["dag_run_id"], row["task_id"], row["try_number"], row["map_index"]) == \
             ("nightly", "manual__2026-01-01T00:00:00+00:00", "maintain.optimize", 2, 0)
         assert row["spark_app_id"] is None  # none of these runs started Spark
+        assert json.loads(row["store_calls"]) == metrics["storeCalls"]  # local disk: no call counted
     assert json.loads(rows[1]["metrics"])["numWindowsWritten"] == 1  # compaction files, no table version
     assert rows[3]["error"] and "missing" in rows[3]["error"] and rows[0]["error"] is None
     # delta-rs reads the same rows
@@ -147,6 +148,32 @@ def test_maintenance_compacts_deletes_expired_files_and_checkpoints(tmp_path):
     assert not any((history / p).exists() for p in removed)
     assert sorted(read_runs(str(history)).column("record_id").to_pylist()) == before
     assert sorted(rows_read_by_delta_rs(history).column("record_id").to_pylist()) == before
+
+
+def test_a_run_log_written_before_a_column_was_added_is_read_and_appended_to(tmp_path, monkeypatch):
+    """A run log from before ``store_calls`` keeps its columns: its rows read with the new column null, new rows
+    appended in its own columns (their store calls stay in ``metrics``), and its maintenance compacts it as it is."""
+    from airflow_delta_maint.delta.health import run_log
+
+    history = tmp_path / "history"
+    calls = {"get": {"calls": 2, "bytes": 10, "objects": 0}}
+    old = pa.schema([f for f in RUN_LOG_SCHEMA if f.name not in run_log.ADDED_COLUMNS])
+    with monkeypatch.context() as patch:
+        patch.setattr(run_log, "RUN_LOG_SCHEMA", old)
+        append_runs(str(history), [run_record({"operation": "optimize", "table": "/t", "status": "committed"})])
+    for _ in range(2):
+        append_runs(str(history), [run_record({"operation": "vacuum", "table": "/t", "status": "committed",
+                                               "storeCalls": calls})], maintain_every=0)
+    assert set(rows_read_by_delta_rs(history).column_names) == set(old.names)  # the files keep the old columns
+    rows = read_runs(str(history)).to_pylist()
+    assert [r["store_calls"] for r in rows] == [None, None, None]
+    assert [json.loads(r["metrics"]).get("storeCalls") for r in rows].count(calls) == 2
+    assert maintain_run_log(str(history))["compacted_files"] == 3
+    assert read_runs(str(history)).num_rows == 3
+    fresh = tmp_path / "fresh"  # a new run log has the column
+    append_runs(str(fresh), [run_record({"operation": "vacuum", "table": "/t", "status": "committed",
+                                         "storeCalls": calls})])
+    assert json.loads(read_runs(str(fresh)).to_pylist()[0]["store_calls"]) == calls
 
 
 def test_refuses_what_is_not_a_run_log(tmp_path):

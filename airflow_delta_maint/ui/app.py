@@ -17,6 +17,7 @@ from urllib.parse import quote
 from fastapi import Depends, FastAPI, Query
 from fastapi.responses import HTMLResponse
 
+from airflow_delta_maint.app.report.budget import budget_section_html
 from airflow_delta_maint.app.report.page import (dag_run_link, html_document, load_runs, summarize_tables,
                                                  table_detail, table_section_html)
 from airflow_delta_maint.delta.errors import DeltaError
@@ -81,7 +82,8 @@ def create_app() -> FastAPI:
             return _page("Delta maintenance", "<h1>Delta maintenance</h1><p>No maintenance history is configured: "
                          "set <code>[delta_maint] history_uri</code>.</p>")
         try:
-            lines = _cached(("tables", uri), lambda: summarize_tables(load_runs(uri)))
+            runs = _cached(("all runs", uri), lambda: load_runs(uri))
+            lines = _cached(("tables", uri), lambda: summarize_tables(runs))
         except DeltaError as exc:
             return _page("Delta maintenance", f"<h1>Delta maintenance</h1><p class=\"failed\">cannot read the "
                          f"maintenance history {_e(uri)}: {_e(exc)}</p>")
@@ -105,7 +107,7 @@ def create_app() -> FastAPI:
                 "<th>DAG</th></tr>" + "".join(rows) + "</table>")
         if not rows:
             body += "<p>No maintenance runs recorded yet.</p>"
-        return _page("Delta maintenance", body)
+        return _page("Delta maintenance", body + budget_section_html(runs))
 
     @app.get("/table", response_class=HTMLResponse)
     def table(uri: str = Query(..., description="the table, as recorded in the history")) -> HTMLResponse:

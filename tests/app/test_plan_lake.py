@@ -184,3 +184,25 @@ def test_a_fleet_records_each_tables_runs_in_one_append(tmp_path):
     commits = sorted(p.name for p in (history / "_delta_log").glob("*.json"))
     assert len(commits) == 3  # the history's creation, then one append a table
     assert {m["history"]["version"] for e in entries for m in e["jobs"]} == {1, 2}
+
+
+def test_the_report_shows_each_nights_budget_and_what_waits(tmp_path):
+    from airflow_delta_maint.app.report.budget import budget_nights, waiting_now
+
+    tables = lake(tmp_path / "lake", {"busy": 12, "some": 6, "few": 3})
+    history = str(tmp_path / "history")
+    rewrites = optimize_bytes(tables)
+    code, _ = plan_lake(*tables, "--budget", f"bytes_rewritten={rewrites[tables[0]]}", "--history-uri", history,
+                        "--local")
+    assert code == 0
+    runs = read_runs(history).to_pylist()
+    (night,) = budget_nights(runs)
+    assert night["committed"] >= 1 and night["deferred"] == 2 and night["predicted_cpu_s"] > 0
+    assert night["measured_cpu_s"] > 0 and night["median_error"] is not None
+    assert sorted((w["table"], w["job"], w["nights_waiting"]) for w in waiting_now(runs)) == [
+        (tables[2], "optimize", 1), (tables[1], "optimize", 1)]  # few, some: sorted by path
+    out = tmp_path / "report.html"
+    assert cli.run(["report", "--history", history, "--out", str(out)])[0] == 0
+    page = out.read_text()
+    assert 'id="budget-nights"' in page and 'id="budget-waiting"' in page
+    assert "deferred: over the budget&#x27;s bytes_rewritten" in page

@@ -26,6 +26,7 @@ from airflow_delta_maint.delta.log.table_state import read_table
 from airflow_delta_maint.delta.storage.store import Storage
 
 from airflow_delta_maint.app.jobs.inspect import DEFAULT_SMALL_FILE_BYTES, inspect_table, size_histogram
+from airflow_delta_maint.app.report.budget import budget_section_html
 
 log = logging.getLogger("delta_maint")
 
@@ -325,6 +326,7 @@ def render_report(history_uri: str, tables: Sequence[str] | None = None,
                        f"<span class=\"{_e(last.get('status'))}\">{_e(last.get('status'))}</span> "
                        f"{_e(_short_time(last.get('started_at')))}</td></tr>")
         out.append("</table>")
+        out.append(budget_section_html(runs))
     for name in names:
         if name in by_table:
             out.append(table_section_html(table_detail(name, by_table[name], storage_options, small_file_bytes),

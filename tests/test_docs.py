@@ -20,6 +20,7 @@ Relative links and the repository files the prose names in backticks must exist.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -231,7 +232,8 @@ def job_options() -> dict[str, set[str]]:
 
     parser = build_parser()
     (subparsers,) = [a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction"]
-    return {name: {s for a in sub._actions for s in a.option_strings if s.startswith("--")} - {"--help"}
+    return {name: {s for a in sub._actions if a.help != argparse.SUPPRESS  # not the former flags
+                   for s in a.option_strings if s.startswith("--")} - {"--help"}
             for name, sub in subparsers.choices.items() if name in JOB_MODULES}  # jobs on a TABLE
 
 

@@ -4,6 +4,7 @@ and each environment variable of ours the package reads."""
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import inspect
 import pkgutil
@@ -54,6 +55,8 @@ def test_every_command_line_flag_is_documented():
     for name, sub in subparsers.choices.items():
         own = rows(section(f"`delta-maint {name}`"))
         for action in sub._actions:
+            if action.help == argparse.SUPPRESS:  # a former flag, named in its option's row ("formerly")
+                continue
             for flag in action.option_strings:
                 if not flag.startswith("--") or flag == "--help":
                     continue

@@ -2,7 +2,7 @@
 
 It reads the application's settings from the environment (:class:`~.settings.Settings`) and hands them
 to the job on its context. Outside spark-submit it starts the job's SparkSession itself: with ``--conf``,
-with delta-spark's packages, extension and catalog for ``--engine delta-spark`` (as the Airflow hook
+with delta-spark's packages, extension and catalog for ``engine='delta-spark'`` (as the Airflow hook
 adds them to a submission), and, unless ``--verbose``, without Spark's start-up chatter (:mod:`.console`).
 """
 
@@ -22,6 +22,7 @@ from .client_logs import quieted_client_loggers
 from .context import JobContext
 from .execution import needs_spark, uses_delta_spark
 from .fleet_cli import FLEET, add_fleet_parser, run_fleet_command
+from .common_flags import HISTORY_URI, JSON, METRICS_OUT, STORAGE_OPTION, TABLE_NAME
 from .lake_cli import PLAN_LAKE, add_lake_parser, run_plan_lake
 from .job_definitions import JOBS, JobDefinition, definition
 from .jobs import execute_job, refused
@@ -51,13 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="job", required=True, metavar="JOB")
     for name, job in JOBS.items():
         p = sub.add_parser(name, help=job.summary)
-        p.add_argument("table", nargs="?", help="table path or URI (s3://, gs://, abfss://, file://); or --table-name")
-        p.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
-        p.add_argument("--metrics-out", metavar="URI", help="also write the metrics JSON here")
-        p.add_argument("--storage-option", action="append", type=_storage_option, default=[], metavar="K=V",
+        p.add_argument("table", nargs="?", help=f"table path or URI (s3://, gs://, abfss://, file://); or {TABLE_NAME}")
+        p.add_argument(JSON, action="store_true", help="print the metrics as one JSON object")
+        p.add_argument(METRICS_OUT, metavar="URI", help="also write the metrics JSON here")
+        p.add_argument(STORAGE_OPTION, action="append", type=_storage_option, default=[], metavar="K=V",
                        help="object-store option (repeatable), e.g. AWS_ENDPOINT_URL=http://...")
         p.add_argument("--master", help="Spark master for a run outside spark-submit (default local[*])")
-        p.add_argument("--history-uri", metavar="URI",
+        p.add_argument(HISTORY_URI, metavar="URI",
                        help="append this run to the maintenance history (a Delta table) at URI")
         # the version the submitting task's check saw: the run reports whether it planned on a newer one
         p.add_argument("--seen-version", type=int, help=argparse.SUPPRESS)

@@ -2,7 +2,7 @@
 
 Log compaction, checkpoints, expired-log cleanup, ``inspect`` and lite VACUUM do their work on
 the driver with the Delta core alone (lite VACUUM turns to Spark tasks only from
-``SPARK_DELETE_MIN``, a million, files to delete). OPTIMIZE by bin-packing or ``--target-files``
+``SPARK_DELETE_MIN``, a million, files to delete). OPTIMIZE by bin-packing or ``target_files``
 and full VACUUM fan their work out to Spark tasks, or under local execution to threads of this
 process (:mod:`airflow_delta_maint.app.runners.tasks`); Z-order and liquid clustering shuffle rows, which
 only Spark does. This module imports no pyspark: the Airflow worker uses it to run jobs itself.
@@ -18,6 +18,7 @@ from typing import Any
 
 from airflow_delta_maint.delta.errors import InvalidArgumentError
 
+from .common_flags import HISTORY_URI
 from .context import JobContext
 from .job_definitions import JobDefinition, definition
 from .jobs import execute_job
@@ -46,10 +47,10 @@ def spark_only(job: str, params: Mapping[str, Any]) -> str | None:
 
 
 def job_parser(job: str) -> argparse.ArgumentParser:
-    """A parser of one job's own options (and ``--history-uri``) that raises instead of exiting."""
+    """A parser of one job's own options (and the history's URI) that raises instead of exiting."""
     parser = argparse.ArgumentParser(prog=f"delta-maint {job}", exit_on_error=False, add_help=False)
     definition(job).options.add_to(parser)
-    parser.add_argument("--history-uri", metavar="URI")
+    parser.add_argument(HISTORY_URI, metavar="URI")
     return parser
 
 

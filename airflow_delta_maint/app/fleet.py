@@ -3,9 +3,11 @@
 A fleet spec is a JSON object listing tables and, per table, the jobs to run in order::
 
     {"tables": [{"table": "s3://b/events", "storage_options": {"AWS_REGION": "eu-west-1"},
-                 "jobs": [{"job": "optimize", "args": ["--min-file-size", "1048576"]},
-                          {"job": "vacuum", "args": ["--mode", "lite"]}]}],
+                 "jobs": [{"job": "optimize", "args": [...]}, {"job": "vacuum", "args": [...]}]}],
      "history_uri": null}
+
+``args`` are the job's options as the command line takes them (docs/job-options.md); a former flag kept for
+one release is taken with the same one-line warning on stderr.
 
 ``storage_options`` hold no secrets: credentials reach the application through its environment.
 The Airflow worker decides with :func:`decide` which jobs have work (each job's cheap check, no
@@ -23,7 +25,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_delta_maint.app.job_definitions.checkpoint import CHECKPOINT
 from airflow_delta_maint.delta.errors import DeltaError, InvalidArgumentError
 
 from .engines import check_engine
@@ -77,7 +78,6 @@ class FleetSpec:
                     raise InvalidArgumentError(f"fleet table {raw['table']}: each job needs a \"job\" name")
                 parsed = parse_job_args(job.job, job.args)  # bad input fails before anything runs
                 check_engine(job.job, getattr(parsed, "engine", None))
-                check_engine(CHECKPOINT.name, getattr(parsed, "checkpoint_engine", None))
                 jobs.append(job)
             options = {str(k): str(v) for k, v in (raw.get("storage_options") or {}).items()}
             tables.append(FleetTable(str(raw["table"]), jobs, options))

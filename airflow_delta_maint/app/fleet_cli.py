@@ -10,6 +10,7 @@ from typing import Any
 
 from airflow_delta_maint.delta.errors import DeltaError
 
+from .common_flags import JSON, METRICS_OUT, STORAGE_OPTION
 from .settings import Settings
 from .spark_session import add_session_arguments, session_conf
 
@@ -27,9 +28,9 @@ def add_fleet_parser(sub: Any) -> None:
     """Add the ``fleet`` sub-command to the ``delta-maint`` parser's sub-parsers."""
     p = sub.add_parser(FLEET, help="run the jobs of many tables, listed in a JSON spec file, in one application")
     p.add_argument("spec", metavar="SPEC", help="the fleet spec: a JSON file (path or URI)")
-    p.add_argument("--json", action="store_true", help="print the results (one entry per table) as JSON")
-    p.add_argument("--metrics-out", metavar="URI", help="also write the results JSON here")
-    p.add_argument("--storage-option", action="append", type=_storage_option, default=[], metavar="K=V",
+    p.add_argument(JSON, action="store_true", help="print the results (one entry per table) as JSON")
+    p.add_argument(METRICS_OUT, metavar="URI", help="also write the results JSON here")
+    p.add_argument(STORAGE_OPTION, action="append", type=_storage_option, default=[], metavar="K=V",
                    help="object-store option for reading the spec and writing the results (repeatable)")
     p.add_argument("--master", help="Spark master for a run outside spark-submit (default local[*])")
     add_session_arguments(p)

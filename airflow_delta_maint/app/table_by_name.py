@@ -1,5 +1,5 @@
-"""``--table-name`` on the command line: the table found by name in a catalog (``--catalog``,
-``--catalog-option``) with the plain clients of :mod:`airflow_delta_maint.catalogs`; credentials from the
+"""A table by name on the command line: the table found by name in a catalog (with the catalog's kind and
+settings) with the plain clients of :mod:`airflow_delta_maint.catalogs`; credentials from the
 environment's standard chains, never from flags. Vended storage credentials go into this process's
 environment (so Spark, started after, reads them the same way), and never into metrics or output.
 
@@ -17,34 +17,35 @@ from typing import Any
 from airflow_delta_maint.catalogs.errors import CatalogError
 from airflow_delta_maint.delta.storage.store import register_credential_provider
 
+from .common_flags import CATALOG, CATALOG_OPTION, TABLE_NAME
 from .job_definitions import definition
 
 
 def add_table_name_arguments(parser: argparse.ArgumentParser, option_type: Any) -> None:
-    """``--table-name``, ``--catalog``, ``--catalog-option`` on a job's parser."""
-    parser.add_argument("--table-name", metavar="NAME",
+    """The table's name, its catalog and the catalog's settings on a job's parser."""
+    parser.add_argument(TABLE_NAME, metavar="NAME",
                         help="the table by name in a catalog instead of TABLE (db.table; catalog.schema.table for unity)")
-    parser.add_argument("--catalog", choices=("glue", "hive", "unity"), help="the catalog --table-name is in")
-    parser.add_argument("--catalog-option", action="append", type=option_type, default=[], metavar="K=V",
+    parser.add_argument(CATALOG, choices=("glue", "hive", "unity"), help=f"the catalog {TABLE_NAME} is in")
+    parser.add_argument(CATALOG_OPTION, action="append", type=option_type, default=[], metavar="K=V",
                         help="a catalog setting (repeatable, no secrets): region_name, endpoint_url, host, port, ...")
 
 
 def resolve_table_argument(args: argparse.Namespace) -> str | None:
-    """Set ``args.table`` from ``--table-name`` (resolved in ``--catalog``); return the name, or None for a table
+    """Set ``args.table`` from the table's name (resolved in its catalog); return the name, or None for a table
     given by path.
 
-    :raises CatalogError: both or neither of TABLE and ``--table-name``, no ``--catalog``, a name the catalog
+    :raises CatalogError: both or neither of TABLE and a name, no catalog, a name the catalog
         cannot resolve, a catalog-managed table the catalog does not let this job write.
     """
     name = getattr(args, "table_name", None)
     if not name:
         if not args.table:
-            raise CatalogError("give the table as TABLE (a path or URI) or --table-name with --catalog")
+            raise CatalogError(f"give the table as TABLE (a path or URI) or {TABLE_NAME} with {CATALOG}")
         return None
     if args.table:
-        raise CatalogError("give TABLE or --table-name, not both")
+        raise CatalogError(f"give TABLE or {TABLE_NAME}, not both")
     if not args.catalog:
-        raise CatalogError(f"--table-name {name} needs --catalog glue, hive or unity")
+        raise CatalogError(f"{TABLE_NAME} {name} needs {CATALOG} glue, hive or unity")
     from airflow_delta_maint.catalogs.gate import check_catalog_allows
     from airflow_delta_maint.catalogs.open_catalog import open_catalog
 
@@ -79,7 +80,7 @@ def _refreshes(args: argparse.Namespace) -> bool:
 
 
 def install_credential_refresh(args: argparse.Namespace) -> bool:
-    """Register for the run's table the credential provider of ``--table-name`` (a Unity Catalog client with a
+    """Register for the run's table the credential provider of its catalog (a Unity Catalog client with a
     token) or the one the Airflow hook described in the environment (``DELTA_MAINT_UNITY_*``); True when one was
     registered (:func:`drop_credential_refresh` removes it)."""
     from airflow_delta_maint.catalogs.unity_credentials import provider_from_environ

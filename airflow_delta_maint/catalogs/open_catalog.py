@@ -1,4 +1,4 @@
-"""A catalog from the command line's flags (``--catalog glue|hive|unity``, ``--catalog-option K=V``) and the
+"""A catalog from the command line's choice of catalog (glue, hive or unity) and its settings ``K=V``, and the
 environment: credentials come from each client's own chain (boto3's ``AWS_*`` variables and profiles, the
 Databricks SDK's ``DATABRICKS_HOST`` / ``DATABRICKS_TOKEN`` and ``~/.databrickscfg``), never from flags."""
 
@@ -42,7 +42,7 @@ def open_catalog(kind: str, options: Mapping[str, str]) -> TableCatalog:
         from airflow_delta_maint.catalogs.hive import DEFAULT_PORT, HiveCatalog
 
         if not options.get("host"):
-            raise CatalogError("--catalog hive needs --catalog-option host=METASTORE_HOST")
+            raise CatalogError("the hive catalog needs the catalog option host=METASTORE_HOST")
         return HiveCatalog(options["host"], int(options.get("port") or DEFAULT_PORT), label)
     from airflow_delta_maint.catalogs.unity import UnityCatalog, client_config, workspace_client
 

@@ -8,6 +8,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from airflow_delta_maint.app.common_flags import JSON, METRICS_OUT, STORAGE_OPTION
 from airflow_delta_maint.app.metrics import read_metrics
 
 
@@ -19,7 +20,8 @@ def application_args(
     storage_options: Mapping[str, Any] | None = None,
 ) -> list[str]:
     """
-    The application's command line: ``JOB TABLE [job options] --json --metrics-out URI [--storage-option K=V]...``.
+    The application's command line: the job, the table, the job's options, then JSON output, the metrics' URI and
+    the storage options (:mod:`~airflow_delta_maint.app.common_flags`).
 
     :param job: the job name (``optimize``, ``vacuum``, ``compact-log``, ``inspect``).
     :param table_uri: the table's path or URI.
@@ -27,11 +29,11 @@ def application_args(
     :param metrics_out: where the driver writes the metrics JSON.
     :param storage_options: object-store options for the table.
     """
-    args = [job, table_uri, *[str(a) for a in job_args], "--json"]
+    args = [job, table_uri, *[str(a) for a in job_args], JSON]
     if metrics_out:
-        args += ["--metrics-out", metrics_out]
+        args += [METRICS_OUT, metrics_out]
     for key, value in (storage_options or {}).items():
-        args += ["--storage-option", f"{key}={value}"]
+        args += [STORAGE_OPTION, f"{key}={value}"]
     return args
 
 

@@ -7,7 +7,7 @@ resolves the packages with settings of its own that name Maven Central only (unl
 ``spark.jars.ivySettings``): Spark's default chain asks the local Maven repository (``~/.m2``) first,
 and an entry there holding a pom without its jar fails the whole resolution.
 
-The same code sets up the session the command line starts itself for ``--engine delta-spark``: it
+The same code sets up the session the command line starts itself for ``engine='delta-spark'``: it
 lives in :mod:`airflow_delta_maint.app.engines.delta_spark_jars`, below both.
 
 Runs on the native engine never get any of this: our engine needs no Delta jars.

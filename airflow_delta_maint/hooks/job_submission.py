@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_delta_maint.app.common_flags import HISTORY_URI
 from airflow_delta_maint.app.environment_errors import describe as describe_environment
 from airflow_delta_maint.app.metrics import write_metrics
 from airflow_delta_maint.app.package_bundle import APPLICATION
@@ -33,7 +34,7 @@ def application_args(job: str, options: Mapping[str, Any] | Sequence[str], histo
             raise AirflowException(str(exc)) from None
     else:
         args = [str(a) for a in options]
-    return [*args, *(["--history-uri", history_uri] if history_uri else []),
+    return [*args, *([HISTORY_URI, history_uri] if history_uri else []),
             *(["--seen-version", str(seen_version)] if seen_version is not None else [])]
 
 

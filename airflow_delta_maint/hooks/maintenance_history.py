@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from airflow_delta_maint.app.common_flags import HISTORY_URI
 from airflow_delta_maint.app.run_history import record_run
 
 from .provider_config import SECTION, get_option
@@ -40,4 +41,4 @@ def record_on_worker(uri: str, metrics: Mapping[str, Any], context: Mapping[str,
 
 def history_args(uri: str | None) -> list[str]:
     """The application's options that make it record the run at ``uri``."""
-    return ["--history-uri", uri] if uri else []
+    return [HISTORY_URI, uri] if uri else []

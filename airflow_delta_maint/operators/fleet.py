@@ -36,6 +36,7 @@ from airflow_delta_maint.hooks.storage_credentials import (
     worker_options,
 )
 from airflow_delta_maint.operators.lineage import inject_parent_job_info
+from airflow_delta_maint.operators.option_keywords import warn_deprecated
 from airflow_delta_maint.operators.options import as_bool, refuse_unknown_engine, job_options
 
 if TYPE_CHECKING:
@@ -50,15 +51,15 @@ FLEET_EXECUTIONS = ("spark", "auto")
 
 
 def with_engine(job: str, options: Mapping[str, Any] | None, engine: str, explicit: bool) -> dict[str, Any]:
-    """A job's options with the table's engine (the job's own ``engine`` option wins): ``engine`` for the
-    jobs that take it, ``checkpoint_engine`` for log compaction; nothing for inspect or, unless given
-    explicitly, for the native engine."""
+    """A job's options with the table's engine (the job's own ``engine`` option wins) for the jobs that take
+    it; nothing for inspect or, unless given explicitly, for the native engine."""
     out = dict(options or {})
     if engine == NATIVE and not explicit:
         return out
+    declared = definition(job).options
     engine_option = definition(job).engine_option
-    if engine_option:
-        out.setdefault(engine_option, engine)
+    if engine_option and not {engine_option, *(f.name for f in declared[engine_option].former_names)} & set(out):
+        out[engine_option] = engine
     return out
 
 
@@ -261,7 +262,8 @@ class MaintainTablesOperator(BaseOperator):
             explicit = raw.get("engine") is not None or self.engine is not None
             try:
                 fleet_jobs = [FleetJob(str(name), definition(str(name)).options.to_argv(
-                    with_engine(str(name), opts, engine, explicit), str(name))) for name, opts in jobs.items()]
+                    with_engine(str(name), opts, engine, explicit), str(name), warn=warn_deprecated))
+                    for name, opts in jobs.items()]
             except DeltaError as exc:
                 raise AirflowException(f"{self.task_id} ({uri}): {exc}") from None
             out.append(FleetTable(str(uri), fleet_jobs, {**common, **{str(k): str(v) for k, v in own.items()}}))
@@ -316,8 +318,8 @@ class MaintainTablesOperator(BaseOperator):
     def get_hook(self, conf: Mapping[str, Any] | None = None, spec: FleetSpec | None = None) -> DeltaMaintHook:
         """The hook that submits the fleet application (with delta-spark's jars when a job of ``spec`` uses it)."""
         delta_spark = spec is not None and any(
-            "delta-spark" in j.args[i + 1:i + 2] for t in spec.tables for j in t.jobs
-            for i, a in enumerate(j.args) if a in ("--engine", "--checkpoint-engine"))
+            definition(j.job).engine(vars(parse_job_args(j.job, j.args))) == "delta-spark"
+            for t in spec.tables for j in t.jobs)
         return DeltaMaintHook(
             conn_id=self.conn_id, conf=conf if conf is not None else self.conf, spark_binary=self.spark_binary,
             metrics_uri=self.metrics_uri, deploy_mode=self.deploy_mode, env_vars=self.env_vars,

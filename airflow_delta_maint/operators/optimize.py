@@ -19,7 +19,9 @@ class OptimizeOperator(DeltaMaintenanceOperator):
     :param where: a partition predicate limiting the files considered, e.g. ``"day >= '2024-01-01'"``. (templated)
     :param zorder_by: columns to Z-order by (a list or a comma-separated string). (templated)
     :param min_file_size: files of at least this many bytes are left alone. (templated)
-    :param max_file_size: the target size of the files written, in bytes. (templated)
+    :param target_file_size: the target size of the files written, in bytes (default: the table's
+        ``delta.targetFileSize``, else 1 GiB); ``max_file_size``, its former name, is taken until the next
+        release with an ``AirflowProviderDeprecationWarning``. (templated)
     :param max_concurrent_bins: how many bins Spark rewrites at once. (templated)
     :param batch_bytes: commit once every this many input bytes. (templated)
     :param dv_ratio: also rewrite files whose deletion vectors delete more than this share of their
@@ -67,7 +69,7 @@ class OptimizeOperator(DeltaMaintenanceOperator):
         ``REORG TABLE ... APPLY (PURGE)``, which the delta-spark engine runs); takes no ``zorder_by``,
         ``policy="auto"`` or ``target_files``. (templated)
     :param dry_run: plan only; commit nothing. (templated, as the attribute ``dry_run_only``: an
-        attribute named ``dry_run`` would hide ``BaseOperator.dry_run()``)
+        attribute named ``dry_run`` would hide the method ``BaseOperator.dry_run()``)
 
     Row-tracking, liquid-clustered and type-widened tables are handled as the Delta protocol
     says; ``where`` and ``zorder_by`` are refused on a liquid-clustered table.

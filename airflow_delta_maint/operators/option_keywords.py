@@ -5,17 +5,24 @@ attribute of the declared name."""
 from __future__ import annotations
 
 import inspect
+import warnings
 from typing import Any, ClassVar
 
+from airflow.exceptions import AirflowProviderDeprecationWarning
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_delta_maint.app.job_definitions import JOBS, JobDefinition
 from airflow_delta_maint.app.job_definitions.definition import NATIVE
 from airflow_delta_maint.delta.errors import DeltaError
 from airflow_delta_maint.operators.options import resolve_engine
-from airflow_delta_maint.app.job_definitions.options import Option
+from airflow_delta_maint.app.job_definitions.options import Option, former_name_warning
 
-__all__ = ["JobOptions", "options_init"]
+__all__ = ["JobOptions", "options_init", "warn_deprecated"]
+
+
+def warn_deprecated(message: str) -> None:
+    """A deprecation warning for a DAG author: a former option name (``AirflowProviderDeprecationWarning``)."""
+    warnings.warn(message, AirflowProviderDeprecationWarning, stacklevel=3)
 
 
 class JobOptions:
@@ -62,16 +69,25 @@ class JobOptions:
 
 def _keyword_default(option: Option) -> Any:
     """An option keyword's default on the operator: off for a flag, else unset (the job's own default applies)."""
-    return False if option.kind == "bool" and option.from_keyword is None else None
+    return False if option.kind == "bool" else None
 
 
 def options_init(cls: type[Any], job: JobDefinition) -> Any:
     """The ``__init__`` of ``cls``: the job's option keywords (its signature names each, so Airflow's
     ``partial``/``expand`` and ``default_args`` know them), held as attributes, then the base's arguments."""
     keywords = job.options.keywords()
+    # former keywords, taken for one release: former name -> the option it names now
+    former = {f.name: o for o in keywords for f in o.former_names if f.keyword}
 
     def __init__(self: Any, **kwargs: Any) -> None:
+        old = {name: kwargs.pop(name) for name in list(kwargs) if name in former}
         held = {o.attribute: kwargs.pop(o.keyword, _keyword_default(o)) for o in keywords}  # type: ignore[arg-type]
+        for name, value in old.items():
+            option = former[name]
+            warnings.warn(f"{cls.__name__}: {former_name_warning(name, str(option.keyword))}",
+                          AirflowProviderDeprecationWarning, stacklevel=2)
+            if held[option.attribute] in (None, _keyword_default(option)):
+                held[option.attribute] = value
         super(cls, self).__init__(**kwargs)
         for attribute, value in held.items():
             setattr(self, attribute, value)

@@ -32,8 +32,8 @@ def _flag(args: list[str], option: str, value: Any) -> None:
 
 
 def job_options(options: Mapping[str, Any] | None) -> list[str]:
-    """A job's options as command-line flags: ``{"min_file_size": 1000, "dry_run": True}`` ->
-    ``["--min-file-size", "1000", "--dry-run"]`` (False and None are left out, lists comma-joined)."""
+    """A job's options as command-line arguments: each name's flag (``--`` and the name with dashes), then its
+    value; a True value gives the flag alone (False and None are left out, lists comma-joined)."""
     args: list[str] = []
     for key, value in (options or {}).items():
         _flag(args, "--" + str(key).replace("_", "-"), value)

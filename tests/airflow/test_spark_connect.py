@@ -144,7 +144,7 @@ def test_jobs_through_spark_connect(connect_server, connect_conn, tmp_path, capf
     write_appends(table, 6, start=6)  # 12 more small files
     before = rows(table)
     zorder = OptimizeOperator(task_id="zorder", table_uri=str(table), conn_id=CONN_ID, zorder_by=["value"],
-                              max_file_size=3_000).execute(context={})
+                              target_file_size=3_000).execute(context={})
     assert zorder["status"] == "committed" and zorder["numRemovedFiles"] == 14, zorder
     assert zorder["numAddedFiles"] > 2, zorder
     assert rows(table) == before

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from airflow_delta_maint.app.cli import build_parser
+from airflow_delta_maint.app.execution import parse_job_args
 from airflow_delta_maint.app.job_definitions import JOBS, definition, fleet_defaults
 from airflow_delta_maint.app.job_definitions.doc import render
 from airflow_delta_maint.delta.errors import InvalidArgumentError
@@ -57,14 +58,61 @@ def test_the_same_bad_value_gives_one_message_naming_the_option_whichever_door()
 
 def test_operator_keywords_and_option_names_parse_alike():
     job = definition("optimize")
-    by_keyword = job.parse({"where": "p = 1", "policy": "auto", "zorder_by": ["a", "b"], "dry_run": "true"})
-    by_name = job.parse({"predicate": "p = 1", "auto": True, "zorder_by": "a,b", "dry_run": True})
+    by_keyword = job.parse({"where": "p = 1", "policy": "AUTO", "zorder_by": ["a", "b"], "dry_run": "true"})
+    by_name = job.parse({"where": "p = 1", "policy": "auto", "zorder_by": "a,b", "dry_run": True})
     assert by_keyword == by_name
-    assert job.options.to_argv(by_name, job.name) == ["--where", "p = 1", "--zorder-by", "a,b", "--auto",
+    assert job.options.to_argv(by_name, job.name) == ["--where", "p = 1", "--zorder-by", "a,b", "--policy", "auto",
                                                       "--dry-run"]
     parser = argparse.ArgumentParser()
     job.options.add_to(parser)
     assert vars(parser.parse_args(job.options.to_argv(by_name, job.name))) == by_name
+
+
+def test_former_names_are_taken_for_one_release_with_a_warning(capsys):
+    """predicate, auto, max_file_size (keyword and flag), cleanup-log's retention (an interval, in hours now) and
+    compact-log's checkpoint_engine: each still parses, with one warning naming the option to use."""
+    job = definition("optimize")
+    warned: list[str] = []
+    former = job.options.parse({"predicate": "p = 1", "auto": True, "max_file_size": "7"}, job.name, warned.append)
+    assert former == job.parse({"where": "p = 1", "policy": "auto", "target_file_size": 7})
+    assert sorted(warned) == [f"optimize: {old} is deprecated and will be removed in the next release; use {new}"
+                              for old, new in (("auto", "policy"), ("max_file_size", "target_file_size"),
+                                               ("predicate", "where"))]
+    # the new name wins over the former one
+    assert job.options.parse({"auto": True, "policy": "all"}, job.name, warned.append)["policy"] == "all"
+    assert job.options.parse({"auto": "false"}, job.name, warned.append)["policy"] == "all"
+    # a mapping's former name without a callback: one line on stderr
+    capsys.readouterr()
+    assert definition("cleanup-log").options.parse({"retention": "interval 2 days"}, "cleanup-log")[
+        "retention_hours"] == 48
+    assert capsys.readouterr().err == ("delta-maint: warning: cleanup-log: retention is deprecated and will be "
+                                       "removed in the next release; use retention_hours\n")
+
+    def parsed(name: str, *argv: str) -> dict:
+        parser = argparse.ArgumentParser(prog=f"delta-maint {name}")
+        definition(name).options.add_to(parser)
+        return vars(parser.parse_args(list(argv)))
+
+    got = parsed("optimize", "--auto", "--max-file-size", "7")
+    assert got["policy"] == "auto" and got["target_file_size"] == 7 and "auto" not in got
+    assert capsys.readouterr().err.splitlines() == [
+        "delta-maint: warning: --auto is deprecated and will be removed in the next release; use --policy",
+        "delta-maint: warning: --max-file-size is deprecated and will be removed in the next release; use "
+        "--target-file-size"]
+    assert parsed("cleanup-log", "--retention", "720 hours")["retention_hours"] == 720
+    assert parsed("compact-log", "--checkpoint-engine", "delta-spark")["engine"] == "delta-spark"
+    assert "--checkpoint-engine is deprecated" in capsys.readouterr().err
+    # the former flags stay out of --help
+    parser = argparse.ArgumentParser()
+    job.options.add_to(parser)
+    assert "--max-file-size" not in parser.format_help() and "--auto " not in parser.format_help()
+    # a bad value by a former name: one message naming it, before any table is read
+    with pytest.raises(InvalidArgumentError, match="invalid log retention 'soon'"):
+        definition("cleanup-log").parse({"retention": "soon"})
+    with pytest.raises(InvalidArgumentError, match="retention.*invalid log retention 'soon'"):
+        parse_job_args("cleanup-log", ["--retention", "soon"])
+    with pytest.raises(InvalidArgumentError, match="target_file_size must be a whole number"):
+        parse_job_args("optimize", ["--max-file-size", "big"])
 
 
 def test_the_fleet_defaults_and_the_writing_jobs_come_from_the_definitions():

@@ -64,8 +64,8 @@ JOBS: list[MatrixJob] = [
     MatrixJob("dv-purge", "OPTIMIZE purging every deletion vector (--dv-ratio 0)",
               lambda t, p, v: ["optimize", str(p), "--dv-ratio", "0"]),
     MatrixJob("target-files", "OPTIMIZE --target-files 2", lambda t, p, v: ["optimize", str(p), "--target-files", "2"]),
-    MatrixJob("auto", "OPTIMIZE --auto (the auto-compaction policy, every partition, 2 small files suffice)",
-              lambda t, p, v: ["optimize", str(p), "--auto", "--all-partitions", "--min-num-files", "2"]),
+    MatrixJob("auto", "OPTIMIZE --policy auto (the auto-compaction policy, every partition, 2 small files suffice)",
+              lambda t, p, v: ["optimize", str(p), "--policy", "auto", "--all-partitions", "--min-num-files", "2"]),
     MatrixJob("vacuum-full", "VACUUM full, retention 0 hours",
               lambda t, p, v: ["vacuum", str(p), "--mode", "full", *NO_RETENTION],
               kept=lambda before, after: [after], restorable=False),
@@ -87,7 +87,7 @@ JOBS: list[MatrixJob] = [
               lambda t, p, v: ["compact-log", str(p), "--interval", "2"]),
     MatrixJob("checkpoint", "a checkpoint of the latest version", lambda t, p, v: ["checkpoint", str(p)]),
     MatrixJob("cleanup-log", "expired-log cleanup after a checkpoint, retention 0 hours",
-              lambda t, p, v: ["cleanup-log", str(p), "--retention", "interval 0 hours"],
+              lambda t, p, v: ["cleanup-log", str(p), "--retention-hours", "0"],
               kept=lambda before, after: [after], restorable=False, pre=("checkpoint",)),
 ]
 # the order of a table's chain: each job runs on what the ones before it left, as in a nightly DAG; the rewrites

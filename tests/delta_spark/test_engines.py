@@ -138,7 +138,7 @@ def test_optimize_purge_of_deletion_vectors(spark, source, tmp_path):
 
 def test_optimize_auto_policy_becomes_the_where(spark, source, tmp_path):
     """The auto-compaction policy chooses partitions on our side; delta-spark gets them as its WHERE."""
-    runs = _both(spark, source, tmp_path, "optimize", "--auto", "--min-num-files", "2", "--max-partitions", "2")
+    runs = _both(spark, source, tmp_path, "optimize", "--policy", "auto", "--min-num-files", "2", "--max-partitions", "2")
     _assert_same_optimize(runs)
     assert runs[NATIVE]["m"]["autoCompaction"] == runs[DELTA_SPARK]["m"]["autoCompaction"]
     assert " WHERE ((`p` = " in runs[DELTA_SPARK]["m"]["statement"]
@@ -289,7 +289,7 @@ def test_cleanup_log(spark, source, tmp_path):
         digits = f.name.lstrip(".")[:20]
         if digits.isdigit() and int(digits) < latest:
             os.utime(f, (old + 60 * int(digits), old + 60 * int(digits)))
-    runs = _both(spark, src, tmp_path, "cleanup-log", "--retention", "interval 1 days")
+    runs = _both(spark, src, tmp_path, "cleanup-log", "--retention-hours", "24")
     names = {}
     for engine, r in runs.items():
         m = r["m"]
@@ -334,18 +334,14 @@ def test_tables_only_delta_spark_rewrites_are_optimized_with_it(spark, delta_tab
                                key=table.key, row_tracking=table.row_tracking, clustered=table.clustered)
 
 
-def test_unknown_engine_and_compact_log_on_delta_spark_change_nothing(spark, source, tmp_path):
+def test_unknown_engine_and_native_only_runs_change_nothing(spark, source, tmp_path):
     path = tmp_path / "t"
     shutil.copytree(source, path)
     before = (_live(path), sorted(os.listdir(path / "_delta_log")))
     code, m = run_job_with_engine("optimize", str(path), "spark-delta", spark=spark)
     assert code == 2 and m["error"] == "unknown engine 'spark-delta': one of native, delta-spark"
-    code, m = run_job_with_engine("compact-log", str(path), DELTA_SPARK, ["--interval", "2"], spark=spark)
-    assert code == 2 and "\n" not in m["error"]
-    assert m["error"].startswith("compact-log runs on the native engine only: delta-spark reads log compaction "
-                                 "files but has no writer for them")
     code, m = run_job_with_engine("vacuum", str(path), DELTA_SPARK, ["--keep-versions", "1"], spark=spark)
-    assert code == 2 and "--keep-versions" in m["error"]
+    assert code == 2 and "\n" not in m["error"] and "does not take keep_versions" in m["error"]
     assert (_live(path), sorted(os.listdir(path / "_delta_log"))) == before
 
 
@@ -392,12 +388,11 @@ def test_a_jar_built_for_another_spark_is_refused():
 
 
 def test_log_compaction_with_delta_spark_checkpoints(spark, source, tmp_path):
-    """compact-log --checkpoint-engine delta-spark: the compaction files are ours, the checkpoint delta-spark's."""
+    """compact-log --engine delta-spark: the compaction files are ours, the checkpoint delta-spark's."""
     path = tmp_path / "t"
     shutil.copytree(source, path)
     rows, before = _rows(spark, path), _live(path)
-    code, m = run_job_with_engine("compact-log", str(path), NATIVE,
-                                  ["--interval", "2", "--checkpoint-interval", "2", "--checkpoint-engine", "delta-spark"],
+    code, m = run_job_with_engine("compact-log", str(path), DELTA_SPARK, ["--interval", "2", "--checkpoint-interval", "2"],
                                   spark=spark)
     assert code == 0 and m["status"] == "committed", m
     assert m["checkpoint_engine"] == DELTA_SPARK and m["checkpoint"]["engine"] == DELTA_SPARK

@@ -44,8 +44,8 @@ class Case:
     def args(self) -> list[str]:
         # Z-order and clustering record the row maps a rebase needs on the busy path or with
         # --bins-per-commit; the table here is quiet until the DML the test runs mid-commit
-        return {"binpack": [], "zorder": ["--zorder-by", "v", "--max-file-size", "2000", "--bins-per-commit", "0"],
-                "liquid": ["--max-file-size", "2000", "--bins-per-commit", "0"],
+        return {"binpack": [], "zorder": ["--zorder-by", "v", "--target-file-size", "2000", "--bins-per-commit", "0"],
+                "liquid": ["--target-file-size", "2000", "--bins-per-commit", "0"],
                 "even": ["--target-files", "3"]}[self.layout]
 
 

@@ -67,7 +67,7 @@ def every_job(uri: str, history: str, options: dict[str, str]) -> list[list[str]
         ["checkpoint", uri, *rec],
         ["vacuum", uri, "--mode", "lite", "--retention-hours", "0", "--ignore-retention-check", "--dry-run", *rec],
         ["vacuum", uri, "--mode", "full", "--retention-hours", "0", "--ignore-retention-check", *rec],
-        ["cleanup-log", uri, "--retention", "0 hours", "--dry-run", *rec],
+        ["cleanup-log", uri, "--retention-hours", "0", "--dry-run", *rec],
     ]
 
 

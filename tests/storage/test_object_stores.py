@@ -397,7 +397,7 @@ def test_zorder_on_s3_through_the_scratch_shuffle_keeps_the_secret_out(s3_store,
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     try:
-        code, m = run_cli("optimize", rs_uri, "--zorder-by", "amount,id", "--max-file-size", "1500")
+        code, m = run_cli("optimize", rs_uri, "--zorder-by", "amount,id", "--target-file-size", "1500")
     finally:
         done.set()
         sampler.join()

@@ -30,7 +30,7 @@ def test_cleanup_log_and_inventory_vacuum_on_s3_keep_the_secret(s3_store, capsys
     # every commit is from today: after the cut-off (midnight UTC, 30 days back), nothing expires
     code, m = run_cli("cleanup-log", uri, *storage_args(options))
     assert code == 0 and m["status"] == "skipped" and "no commit is older" in m["reason"], m
-    code, m = run_cli("cleanup-log", uri, "--dry-run", "--retention", "0 hours", *storage_args(options))
+    code, m = run_cli("cleanup-log", uri, "--dry-run", "--retention-hours", "0", *storage_args(options))
     assert code == 0 and m["status"] == "skipped", m
 
     storage = Storage(uri, s3_store.options)

@@ -47,9 +47,9 @@ def check_engine(job: str, engine: Any) -> str:
     list, raises ``InvalidArgumentError`` before anything is read or written."""
     name = normalize(engine)
     defined = definition(job)
+    if defined.engine_of:  # the engine option chooses another job's engine (compact-log: its checkpoint's)
+        return check_engine(defined.engine_of, name)
     if name not in defined.engines:
-        if defined.no_delta_spark:
-            raise InvalidArgumentError(defined.no_delta_spark)
         raise InvalidArgumentError(f"{job} has no {name} engine; the {name} engine runs "
                                    f"{', '.join(jobs_run_by(name))}")
     return name

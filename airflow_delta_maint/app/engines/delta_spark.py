@@ -1,7 +1,7 @@
 """The delta-spark engine: delta-spark's own commands on the job's SparkSession, reported in our metrics.
 
 - OPTIMIZE: ``OPTIMIZE delta.`path` [WHERE ...] [ZORDER BY (...)]``, ``OPTIMIZE ... FULL`` on clustered
-  tables, ``REORG TABLE delta.`path` [WHERE ...] APPLY (PURGE)`` for ``--purge``. Our plan's settings
+  tables, ``REORG TABLE delta.`path` [WHERE ...] APPLY (PURGE)`` for ``purge``. Our plan's settings
   (file sizes, deletion-vector ratio, compression) go to delta-spark's session conf for the one
   command and are put back afterwards. Its returned metrics struct becomes our names
   (``numFilesAdded`` -> ``numAddedFiles``, ``filesAdded.totalSize`` -> ``numAddedBytes``, ...); file
@@ -182,15 +182,13 @@ def _run_sql(spark: Any, statement: str) -> list[Any]:
 
 # -- OPTIMIZE ----------------------------------------------------------------------------------------
 #: our OPTIMIZE options that change the plan in ways delta-spark's OPTIMIZE has no counterpart for
-NATIVE_ONLY_OPTIMIZE = {"target_files": "--target-files", "rewrite_type_widened": "--rewrite-type-widened",
-                        "min_file_age": "--min-file-age", "skip_recent_partitions": "--skip-recent-partitions",
-                        "wait_for_writer": "--wait-for-writer", "bins_per_commit": "--bins-per-commit",
-                        "min_cube_size": "--min-cube-size", "target_cube_size": "--target-cube-size"}
+NATIVE_ONLY_OPTIMIZE = ("target_files", "rewrite_type_widened", "min_file_age", "skip_recent_partitions",
+                        "wait_for_writer", "bins_per_commit", "min_cube_size", "target_cube_size")
 
 
-def refuse_native_only(params: Mapping[str, Any], options: Mapping[str, str], job: str) -> None:
-    """Options only the native engine has fail before anything runs."""
-    given = [flag for key, flag in options.items() if params.get(key) not in (None, False, "")]
+def refuse_native_only(params: Mapping[str, Any], options: Sequence[str], job: str) -> None:
+    """Options (named in ``options``) only the native engine has fail before anything runs, naming them."""
+    given = [name for name in options if params.get(name) not in (None, False, "")]
     if given:
         raise InvalidArgumentError(f"{job} with the delta-spark engine does not take {', '.join(given)} (native "
                                    "engine only)")
@@ -226,7 +224,7 @@ def optimize(ctx: Any, options: OptimizeOptions, snapshot: Any, plan: Any,
     compression = options.compression
     settings = {
         "spark.databricks.delta.optimize.minFileSize": plan.min_file_size,
-        "spark.databricks.delta.optimize.maxFileSize": plan.max_file_size,
+        "spark.databricks.delta.optimize.maxFileSize": plan.target_file_size,
         "spark.databricks.delta.optimize.maxDeletedRowsRatio": options.dv_ratio,
         "spark.sql.parquet.compression.codec": "uncompressed" if compression == "none" else compression,
     }

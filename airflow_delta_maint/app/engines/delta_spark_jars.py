@@ -1,8 +1,8 @@
 """delta-spark's jars and session configuration, for runs on the delta-spark engine.
 
 The Airflow hook adds them to a submission (:mod:`airflow_delta_maint.hooks.delta_spark_jars`), and the
-command line to the session it starts itself outside spark-submit (``delta-maint JOB --engine
-delta-spark``); both call :func:`add_delta_spark`.
+command line to the session it starts itself outside spark-submit (a job with ``engine='delta-spark'``);
+both call :func:`add_delta_spark`.
 
 The Spark conf or ``--packages`` the user gives wins when it already names delta-spark (``io.delta``);
 else the configured coordinates (the hook: ``[delta_maint] delta_spark_packages``; default

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from airflow_delta_maint.delta.log.cleanup import retention_hours_of
 from airflow_delta_maint.delta.protocol.features import Operation
 
 from .definition import DELTA_SPARK, NATIVE, JobDefinition
 from .engine_option import ENGINE
-from .options import Option, options
+from .options import FormerName, Option, options
 
 CLEANUP_LOG = JobDefinition(
     name="cleanup-log",
@@ -20,8 +21,9 @@ CLEANUP_LOG = JobDefinition(
     engine_option="engine",
     dry_run_plans_natively=True,
     options=options(
-        Option("retention", "str", "log retention, e.g. 'interval 30 days' or '720 hours' (default: the table's "
-               "delta.logRetentionDuration, 30 days if unset)", metavar="INTERVAL"),
+        Option("retention_hours", "float", "delete log files older than H hours (default: the table's "
+               "delta.logRetentionDuration, 30 days if unset)", metavar="H",
+               former_names=(FormerName("retention", value=retention_hours_of),)),
         Option("keep_versions", "str", "versions whose log entries must stay (time travel to them keeps working)",
                metavar="V1,V2"),
         Option("dry_run", "bool", "list what would be deleted; change nothing", attribute="dry_run_only"),

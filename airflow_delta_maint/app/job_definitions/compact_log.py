@@ -5,10 +5,9 @@ from __future__ import annotations
 from airflow_delta_maint.delta.log.compaction_options import DEFAULT_MAX_WINDOW_BYTES
 from airflow_delta_maint.delta.protocol.features import Operation
 
-from .checkpoint import CLEANUP_EXPIRED_LOG
+from .checkpoint import CHECKPOINT, CLEANUP_EXPIRED_LOG
 from .definition import NATIVE, JobDefinition
-from .engine_option import ENGINE
-from .options import Option, options
+from .options import FormerName, Option, options
 
 COMPACT_LOG = JobDefinition(
     name="compact-log",
@@ -18,11 +17,9 @@ COMPACT_LOG = JobDefinition(
     writes=True,
     catalog_operation="LOG_COMPACTION",
     driver_only=True,
-    engines=(NATIVE,),  # the checkpoint and the cleanup may run on delta-spark: checkpoint_engine
-    no_delta_spark=("compact-log runs on the native engine only: delta-spark reads log compaction files but has no "
-                    "writer for them (its checkpoint and expired-log cleanup can run on delta-spark: "
-                    "--checkpoint-engine delta-spark)"),
-    engine_option="checkpoint_engine",
+    engines=(NATIVE,),  # the compaction files; the checkpoint and the cleanup may run on delta-spark: engine
+    engine_option="engine",
+    engine_of=CHECKPOINT.name,
     fleet_default={},
     fleet_rank=3,
     options=options(
@@ -33,9 +30,9 @@ COMPACT_LOG = JobDefinition(
         Option("checkpoint_interval", "int", "first write a checkpoint when M commits follow the last one",
                metavar="M"),
         CLEANUP_EXPIRED_LOG,
-        ENGINE,
-        Option("checkpoint_engine", "str", "who writes the checkpoint and cleans up the expired log: native "
-               "(default) or delta-spark; the compaction files are always written by the native engine",
-               metavar="ENGINE", keyword=None, in_docs=False),
+        Option("engine", "str", "who writes the checkpoint and cleans up the expired log: native (default) or "
+               "delta-spark; the compaction files are always written by the native engine (delta-spark has no "
+               "writer for them)", default=NATIVE, metavar="ENGINE", keyword=None, in_docs=False,
+               former_names=(FormerName("checkpoint_engine"),)),
     ),
 )

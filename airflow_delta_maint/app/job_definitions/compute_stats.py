@@ -5,7 +5,7 @@ from __future__ import annotations
 from airflow_delta_maint.delta.protocol.features import Operation
 
 from .definition import JobDefinition
-from .options import Option, options
+from .options import FormerName, Option, options
 
 COMPUTE_STATS = JobDefinition(
     name="compute-stats",
@@ -17,8 +17,8 @@ COMPUTE_STATS = JobDefinition(
     fleet_default={},
     fleet_rank=2,
     options=options(
-        Option("predicate", "str", "partition predicate, e.g. \"date >= '2024-01-01'\"", flag="--where",
-               keyword="where"),
+        Option("where", "str", "partition predicate, e.g. \"date >= '2024-01-01'\"",
+               former_names=(FormerName("predicate", flag=None),)),
         Option("columns", "str", "also collect statistics of these columns (dotted for nested fields), beyond "
                "delta.dataSkippingStatsColumns / delta.dataSkippingNumIndexedCols", metavar="C1,C2"),
         Option("max_files", "int", "give at most N files statistics in this run", metavar="N"),

@@ -49,15 +49,16 @@ class JobDefinition:
         writes: whether it changes the table (a catalog vends read-write credentials; a catalog-managed
             table refuses it unless the catalog allows it).
         engines: the engines that run it.
-        engine_option: the option the operators' ``engine`` sets (``engine``; compact-log's checkpoint:
-            ``checkpoint_engine``), None for a job with no choice of engine.
+        engine_option: the option the operators' ``engine`` sets (``engine``), None for a job with no choice of
+            engine.
+        engine_of: the job whose engines the ``engine`` option chooses among, when not this one's own
+            (compact-log's ``engine`` writes its checkpoint: the checkpoint job's engines).
         driver_only: its work never starts Spark on the native engine.
         spark_work: with these options, it starts Spark (native engine; ``driver_only`` jobs never do).
         shuffle: what in these options only Spark runs (a shuffle), or None.
         reads_older_commits: with these options, it may read commits before the newest checkpoint.
         local_kind: how the execution choice names a run on the worker.
         dry_run_plans_natively: a dry run plans with the core, whatever the engine.
-        no_delta_spark: why delta-spark cannot run it, where the reason is worth more than "no engine".
         catalog_operation: its operation as catalogs name it in their allowed maintenance operations
             (a catalog-managed table's catalog must allow it); empty for a job that does not write.
         fleet_default: the options a fleet runs it with when given no jobs (None: not run by default).
@@ -72,13 +73,13 @@ class JobDefinition:
     writes: bool
     engines: tuple[str, ...] = (NATIVE,)
     engine_option: str | None = None
+    engine_of: str = ""
     driver_only: bool = False
     spark_work: Callable[[Params], bool] = _always
     shuffle: Callable[[Params], str | None] = _never
     reads_older_commits: Callable[[Params], bool] = _always
     local_kind: Callable[[Params], str] = lambda params: "driver-only job"
     dry_run_plans_natively: bool = False
-    no_delta_spark: str = ""
     catalog_operation: str = ""
     fleet_default: Mapping[str, Any] | None = None
     fleet_rank: int = 0
@@ -89,9 +90,8 @@ class JobDefinition:
 
     def engine(self, params: Params) -> str:
         """The engine these options choose (native unless one of the job's engine options says otherwise)."""
-        for name in ("engine", "checkpoint_engine"):
-            if name in self.options.names() and str(params.get(name) or "").strip().lower() == DELTA_SPARK:
-                return DELTA_SPARK
+        if "engine" in self.options.names() and str(params.get("engine") or "").strip().lower() == DELTA_SPARK:
+            return DELTA_SPARK
         return NATIVE
 
     def uses_delta_spark(self, params: Params) -> bool:

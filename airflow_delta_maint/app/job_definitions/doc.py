@@ -6,18 +6,22 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from ..common_flags import CATALOG, HISTORY_URI, JSON, METRICS_OUT, STORAGE_OPTION, TABLE_NAME
 from . import JOBS
+from .engine_option import ENGINE
 
-HEADER = """# Job options
+HEADER = f"""# Job options
 
 Generated from the jobs' definitions (`airflow_delta_maint/app/job_definitions/`): each option is declared
 once, and the operator keyword, the command-line flag, the fleet's per-job mapping (by keyword or by name) and
 this page come from that declaration. Rewrite it with
 `.venv/bin/python -m airflow_delta_maint.app.job_definitions.doc docs/job-options.md`.
 
-Every job also takes the table (a path or URI, or `--table-name` with `--catalog`), `--storage-option`,
-`--history-uri`, `--json` and `--metrics-out` ([configuration](configuration.md)); the jobs with an `engine`
-take the operators' `engine` keyword (`--engine`, for compact-log `--checkpoint-engine`).
+Every job also takes the table (a path or URI, or `{TABLE_NAME}` with `{CATALOG}`), `{STORAGE_OPTION}`,
+`{HISTORY_URI}`, `{JSON}` and `{METRICS_OUT}` ([configuration](configuration.md)); the jobs with an `engine`
+take the operators' `engine` keyword (`{ENGINE.flag}`; compact-log's says who writes its checkpoint and cleans up the
+expired log). A name an option had before is still taken for one release, with a deprecation warning: it is
+listed under its option ("formerly").
 """
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_delta_maint.delta.errors import InvalidArgumentError
+from airflow_delta_maint.delta.option_values import as_bool
 from airflow_delta_maint.delta.plans.auto_compaction import (DEFAULT_MAX_DELETED_ROWS_RATIO, DEFAULT_MAX_PARTITIONS,
                                                              DEFAULT_MIN_NUM_FILES)
 from airflow_delta_maint.delta.plans.optimize import DEFAULT_DV_RATIO
-from airflow_delta_maint.delta.plans.optimize_options import (COMPRESSIONS, COPY_ROW_GROUPS, DEFAULT_BATCH_BYTES,
+from airflow_delta_maint.delta.plans.optimize_options import (COMPRESSIONS, COPY_ROW_GROUPS, DEFAULT_BATCH_BYTES, POLICIES,
                                                               DEFAULT_COMPRESSION, DEFAULT_COPY_ROW_GROUPS,
                                                               DEFAULT_ROW_GROUP_BYTES)
 from airflow_delta_maint.delta.protocol.features import Operation
@@ -17,18 +17,12 @@ from airflow_delta_maint.delta.storage.leases import DEFAULT_LEASE_SECONDS
 
 from .definition import DELTA_SPARK, NATIVE, JobDefinition, Params
 from .engine_option import ENGINE
-from .options import Option, options
-
-#: the operators' ``policy`` values
-POLICIES = ("all", "auto")
+from .options import FormerName, Option, options
 
 
-def policy_is_auto(policy: Any) -> bool:
-    """The operators' ``policy`` (``"all"``, the default, or ``"auto"``) as the ``auto`` option."""
-    name = "all" if policy is None else str(policy).strip().lower()
-    if name not in POLICIES:
-        raise InvalidArgumentError(f"policy must be 'all' or 'auto', got {policy!r}")
-    return name == "auto"
+def _policy_of_auto(auto: Any) -> str:
+    """The former ``auto`` (a flag, or true/false in a mapping) as the ``policy``."""
+    return "auto" if as_bool(auto) else "all"
 
 
 def _shuffle(params: Params) -> str | None:
@@ -51,13 +45,13 @@ OPTIMIZE = JobDefinition(
     fleet_default={},
     fleet_rank=1,
     options=options(
-        Option("predicate", "str", "partition predicate, e.g. \"date >= '2024-01-01'\"", flag="--where",
-               keyword="where"),
+        Option("where", "str", "partition predicate, e.g. \"date >= '2024-01-01'\"",
+               former_names=(FormerName("predicate", flag=None),)),
         Option("zorder_by", "str", "comma-separated data columns to Z-order by", default=""),
         Option("min_file_size", "int", "files below this many bytes are compacted (default: delta.targetFileSize, "
                "else 1 GiB)"),
-        Option("max_file_size", "int", "target size of output files in bytes (default: delta.targetFileSize, "
-               "else 1 GiB)"),
+        Option("target_file_size", "int", "target size of output files in bytes (default: delta.targetFileSize, "
+               "else 1 GiB)", former_names=(FormerName("max_file_size", keyword=True),)),
         Option("max_concurrent_bins", "int", "at most this many bins in one Spark job"),
         Option("batch_bytes", "int", "commit after each this many input bytes (default 50 GiB)",
                default=DEFAULT_BATCH_BYTES),
@@ -93,21 +87,23 @@ OPTIMIZE = JobDefinition(
                "old type"),
         Option("target_files", "int", "rewrite each selected partition into exactly this many files of even row "
                "counts, splitting files that are too large"),
-        Option("auto", "bool", "the auto-compaction policy: only partitions that received data since the last "
-               "OPTIMIZE and have enough small files or deleted rows (operators: policy='auto')",
-               keyword="policy", from_keyword=policy_is_auto),
-        Option("all_partitions", "bool", "--auto: consider every partition, not only those that received data"),
-        Option("min_num_files", "int", f"--auto: small files a partition needs to be chosen (default "
+        Option("policy", "str", "all (default): every partition the options select; auto: the auto-compaction "
+               "policy, only partitions that received data since the last OPTIMIZE and have enough small files or "
+               "deleted rows", default="all", choices=POLICIES,
+               former_names=(FormerName("auto", value=_policy_of_auto, takes_value=False),)),
+        Option("all_partitions", "bool", "policy auto: consider every partition, not only those that received data"),
+        Option("min_num_files", "int", f"policy auto: small files a partition needs to be chosen (default "
                f"{DEFAULT_MIN_NUM_FILES})", default=DEFAULT_MIN_NUM_FILES),
-        Option("max_deleted_rows_ratio", "float", "--auto: also choose a partition with a file whose deletion "
+        Option("max_deleted_rows_ratio", "float", "policy auto: also choose a partition with a file whose deletion "
                "vector deletes more than this share of its rows (default 0.05)",
                default=DEFAULT_MAX_DELETED_ROWS_RATIO),
-        Option("max_partitions", "int", f"--auto: at most this many partitions per run, the worst first "
+        Option("max_partitions", "int", f"policy auto: at most this many partitions per run, the worst first "
                f"(default {DEFAULT_MAX_PARTITIONS})", default=DEFAULT_MAX_PARTITIONS),
         Option("lease_seconds", "int", "partitions are reserved for this long against other OPTIMIZE runs (0: no "
                f"reservation; default {DEFAULT_LEASE_SECONDS})", default=DEFAULT_LEASE_SECONDS),
         Option("purge", "bool", "rewrite only the files with deletion vectors, dropping their deleted rows "
-               "(delta-spark's REORG TABLE ... APPLY (PURGE)); takes no --zorder-by, --auto or --target-files"),
+               "(delta-spark's REORG TABLE ... APPLY (PURGE)); takes no zorder_by, policy auto or target_files"),
+        # held as dry_run_only: an attribute named dry_run would hide the method BaseOperator.dry_run()
         Option("dry_run", "bool", "print the plan; write nothing", attribute="dry_run_only"),
         ENGINE,
     ),

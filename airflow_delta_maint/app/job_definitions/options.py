@@ -10,6 +10,7 @@ spark-submit command) and the options table in the docs (:meth:`OptionSet.doc_ro
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,11 +18,67 @@ from typing import Any
 from airflow_delta_maint.delta.errors import InvalidArgumentError
 from airflow_delta_maint.delta.option_values import as_bool
 
-__all__ = ["KINDS", "Option", "OptionSet"]
+__all__ = ["KINDS", "FormerName", "Option", "OptionSet", "former_name_warning"]
 
 #: the value types an option may have
 KINDS = ("str", "int", "float", "bool")
 _CONVERT: dict[str, Callable[[Any], Any]] = {"str": str, "int": int, "float": float}
+
+
+@dataclass(frozen=True)
+class FormerName:
+    """A name an option had before, still accepted for one release with a deprecation warning.
+
+    Attributes:
+        name: the former name, as a fleet's per-job mapping (and, with ``keyword``, the operator) gave it.
+        flag: the former command-line flag (default ``--`` and the name with dashes; None: it had none).
+        keyword: the operators still take it as a keyword argument (its value unchanged).
+        value: turns a value given by the former name into the option's (None: the same value).
+        takes_value: the former flag took a value (False: a flag without one, given as True to ``value``).
+    """
+
+    name: str
+    flag: str | None = ""
+    keyword: bool = False
+    value: Callable[[Any], Any] | None = None
+    takes_value: bool = True
+
+    def __post_init__(self) -> None:
+        if self.flag == "":
+            object.__setattr__(self, "flag", "--" + self.name.replace("_", "-"))
+
+    def converted(self, value: Any) -> Any:
+        """``value`` given by the former name, as the option's."""
+        return self.value(value) if self.value is not None else value
+
+
+def former_name_warning(former: str, current: str) -> str:
+    """The one-line warning for a former name."""
+    return f"{former} is deprecated and will be removed in the next release; use {current}"
+
+
+def _warn_on_stderr(message: str) -> None:
+    sys.stderr.write(f"delta-maint: warning: {message}\n")
+
+
+class _FormerFlag(argparse.Action):
+    """A former flag: warns on stderr (one line) and sets the option's value."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, *, option: Option, former: FormerName,
+                 **kwargs: Any) -> None:
+        self.option, self.former = option, former
+        super().__init__(option_strings, dest, nargs=None if former.takes_value else 0, default=argparse.SUPPRESS,
+                         help=argparse.SUPPRESS, metavar=option.metavar, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        _warn_on_stderr(former_name_warning(str(self.former.flag), self.option.flag))
+        try:
+            value = self.option.convert(self.former.converted(values if self.former.takes_value else True),
+                                        parser.prog.split()[-1])
+        except InvalidArgumentError as exc:
+            raise argparse.ArgumentError(self, str(exc)) from None
+        setattr(namespace, self.dest, value)
 
 
 @dataclass(frozen=True)
@@ -40,9 +97,9 @@ class Option:
             own, such as ``engine``, which every operator takes).
         attribute: the operator's attribute holding it (default the keyword; ``dry_run`` is held as
             ``dry_run_only``, as an attribute named ``dry_run`` would hide ``BaseOperator.dry_run()``).
-        from_keyword: turns the operator keyword's value into the option's, where the two differ.
         templated: the operator renders the keyword's value as a template.
         in_docs: listed in the docs' options table.
+        former_names: names (and flags) the option had before, accepted for one release with a warning.
     """
 
     name: str
@@ -54,9 +111,9 @@ class Option:
     metavar: str | None = None
     keyword: str | None = ""
     attribute: str = ""
-    from_keyword: Callable[[Any], Any] | None = None
     templated: bool = True
     in_docs: bool = True
+    former_names: tuple[FormerName, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -69,13 +126,16 @@ class Option:
             object.__setattr__(self, "attribute", self.keyword)
 
     def add_to(self, parser: argparse.ArgumentParser) -> None:
-        """This option's flag on ``parser``."""
+        """This option's flag on ``parser`` (and its former flags, hidden, each warning when given)."""
         if self.kind == "bool":
             parser.add_argument(self.flag, dest=self.name, action="store_true", help=self.help)
-            return
-        parser.add_argument(self.flag, dest=self.name, type=_CONVERT[self.kind], default=self.default,
-                            choices=list(self.choices) if self.choices else None, metavar=self.metavar,
-                            help=self.help)
+        else:
+            parser.add_argument(self.flag, dest=self.name, type=_CONVERT[self.kind], default=self.default,
+                                choices=list(self.choices) if self.choices else None, metavar=self.metavar,
+                                help=self.help)
+        for former in self.former_names:
+            if former.flag:
+                parser.add_argument(former.flag, dest=self.name, action=_FormerFlag, option=self, former=former)
 
     def convert(self, value: Any, job: str) -> Any:
         """``value`` (as the operator or a fleet mapping gives it: a string from a template, a number, a list)
@@ -94,6 +154,8 @@ class Option:
             raise InvalidArgumentError(f"invalid options for {job}: {self.name} must be "
                                        f"{'a whole number' if self.kind == 'int' else 'a ' + self.kind}, "
                                        f"got {value!r}") from None
+        if self.choices and converted not in self.choices and str(converted).strip().lower() in self.choices:
+            converted = str(converted).strip().lower()
         if self.choices and converted not in self.choices:
             raise InvalidArgumentError(f"invalid options for {job}: {self.name} must be one of "
                                        f"{', '.join(self.choices)}, got {value!r}")
@@ -137,29 +199,47 @@ class OptionSet:
         """Every option at its default, as the command line parses no flag."""
         return {o.name: (False if o.kind == "bool" else o.default) for o in self.options}
 
-    def parse(self, values: Mapping[str, Any], job: str) -> dict[str, Any]:
+    def former_names(self) -> dict[str, tuple[Option, FormerName]]:
+        """Each former name (as a mapping's key) and the option it names now."""
+        return {f.name: (o, f) for o in self.options for f in o.former_names}
+
+    def parse(self, values: Mapping[str, Any], job: str,
+              warn: Callable[[str], None] | None = None) -> dict[str, Any]:
         """Every option's value (defaults for those not in ``values``), as the command line would parse them.
+
+        A former name is taken for one release: ``warn`` (default: one line on stderr) gets its deprecation
+        warning.
 
         Raises:
             InvalidArgumentError: an unknown option, or a value of the wrong type, naming the option.
         """
         by_keyword = {o.keyword: o for o in self.options if o.keyword and o.keyword != o.name}
-        unknown = sorted(set(values) - set(self.names()) - set(by_keyword))
+        former = self.former_names()
+        unknown = sorted(set(values) - set(self.names()) - set(by_keyword) - set(former))
         if unknown:
             raise InvalidArgumentError(f"invalid options for {job}: unknown {', '.join(unknown)} "
                                        f"(options: {', '.join(self.names()) or 'none'})")
         parsed = self.defaults()
-        for key, value in values.items():
-            option = by_keyword.get(key) if key not in self.names() else self[key]
-            assert option is not None
-            if key != option.name and option.from_keyword is not None:  # the operators' name and value
-                value = option.from_keyword(value)
-            parsed[option.name] = option.convert(value, job)
+        given: set[str] = set()
+        for key, value in sorted(values.items(), key=lambda kv: kv[0] not in former):  # former names first
+            if key in former:
+                option, name = former[key]
+                (warn or _warn_on_stderr)(f"{job}: {former_name_warning(name.name, option.name)}")
+                value = name.converted(value)
+            else:
+                found = by_keyword.get(key) if key not in self.names() else self[key]
+                assert found is not None
+                option = found
+            converted = option.convert(value, job)
+            if key in former and option.name in given:
+                continue
+            parsed[option.name] = converted
+            given.add(option.name)
         return parsed
 
-    def to_argv(self, values: Mapping[str, Any], job: str) -> list[str]:
+    def to_argv(self, values: Mapping[str, Any], job: str, warn: Callable[[str], None] | None = None) -> list[str]:
         """The application's arguments for ``values`` (parsed first: a bad value raises, naming the option)."""
-        parsed = self.parse(values, job)
+        parsed = self.parse(values, job, warn)
         return [arg for o in self.options for arg in o.argv(parsed[o.name])]
 
     def keywords(self) -> list[Option]:
@@ -175,8 +255,6 @@ class OptionSet:
         out: dict[str, Any] = {}
         for option in self.keywords():
             value = held.get(option.attribute)
-            if option.from_keyword is not None:
-                value = option.from_keyword(value)
             if value is not None and not (option.kind == "bool" and value is False):
                 out[option.name] = value
         return out
@@ -189,14 +267,18 @@ class OptionSet:
                 continue
             kind = o.kind if not o.choices else " | ".join(o.choices)
             default = "off" if o.kind == "bool" else ("none" if o.default in (None, "") else f"`{o.default}`")
-            rows.append((f"`{o.keyword}`" if o.keyword else "", f"`{o.flag}`", kind, default, o.help))
+            text = o.help
+            if o.former_names:
+                former = [f"`{n}`" for f in o.former_names for n in (f.name, f.flag) if n]
+                text += f" (formerly {', '.join(former)}: deprecated, removed in the next release)"
+            rows.append((f"`{o.keyword}`" if o.keyword else "", f"`{o.flag}`", kind, default, text))
         return rows
 
 
 def options(*declared: Option) -> OptionSet:
     """An :class:`OptionSet` of ``declared``; names and flags must be unique."""
-    names = [o.name for o in declared]
-    flags = [o.flag for o in declared]
+    names = [o.name for o in declared] + [f.name for o in declared for f in o.former_names]
+    flags = [o.flag for o in declared] + [f.flag for o in declared for f in o.former_names if f.flag]
     for seen in (names, flags):
         twice = sorted({x for x in seen if seen.count(x) > 1})
         if twice:

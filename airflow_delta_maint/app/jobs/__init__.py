@@ -46,7 +46,7 @@ def execute_job(job: str, module: Any, args: argparse.Namespace, ctx: JobContext
     """
     metrics = base_metrics(job, ctx.table)
     cpu_at_start = time.process_time()
-    if getattr(args, "engine", None) is not None:  # the jobs that take --engine say which one ran
+    if getattr(args, "engine", None) is not None:  # the jobs that take engine say which one ran
         metrics["engine"] = str(args.engine).strip().lower()
     code = 0
     try:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 from typing import Any, Mapping
 
-from airflow_delta_maint.app.job_definitions.checkpoint import CHECKPOINT
 from airflow_delta_maint.delta.log import compaction
 from airflow_delta_maint.delta.log.cleanup import cleanup_expired_log
 from airflow_delta_maint.delta.log.compaction import compact_log
@@ -29,12 +28,10 @@ NAME = COMPACT_LOG.name
 
 
 def options_from(params: Mapping[str, Any]) -> LogCompactionOptions:
-    """The run's typed options from its parsed command line (``vars`` of the namespace), the engines
-    checked (native only: delta-spark writes no compaction files); a bad value raises
-    ``InvalidArgumentError`` before anything is read."""
-    return LogCompactionOptions.from_mapping({**params, "engine": check_engine(NAME, params.get("engine")),
-                                              "checkpoint_engine": check_engine(CHECKPOINT.name,
-                                                                                params.get("checkpoint_engine"))})
+    """The run's typed options from its parsed command line (``vars`` of the namespace), the engine checked
+    (it writes the checkpoint and cleans the expired log; delta-spark writes no compaction files, ours always
+    do); a bad value raises ``InvalidArgumentError`` before anything is read."""
+    return LogCompactionOptions.from_mapping({**params, "engine": check_engine(NAME, params.get("engine"))})
 
 
 def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
@@ -44,7 +41,7 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
 
 def run_compact_log(ctx: JobContext, options: LogCompactionOptions) -> dict[str, Any]:
     """Compact the log of ``ctx.table`` with ``options``; returns the job's metrics."""
-    if options.checkpoint_engine == DELTA_SPARK:
+    if options.engine == DELTA_SPARK:
         return _run_with_delta_spark_checkpoints(options, ctx)
     # a large log: the job reads only the state's head, streamed; a due checkpoint is written in parts
     state = streamed_state(ctx.storage, what=NAME)

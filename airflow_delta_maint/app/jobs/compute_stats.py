@@ -64,10 +64,10 @@ def _compute_stats(ctx: JobContext, options: ComputeStatsOptions, state: TableHe
     plan = plans.plan_compute_stats(state, options)
     metrics: dict[str, Any] = {**plan.metrics(), "version_committed": None, "numFilesUpdated": 0,
                                "numFilesReadFromData": 0, "numFilesDroppedByConflicts": 0}
-    if options.predicate:
-        metrics["predicate"] = options.predicate
+    if options.where:
+        metrics["predicate"] = options.where
     if not plan.files:
-        metrics.update(status="skipped", reason=plan.reason(options.predicate))
+        metrics.update(status="skipped", reason=plan.reason(options.where))
         return metrics
     if options.dry_run:
         metrics.update(status="dry_run", files=[f["path"] for f in plan.files[:DRY_RUN_LIST_CAP]],
@@ -109,7 +109,7 @@ def commit_stats(state: TableHeader, adds: list[dict], options: ComputeStatsOpti
     """
     pending = list(adds)
     dropped: list[str] = []
-    parameters = {"predicate": [options.predicate] if options.predicate else []}
+    parameters = {"predicate": [options.where] if options.where else []}
     for _ in range(MAX_ATTEMPTS):
         if not pending:
             return None, dropped

@@ -32,7 +32,7 @@ def describe(state: TableHeader) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
-    """Describe ``ctx.table`` at ``--version`` (default: the latest)."""
+    """Describe ``ctx.table`` at ``version`` (default: the latest)."""
     described = read_state(ctx.storage, describe, args.version, DESCRIBE_TABLE.name, paths_only=True)
     ctx.version_read = described["version"]
     return described

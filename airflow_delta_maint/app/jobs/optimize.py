@@ -57,7 +57,7 @@ def run_optimize(ctx: JobContext, options: OptimizeOptions) -> dict[str, Any]:
     """Plan, rewrite (Spark tasks, or threads of this process under local execution) and commit in
     batches, or (engine delta-spark) run delta-spark's OPTIMIZE on what the plan selects. Returns the
     job's metrics."""
-    # one rewrite path for the whole run, its rounds included, unless --bins-per-commit fixes the units
+    # one rewrite path for the whole run, its rounds included, unless bins_per_commit fixes the units
     path = RewriteCadence() if options.bins_per_commit is None else None
     return read_state(ctx.storage, functools.partial(_optimize, ctx, options, path), what="OPTIMIZE",
                       streamed=options.engine != DELTA_SPARK)

@@ -101,14 +101,14 @@ def run_plan(ctx: JobContext, options: OptimizeOptions, snapshot: Snapshot, plan
     false, and no clustering quality, which needs every file) with the run's ``options``: reserve its
     partitions, rewrite and commit. ``added_sizes`` collects the committed files' sizes; ``load_base``
     loads the snapshot a commit is rebased onto (see ``BinCommitter``); ``path``: the run's rewrite
-    path (None: ``--bins-per-commit`` fixes the units)."""
+    path (None: ``bins_per_commit`` fixes the units)."""
     out: dict[str, Any] = {"version_read": snapshot.version, "predicate": plan.predicate,
                            "compression": options.compression,
                            "zOrderBy": plan.zorder_by, "minFileSizeSetting": plan.min_file_size,
-                           "maxFileSizeSetting": plan.max_file_size}
+                           "maxFileSizeSetting": plan.target_file_size}
     if decision is not None:
         out["autoCompaction"] = decision.metrics()
-    # partitions left for a later run (past --max-partitions, reserved by another run)
+    # partitions left for a later run (past max_partitions, reserved by another run)
     deferred = sum(1 for r in decision.skipped.values() if r.startswith("beyond")) if decision is not None else 0
     clustered = plan.layout == "hilbert"
     if clustered:
@@ -218,7 +218,7 @@ def _rewrite_spec(ctx: JobContext, options: OptimizeOptions, snapshot: Snapshot,
     rows = row_tracking(snapshot.protocol, snapshot.metadata, snapshot.domains)
     return RewriteSpec(ctx.storage, snapshot.metadata.to_action(), compression=options.compression,
                        row_group_bytes=options.row_group_bytes, copy_row_groups=options.copy_row_groups,
-                       target_file_bytes=plan.max_file_size, tight_bounds=tight_bounds,
+                       target_file_size=plan.target_file_size, tight_bounds=tight_bounds,
                        run_token=uuid.uuid4().hex[:8], row_tracking=rows,
                        required_stats_columns=tuple(c.logical_path for c in plan.zorder_columns) if clustered else ())
 
@@ -234,7 +234,7 @@ def _commit_parameters(options: OptimizeOptions, plan: OptimizePlan, deferred: i
         parameters["isFull"] = options.full
     if plan.layout == "even":
         parameters["targetFiles"] = plan.target_files
-    # partitions left for a later run (reserved by another run, past --max-partitions): the
+    # partitions left for a later run (reserved by another run, past max_partitions): the
     # auto-compaction policy looks past this commit for them
     if deferred or options.auto:
         parameters["partitionsDeferred"] = deferred
@@ -276,7 +276,7 @@ class _PlanRun:
 
     @property
     def wait(self) -> float:
-        """How long a commit waits for a writer at work (``--wait-for-writer``; 0: not at all)."""
+        """How long a commit waits for a writer at work (``wait_for_writer``; 0: not at all)."""
         return self.options.wait_for_writer or 0.0
 
     def rewrite_unit(self, n: int, bins: list[Bin]) -> list[BinOutputs]:

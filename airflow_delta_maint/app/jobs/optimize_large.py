@@ -1,15 +1,15 @@
 """OPTIMIZE of a large table in rounds, the driver's memory bounded by a round, not the table.
 
 From the ``stream_min_files`` setting's checkpointed files on (:mod:`airflow_delta_maint.app.settings`),
-bin-packing (with ``--where``, ``--auto``, ``--purge``, young files and recent partitions left out)
+bin-packing (with ``where``, ``policy='auto'``, ``purge``, young files and recent partitions left out)
 and Z-order plan from the streamed state: one pass counts the candidates per partition and makes
 the auto policy's choice, a second spills the partitions with work, a round at a time, to local
 parquet files (:mod:`airflow_delta_maint.delta.plans.optimize_rounds`). Each round is then planned,
 rewritten and committed exactly as a whole plan is (:func:`~.optimize_execution.run_plan`), and the rounds'
 metrics are summed into one run's. Liquid clustering's rounds are runs of its new ZCubes, ordered
 out of core (:mod:`airflow_delta_maint.delta.plans.clustering_rounds`); its clustering quality
-(which sorts every file's bounds) is not measured in rounds. ``--target-files``,
-``--rewrite-type-widened`` and tables clustered by no column plan on the whole state, as does a
+(which sorts every file's bounds) is not measured in rounds. ``target_files``,
+``rewrite_type_widened`` and tables clustered by no column plan on the whole state, as does a
 log the stream cannot vouch for.
 """
 
@@ -56,7 +56,7 @@ def run_in_rounds(ctx: JobContext, options: OptimizeOptions, state: StreamedStat
     clustered_by_none = is_clustered(state.protocol) and not clustering_columns(state.metadata.schema_string,
                                                                                   state.domains)
     if clustered_by_none or options.target_files is not None or options.rewrite_type_widened:
-        log.info("OPTIMIZE %s plans on the whole state: --target-files, --rewrite-type-widened and tables "
+        log.info("OPTIMIZE %s plans on the whole state: target_files, rewrite_type_widened and tables "
                  "clustered by no column are not planned in rounds", ctx.storage.root)
         return None
     return _rounds(ctx, options.purged(), state, path)
@@ -107,7 +107,7 @@ def _clustering_rounds(ctx: JobContext, options: OptimizeOptions, state: Streame
         plan.num_table_files, plan.left_out = total, outline.left_out
         return run_plan(ctx, options, shell, plan, decision, whole_table=False, path=path)
     columns = clustering_columns(shell.metadata.schema_string, shell.domains)
-    min_size, max_size = file_size_settings(shell, None, options.max_file_size)
+    min_size, max_size = file_size_settings(shell, None, options.target_file_size)
     target = DEFAULT_TARGET_CUBE_SIZE if options.target_cube_size is None else options.target_cube_size
     round_files = ctx.settings.optimize_round_files
     order = clustering_order(work, round_files)

@@ -6,7 +6,7 @@ references, and deletes the rest in parallel Spark tasks. On a large table (see
 :mod:`airflow_delta_maint.app.state_reading`) neither the listing nor the valid set comes to the
 driver: the valid keys are streamed from the log to parquet and anti-joined with the listing in
 Spark (:mod:`airflow_delta_maint.app.runners.vacuum_antijoin`); an inventory is streamed to parquet
-a batch at a time and read by Spark as the listing, and the versions ``--keep-versions`` keeps have
+a batch at a time and read by Spark as the listing, and the versions ``keep_versions`` keeps have
 their keys streamed to parquet too; lite mode looks its candidates up in the streamed state. Lite mode reads the candidates from
 the log instead of listing. Both commit ``VACUUM START`` and ``VACUUM END`` (no file actions,
 so they never conflict with writers) and then record the watermark in ``_last_vacuum_info``.

@@ -44,7 +44,7 @@ class RewriteSpec:
     row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES
     #: bin-packing: ``auto``, ``always`` or ``never`` copy inputs' row groups (``app/rewrite/bin_copy.py``)
     copy_row_groups: str = DEFAULT_COPY_ROW_GROUPS
-    target_file_bytes: int = 1 << 30
+    target_file_size: int = 1 << 30
     tight_bounds: bool | None = None  # True on tables with deletion vectors: stats are exact
     #: 8 hex digits that start the UUID of every file this run writes, so that a failed run can
     #: find and delete what its tasks wrote before it failed

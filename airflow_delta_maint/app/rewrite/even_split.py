@@ -1,4 +1,4 @@
-"""``optimize --target-files N``: rewrite each selected partition into exactly N files of even row
+"""``optimize target_files=N``: rewrite each selected partition into exactly N files of even row
 counts, splitting files that are too large (bin-packing never splits).
 
 The driver cuts each partition's live rows (deletion vectors applied, counted from the log's

@@ -1,4 +1,4 @@
-"""How OPTIMIZE rewrites its bins when ``--bins-per-commit`` is not set: the quiet path or the busy one.
+"""How OPTIMIZE rewrites its bins when ``bins_per_commit`` is not set: the quiet path or the busy one.
 
 - **Quiet** (no writer at work): each batch of bins is one unit, rewritten at once (all its bins in
   one Spark job; one shuffle for Z-order and liquid clustering) and committed as soon as it is done.
@@ -131,7 +131,7 @@ def rewrite_units(options: OptimizeOptions, num_bins: int, path: RewriteCadence 
     batch) and whether each unit is committed as soon as it is rewritten (else rewritten units are
     held and committed together when the log moves; see ``optimize_execution``).
 
-    ``--bins-per-commit N``: N bins, each unit committed at once; 0: whole batches, each committed
+    ``bins_per_commit=N``: N bins, each unit committed at once; 0: whole batches, each committed
     once rewritten (one shuffle for Z-order and clustering). Unset: the run's path: whole batches on a
     quiet table; on a busy one, one bin (or as many as keep the run within ``MAX_COMMITS_PER_RUN``
     units) held until the log moves.

@@ -384,8 +384,8 @@ def execute_zorder(spark, spec: RewriteSpec, plan: OptimizePlan,
     bits = bits_per_column(len(columns))
     curve = "hilbert" if plan.layout == "hilbert" else "zorder"
     sample_z = curve_values(sample_ids, bits, curve) if len(sample_gids) else np.empty(0, dtype=np.int64)
-    files_per_group = [max(1, math.ceil(b.input_bytes / plan.max_file_size)) for b in plan.bins]
-    sub_bytes = min(plan.max_file_size, SUB_RANGE_BYTES)
+    files_per_group = [max(1, math.ceil(b.input_bytes / plan.target_file_size)) for b in plan.bins]
+    sub_bytes = min(plan.target_file_size, SUB_RANGE_BYTES)
     subs_per_group = [max(f, math.ceil(b.input_bytes / sub_bytes)) for f, b in zip(files_per_group, plan.bins)]
     layout = _Layout(zorder_cuts(sample_z, sample_gids, subs_per_group), files_per_group)
     log.info("Z-order: sampled %d rows of %d files in %.1fs; %d output files", len(sample_gids), len(files),

@@ -1,6 +1,6 @@
 """Where a job's parallel work runs: as Spark tasks, or on threads of this process.
 
-OPTIMIZE (bin-packing and ``--target-files``) and VACUUM full hand their work out in *slices*:
+OPTIMIZE (bin-packing and ``target_files``) and VACUUM full hand their work out in *slices*:
 a function over an iterator of items, the shape Spark's ``mapPartitions`` takes. :class:`SparkTasks`
 runs each slice as a Spark task; :class:`LocalTasks` runs the very same functions on a thread pool
 of this process, for runs too small to pay Spark's start (local execution). The functions are

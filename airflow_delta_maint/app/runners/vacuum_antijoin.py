@@ -3,10 +3,10 @@ Spark, never in the driver's memory.
 
 The driver streams the valid keys from the log into parquet files in a scratch folder
 (:func:`~airflow_delta_maint.delta.plans.vacuum_valid_stream.write_valid_keys`), and the keys of
-the versions ``--keep-versions`` keeps
+the versions ``keep_versions`` keeps
 (:func:`~airflow_delta_maint.delta.plans.vacuum_keep.write_kept_keys`); Spark tasks list the
 table's subtrees into a DataFrame of files and folders
-(:func:`~airflow_delta_maint.app.runners.vacuum_tasks.list_rows`), or, with ``--inventory``, the
+(:func:`~airflow_delta_maint.app.runners.vacuum_tasks.list_rows`), or, with ``inventory``, the
 driver streams the inventory's visible files into the scratch folder
 (:func:`~airflow_delta_maint.delta.plans.vacuum_inventory.write_inventory_listing`) and Spark
 reads them as the listing. The files older than the cutoff that no valid key names (a left

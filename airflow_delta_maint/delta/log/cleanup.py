@@ -49,7 +49,7 @@ log = logging.getLogger("delta_maint.log_cleanup")
 
 __all__ = [
     "DEFAULT_LOG_RETENTION_MS", "LogCleanupPlan", "cleanup_expired_log", "commit_times",
-    "log_retention_ms", "plan_log_cleanup",
+    "check_retention_hours", "log_retention_ms", "plan_log_cleanup", "retention_hours_of",
 ]
 
 DEFAULT_LOG_RETENTION_MS = 30 * 86_400_000
@@ -60,18 +60,35 @@ _CRC = re.compile(r"^(\d{20})\.crc$")
 _VERSIONED = re.compile(r"^(\d{20})\.")
 
 
-def log_retention_ms(configuration: dict[str, str], retention: str | None = None) -> int:
-    """The log retention in ms: ``retention`` (an interval such as ``"interval 30 days"`` or
-    ``"720 hours"``) when given, else the table's ``delta.logRetentionDuration``, else 30 days.
+def retention_hours_of(interval: str) -> float:
+    """An interval such as ``"interval 30 days"`` or ``"720 hours"`` in hours (the form ``retention_hours``
+    once took).
 
     Raises:
         InvalidArgumentError: the interval is not valid.
     """
-    if retention is not None:
-        try:
-            return parse_interval_ms(retention)
-        except InvalidArgumentError as exc:
-            raise InvalidArgumentError(f"invalid log retention {retention!r}: {exc}") from None
+    try:
+        return parse_interval_ms(interval) / 3_600_000
+    except InvalidArgumentError as exc:
+        raise InvalidArgumentError(f"invalid log retention {interval!r}: {exc}") from None
+
+
+def check_retention_hours(retention_hours: float | None) -> None:
+    """Refuse a negative ``retention_hours`` (before the table is read)."""
+    if retention_hours is not None and not retention_hours >= 0:
+        raise InvalidArgumentError(f"retention_hours must not be negative, got {retention_hours:g}")
+
+
+def log_retention_ms(configuration: dict[str, str], retention_hours: float | None = None) -> int:
+    """The log retention in ms: ``retention_hours`` when given, else the table's ``delta.logRetentionDuration``,
+    else 30 days.
+
+    Raises:
+        InvalidArgumentError: a negative ``retention_hours``.
+    """
+    if retention_hours is not None:
+        check_retention_hours(retention_hours)
+        return int(retention_hours * 3_600_000)
     return TableProperties(configuration).log_retention_ms
 
 
@@ -150,12 +167,12 @@ def _deletable(files: Iterable[FileInfo], boundary: int) -> list[tuple[int, File
     return out
 
 
-def _new_plan(snapshot: TableHeader, retention: str | None, now_ms: int | None,
+def _new_plan(snapshot: TableHeader, retention_hours: float | None, now_ms: int | None,
               keep_versions: Iterable[int]) -> LogCleanupPlan:
     """The plan's clock, retention, cut-off, protection and versions to keep, checked."""
     configuration = dict(snapshot.metadata.configuration)
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    retention_ms = log_retention_ms(configuration, retention)
+    retention_ms = log_retention_ms(configuration, retention_hours)
     plan = LogCleanupPlan(version=snapshot.version, now_ms=now, retention_ms=retention_ms,
                           cutoff_ms=_midnight(now - retention_ms),
                           protected_before=checkpoint_protection_version(snapshot.protocol, snapshot.metadata))
@@ -227,13 +244,13 @@ def _log_files_before(entries: list[FileInfo], boundary: int) -> list[FileInfo]:
     return [f for _, f in files]
 
 
-def plan_log_cleanup(storage: Storage, *, retention: str | None = None, now_ms: int | None = None,
+def plan_log_cleanup(storage: Storage, *, retention_hours: float | None = None, now_ms: int | None = None,
                      keep_versions: Iterable[int] = (), snapshot: TableHeader | None = None) -> LogCleanupPlan:
     """Decide which log files may go (nothing is written or deleted).
 
     Args:
         storage: the table's storage.
-        retention: an interval overriding ``delta.logRetentionDuration``.
+        retention_hours: the log retention in hours, overriding ``delta.logRetentionDuration``.
         now_ms: the clock (default: now).
         keep_versions: versions that must stay readable: the boundary is at or before the oldest.
         snapshot: the latest snapshot, when already loaded.
@@ -245,7 +262,7 @@ def plan_log_cleanup(storage: Storage, *, retention: str | None = None, now_ms: 
     """
     snapshot = snapshot if snapshot is not None else Snapshot.load(storage, paths_only=True)
     check_supported(snapshot.protocol, Operation.CLEANUP_LOG, snapshot.metadata)
-    plan = _new_plan(snapshot, retention, now_ms, keep_versions)
+    plan = _new_plan(snapshot, retention_hours, now_ms, keep_versions)
     if not snapshot.metadata.properties.expired_log_cleanup:
         plan.reason = f"expired log cleanup is turned off ({ENABLE_PROPERTY}=false)"
         return plan
@@ -320,7 +337,7 @@ def _expired_sidecars(storage: Storage, listing: LogListing, boundary: int, cuto
     return sorted(out, key=lambda f: f.key)
 
 
-def cleanup_expired_log(storage: Storage, *, retention: str | None = None, dry_run: bool = False,
+def cleanup_expired_log(storage: Storage, *, retention_hours: float | None = None, dry_run: bool = False,
                         now_ms: int | None = None, keep_versions: Iterable[int] = (),
                         snapshot: TableHeader | None = None,
                         checkpoint_writer: Callable[[int], dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -337,7 +354,7 @@ def cleanup_expired_log(storage: Storage, *, retention: str | None = None, dry_r
     :meth:`LogCleanupPlan.counts`, ``log_files_to_delete`` (dry runs) and ``reason``.
     """
     snapshot = snapshot if snapshot is not None else Snapshot.load(storage, paths_only=True)
-    plan = plan_log_cleanup(storage, retention=retention, now_ms=now_ms, keep_versions=keep_versions,
+    plan = plan_log_cleanup(storage, retention_hours=retention_hours, now_ms=now_ms, keep_versions=keep_versions,
                             snapshot=snapshot)
     size = sum(f.size for f in plan.files)
     metrics: dict[str, Any] = {

@@ -14,7 +14,7 @@ DEFAULT_MAX_WINDOW_BYTES = 1 << 30
 
 
 def window_length(value: Any) -> int:
-    """``--interval`` as a window length: an integer of at least 2.
+    """``interval`` as a window length: an integer of at least 2.
 
     Raises:
         InvalidArgumentError: it is not.
@@ -22,9 +22,9 @@ def window_length(value: Any) -> int:
     try:
         interval = int(str(value).strip())
     except ValueError:
-        raise InvalidArgumentError(f"invalid --interval {value!r}: expected an integer >= 2") from None
+        raise InvalidArgumentError(f"invalid interval {value!r}: expected an integer >= 2") from None
     if interval < 2:
-        raise InvalidArgumentError(f"invalid --interval {value!r}: a compaction window must span at least "
+        raise InvalidArgumentError(f"invalid interval {value!r}: a compaction window must span at least "
                                    "2 commits")
     return interval
 
@@ -47,9 +47,9 @@ class LogCompactionOptions:
     #: first write a checkpoint when this many commits follow the last one
     checkpoint_interval: int | None = None
     cleanup_expired_log: bool = False
-    #: ``native`` (compaction files are always ours) and who writes checkpoints: ``native`` or ``delta-spark``
+    #: who writes the checkpoint and cleans up the expired log: ``native`` or ``delta-spark`` (the compaction
+    #: files are always written natively)
     engine: str = "native"
-    checkpoint_engine: str = "native"
 
     @classmethod
     def from_mapping(cls, params: Mapping[str, Any]) -> LogCompactionOptions:
@@ -63,8 +63,7 @@ class LogCompactionOptions:
                           max_window_bytes=int(max_bytes) if max_bytes is not None else DEFAULT_MAX_WINDOW_BYTES,
                           checkpoint_interval=int(every) if every is not None else None,
                           cleanup_expired_log=as_bool(params.get("cleanup_expired_log")),
-                          engine=str(params.get("engine") or "native"),
-                          checkpoint_engine=str(params.get("checkpoint_engine") or "native"))
+                          engine=str(params.get("engine") or "native"))
         except (TypeError, ValueError):
             raise InvalidArgumentError(f"compact-log's sizes and intervals must be whole numbers, got "
                                        f"max_window_bytes={max_bytes!r}, checkpoint_interval={every!r}") from None

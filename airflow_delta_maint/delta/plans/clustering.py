@@ -7,7 +7,7 @@ incremental clustering keeps: ``ZCUBE_ID`` (one id per group of files clustered 
 files follows delta-spark's clustering strategy, so both engines treat each other's files alike:
 
 1. candidates are files with no ``clusteringProvider`` (unclustered) or ``liquid``, leaving out
-   files clustered by other columns (after the clustering columns changed, only ``--full``
+   files clustered by other columns (after the clustering columns changed, only ``full``
    reclusters them);
 2. files of a ZCube at least ``min_cube_size`` bytes big are left alone;
 3. when what remains is one ZCube and no unclustered file, there is nothing to do.

@@ -4,7 +4,7 @@ A reader skips files by their statistics. A file needs them when its ``add`` car
 that never collects them), or when they leave out a column the table now covers: the columns
 ``delta.dataSkippingStatsColumns`` names (else the first ``delta.dataSkippingNumIndexedCols``, see
 :func:`~airflow_delta_maint.delta.protocol.stats.stats_columns`), the clustering columns of a
-liquid-clustered table, and the columns ``--columns`` asks for. A column counts as covered when its
+liquid-clustered table, and the columns ``columns`` asks for. A column counts as covered when its
 null count is there and, for a column with a min and max, both bounds are there unless every value
 is null. The job recomputes such files' statistics and re-adds them unchanged otherwise
 (``dataChange=false``).
@@ -50,7 +50,7 @@ ADD_COLUMNS = ("partitionValues", "size", "modificationTime", "stats", "tags", "
 
 
 def _columns(value: Any) -> tuple[str, ...]:
-    """``--columns`` as names: comma-separated text (back-quotes keep a comma in a name) or a list."""
+    """``columns`` as names: comma-separated text (back-quotes keep a comma in a name) or a list."""
     if value is None or value == "":
         return ()
     if isinstance(value, str):
@@ -78,9 +78,9 @@ def _max_files(value: Any) -> int | None:
         if isinstance(value, float) and number != value:
             raise ValueError
     except (TypeError, ValueError):
-        raise InvalidArgumentError(f"compute-stats max files must be a whole number, got {value!r}") from None
+        raise InvalidArgumentError(f"compute-stats max_files must be a whole number, got {value!r}") from None
     if number < 1:
-        raise InvalidArgumentError(f"compute-stats max files must be at least 1, got {number}")
+        raise InvalidArgumentError(f"compute-stats max_files must be at least 1, got {number}")
     return number
 
 
@@ -88,9 +88,9 @@ def _max_files(value: Any) -> int | None:
 class ComputeStatsOptions:
     """Every option of a compute-stats run, typed; build it with :meth:`from_mapping`, which checks it."""
 
-    #: the partition predicate (``--where``): only files of matching partitions
-    predicate: str | None = None
-    #: columns whose statistics files must hold besides the table's own (``--columns``)
+    #: the partition predicate: only files of matching partitions
+    where: str | None = None
+    #: columns whose statistics files must hold besides the table's own
     columns: tuple[str, ...] = ()
     #: report the files that need statistics; compute and commit nothing
     dry_run: bool = False
@@ -101,21 +101,21 @@ class ComputeStatsOptions:
     def from_mapping(cls, params: Mapping[str, Any]) -> ComputeStatsOptions:
         """The options of ``params`` (the parsed command line as a dict; other keys are ignored;
         None means the default), checked: a bad value raises ``InvalidArgumentError``."""
-        predicate = params.get("predicate")
-        if predicate is not None and not isinstance(predicate, str):
-            raise InvalidArgumentError(f"compute-stats predicate must be text, got {predicate!r}")
-        if predicate is not None and predicate.strip():
+        where = params.get("where")
+        if where is not None and not isinstance(where, str):
+            raise InvalidArgumentError(f"compute-stats where must be text, got {where!r}")
+        if where is not None and where.strip():
             from airflow_delta_maint.delta.plans.predicate import parse_predicate
 
-            parse_predicate(predicate)  # a malformed predicate fails before the table is read
-        return cls(predicate=predicate.strip() if predicate and predicate.strip() else None,
+            parse_predicate(where)  # a malformed predicate fails before the table is read
+        return cls(where=where.strip() if where and where.strip() else None,
                    columns=_columns(params.get("columns")), dry_run=_bool(params.get("dry_run")),
                    max_files=_max_files(params.get("max_files")))
 
 
 def table_stats_columns(header: TableHeader) -> list[Column]:
     """The leaf columns the table's own settings have statistics cover (its statistics columns, a
-    liquid-clustered table's clustering columns), without ``--columns`` and without the feature gate:
+    liquid-clustered table's clustering columns), without ``columns`` and without the feature gate:
     what ``inspect`` counts files against.
 
     Raises:
@@ -148,7 +148,7 @@ def covered_columns(header: TableHeader, options: ComputeStatsOptions) -> list[C
 
     Raises:
         UnsupportedFeatureError: a table feature compute-stats does not honour.
-        InvalidArgumentError: a ``--columns`` name the schema lacks, a partition column, or a column
+        InvalidArgumentError: a ``columns`` name the schema lacks, a partition column, or a column
             of a type statistics do not bound.
     """
     check_supported(header.protocol, JOB, header.metadata)
@@ -268,7 +268,7 @@ def _scan(header: TableHeader, options: ComputeStatsOptions, columns: Sequence[C
           on_file: Callable[[pa.Table, list[tuple[int, str]]], bool]) -> int:
     """Stream the live files in the predicate's partitions; hand each piece's files that need
     statistics (row, reason) to ``on_file``, which returns False to stop. Returns the files considered."""
-    matches = partition_filter(header, options.predicate)
+    matches = partition_filter(header, options.where)
     considered = 0
     for kind, piece in header.scan(add_columns):
         if kind != "add" or not piece.num_rows:
@@ -339,7 +339,7 @@ def nothing_to_do(table: str, storage_options: Mapping[str, str] | None, options
 
     def work(header: TableHeader) -> str | None:
         path, plan = first_file_needing(header, options)
-        return None if path is not None else plan.reason(options.predicate)
+        return None if path is not None else plan.reason(options.where)
 
     return read_table(table, work, storage_options=storage_options, what=JOB)
 

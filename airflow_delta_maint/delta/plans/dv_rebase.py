@@ -141,7 +141,7 @@ def new_deletions(read_rows: np.ndarray, now_rows: np.ndarray) -> np.ndarray | N
 class InOrderRowMap:
     """Outputs that hold the inputs' live rows in input order, split into consecutive files.
 
-    Bin-packing writes one file with every live row of its inputs in order; ``--target-files``
+    Bin-packing writes one file with every live row of its inputs in order; ``target_files``
     cuts the same sequence into consecutive output files. Input row ``p`` of input ``i`` is live
     row ``p - (rows the read vector deleted before p)`` of that input, and its global index in the
     sequence locates the output file and the position in it.

@@ -1,4 +1,4 @@
-"""Whether OPTIMIZE ``--target-files N`` has work, from the live files streamed in bounded memory.
+"""Whether OPTIMIZE ``target_files=N`` has work, from the live files streamed in bounded memory.
 
 :func:`~airflow_delta_maint.delta.plans.optimize.plan_target_files` leaves a selected partition
 alone when it already has ``min(N, max(1, rows))`` files, none with a deletion vector, whose live
@@ -80,7 +80,7 @@ def num_records(stats: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarr
 
 class EvenSplitCheck:
     """A :data:`~airflow_delta_maint.delta.plans.partition_scan.Visit` that tells whether the
-    ``--target-files`` plan of the planning view rewrites any partition (see the module docstring)."""
+    ``target_files`` plan of the planning view rewrites any partition (see the module docstring)."""
 
     columns = ("stats",)
 

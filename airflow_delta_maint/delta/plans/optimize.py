@@ -2,7 +2,7 @@
 
 Bin-packing follows delta-spark's OptimizeExecutor: per partition, candidate files (smaller
 than ``min_file_size``, or carrying a deletion vector that deletes more than ``dv_ratio`` of
-their rows) are sorted by size and packed into bins of at most ``max_file_size``; a bin of a
+their rows) are sorted by size and packed into bins of at most ``target_file_size``; a bin of a
 single file is dropped unless the file has a deletion vector to purge. With Z-order every
 file of a partition forms one group.
 """
@@ -54,7 +54,7 @@ class Bin:
 class OptimizePlan:
     version: int
     min_file_size: int
-    max_file_size: int
+    target_file_size: int
     zorder_by: list[str]
     predicate: str | None
     zorder_columns: list[Column] = field(default_factory=list)
@@ -88,7 +88,7 @@ class OptimizePlan:
             return len(self.bins)
         if self.layout == "even":
             return sum(min(self.target_files or 1, max(1, sum(_live(a) for a in b.files))) for b in self.bins)
-        return sum(max(1, math.ceil(b.input_bytes / self.max_file_size)) for b in self.bins)
+        return sum(max(1, math.ceil(b.input_bytes / self.target_file_size)) for b in self.bins)
 
     def summary(self) -> dict[str, Any]:
         """The dry-run view of the plan."""
@@ -145,12 +145,12 @@ def add_dicts(files: pa.Table) -> list[dict]:
     return adds
 
 
-def plan_clustering(snapshot: Snapshot, *, full: bool = False, max_file_size: int | None = None,
+def plan_clustering(snapshot: Snapshot, *, full: bool = False, target_file_size: int | None = None,
                     min_cube_size: int | None = None, target_cube_size: int | None = None) -> OptimizePlan:
     """Plan OPTIMIZE of a liquid-clustered table (see ``clustering.py``): groups of files that each
     become one new ZCube ordered along a Hilbert curve over the clustering columns."""
     check_rewritable_schema(snapshot)
-    min_size, max_size = file_size_settings(snapshot, None, max_file_size)
+    min_size, max_size = file_size_settings(snapshot, None, target_file_size)
     columns = clustering_columns(snapshot.metadata.schema_string, snapshot.domains)
     plan = OptimizePlan(snapshot.version, min_size, max_size, [], None, zorder_columns=columns,
                         num_table_files=snapshot.num_files, layout="hilbert", clustering_by=[c.name for c in columns])
@@ -183,21 +183,21 @@ def live_rows(add: dict) -> int:
     """
     records = stats_num_records(add.get("stats"))
     if records is None:
-        raise InvalidArgumentError(f"--target-files needs every file's numRecords statistic to split rows evenly, "
+        raise InvalidArgumentError(f"target_files needs every file's numRecords statistic to split rows evenly, "
                                    f"and {add['path']} has none")
     return int(records) - int((add.get("deletionVector") or {}).get("cardinality") or 0)
 
 
 def plan_target_files(snapshot: Snapshot, target_files: int, *, predicate: str | None = None,
-                      max_file_size: int | None = None, partitions: set[tuple] | None = None) -> OptimizePlan:
+                      target_file_size: int | None = None, partitions: set[tuple] | None = None) -> OptimizePlan:
     """Every selected partition as one bin to be rewritten into exactly ``target_files`` files of
     even row counts (``min(target_files, rows)`` when it holds fewer rows). A partition already in
     that shape (that many files, no deletion vector, row counts at most one apart) is left alone,
     so a rerun is a no-op."""
     if int(target_files) < 1:
-        raise InvalidArgumentError(f"target files must be positive, got {target_files}")
+        raise InvalidArgumentError(f"target_files must be positive, got {target_files}")
     check_rewritable_schema(snapshot)
-    min_size, max_size = file_size_settings(snapshot, None, max_file_size)
+    min_size, max_size = file_size_settings(snapshot, None, target_file_size)
     matches = partition_filter(snapshot, predicate)
     plan = OptimizePlan(snapshot.version, min_size, max_size, [], predicate, num_table_files=snapshot.num_files,
                         layout="even", target_files=int(target_files))
@@ -226,7 +226,7 @@ def plan_target_files(snapshot: Snapshot, target_files: int, *, predicate: str |
 
 
 def plan_optimize(snapshot: Snapshot, *, predicate: str | None = None, zorder_by: Sequence[str] = (),
-                  min_file_size: int | None = None, max_file_size: int | None = None,
+                  min_file_size: int | None = None, target_file_size: int | None = None,
                   dv_ratio: float = DEFAULT_DV_RATIO, full: bool = False, min_cube_size: int | None = None,
                   target_cube_size: int | None = None, rewrite_type_widened: bool = False,
                   partitions: set[tuple] | None = None, target_files: int | None = None) -> OptimizePlan:
@@ -248,15 +248,15 @@ def plan_optimize(snapshot: Snapshot, *, predicate: str | None = None, zorder_by
     """
     if target_files is not None:
         _check_target_files_options(snapshot, zorder_by, full, rewrite_type_widened, min_cube_size, target_cube_size)
-        return plan_target_files(snapshot, target_files, predicate=predicate, max_file_size=max_file_size,
+        return plan_target_files(snapshot, target_files, predicate=predicate, target_file_size=target_file_size,
                                  partitions=partitions)
     if rewrite_type_widened and (zorder_by or full or min_cube_size is not None or target_cube_size is not None):
-        raise InvalidArgumentError("--rewrite-type-widened rewrites files as they are: it takes no --zorder-by, "
-                                   "--full or cube sizes")
+        raise InvalidArgumentError("rewrite_type_widened rewrites files as they are: it takes no zorder_by, "
+                                   "full or cube sizes")
     if is_clustered(snapshot.protocol) and not rewrite_type_widened:
         _check_clustered_options(zorder_by, predicate, min_file_size)
         if clustering_columns(snapshot.metadata.schema_string, snapshot.domains):
-            plan = plan_clustering(snapshot, full=full, max_file_size=max_file_size, min_cube_size=min_cube_size,
+            plan = plan_clustering(snapshot, full=full, target_file_size=target_file_size, min_cube_size=min_cube_size,
                                    target_cube_size=target_cube_size)
             if partitions is not None and () not in partitions:
                 plan.bins = []
@@ -264,20 +264,20 @@ def plan_optimize(snapshot: Snapshot, *, predicate: str | None = None, zorder_by
         # clustered by no column (ALTER TABLE ... CLUSTER BY NONE): compaction only, as delta-spark does
         full, min_cube_size, target_cube_size = False, None, None
     if full or min_cube_size is not None or target_cube_size is not None:
-        raise InvalidArgumentError("--full, --min-cube-size and --target-cube-size apply to liquid-clustered "
+        raise InvalidArgumentError("full, min_cube_size and target_cube_size apply to liquid-clustered "
                                    "tables only (the table has no 'clustering' feature)")
-    return _plan_bins(snapshot, predicate, zorder_by, min_file_size, max_file_size, dv_ratio, rewrite_type_widened,
+    return _plan_bins(snapshot, predicate, zorder_by, min_file_size, target_file_size, dv_ratio, rewrite_type_widened,
                       partitions)
 
 
 def _check_target_files_options(snapshot: Snapshot, zorder_by: Sequence[str], full: bool, rewrite_type_widened: bool,
                                 min_cube_size: int | None, target_cube_size: int | None) -> None:
-    """Refuse the options ``--target-files`` does not combine with, and a liquid-clustered table."""
+    """Refuse the options ``target_files`` does not combine with, and a liquid-clustered table."""
     if zorder_by or full or rewrite_type_widened or min_cube_size is not None or target_cube_size is not None:
-        raise InvalidArgumentError("--target-files rewrites partitions into even files: it takes no "
-                                   "--zorder-by, --full, --rewrite-type-widened or cube sizes")
+        raise InvalidArgumentError("target_files rewrites partitions into even files: it takes no "
+                                   "zorder_by, full, rewrite_type_widened or cube sizes")
     if is_clustered(snapshot.protocol):
-        raise InvalidArgumentError("--target-files does not apply to a liquid-clustered table: its files are "
+        raise InvalidArgumentError("target_files does not apply to a liquid-clustered table: its files are "
                                    "laid out by the clustering columns")
 
 
@@ -285,23 +285,23 @@ def _check_clustered_options(zorder_by: Sequence[str], predicate: str | None, mi
     """Refuse the options a liquid-clustered table does not take, as delta-spark refuses them."""
     if zorder_by:
         raise InvalidArgumentError("cannot Z-order a liquid-clustered table: OPTIMIZE clusters it by its "
-                                   "clustering columns; leave out --zorder-by (zorder_by)")
+                                   "clustering columns; leave out zorder_by")
     if predicate:
         raise InvalidArgumentError("a liquid-clustered table takes no partition predicate: OPTIMIZE "
-                                   "clusters the whole table; leave out --where")
+                                   "clusters the whole table; leave out where")
     if min_file_size is not None:
-        raise InvalidArgumentError("--min-file-size does not apply to a liquid-clustered table: files are "
-                                   "chosen by their ZCube; use --min-cube-size")
+        raise InvalidArgumentError("min_file_size does not apply to a liquid-clustered table: files are "
+                                   "chosen by their ZCube; use min_cube_size")
 
 
 def _plan_bins(snapshot: Snapshot, predicate: str | None, zorder_by: Sequence[str], min_file_size: int | None,
-               max_file_size: int | None, dv_ratio: float, rewrite_type_widened: bool,
+               target_file_size: int | None, dv_ratio: float, rewrite_type_widened: bool,
                partitions: set[tuple] | None) -> OptimizePlan:
     """Bin-packing (or one Z-ordered group per partition) of the selected partitions' candidates."""
     check_rewritable_schema(snapshot)
-    min_size, max_size = file_size_settings(snapshot, min_file_size, max_file_size)
+    min_size, max_size = file_size_settings(snapshot, min_file_size, target_file_size)
     if not 0 <= dv_ratio <= 1:
-        raise InvalidArgumentError(f"dv ratio must be between 0 and 1, got {dv_ratio}")
+        raise InvalidArgumentError(f"dv_ratio must be between 0 and 1, got {dv_ratio}")
     zorder = validate_zorder(snapshot, zorder_by) if zorder_by else []
     matches = partition_filter(snapshot, predicate)
     plan = OptimizePlan(snapshot.version, min_size, max_size, [c.name for c in zorder], predicate,

@@ -40,7 +40,7 @@ def auto_decision(snapshot: TableHeader, options: OptimizeOptions,
     the live files' numbers per partition when streamed from the log (see ``choose_partitions``)."""
     if not options.auto:
         return None
-    min_size, _ = file_size_settings(snapshot, options.min_file_size, options.max_file_size)
+    min_size, _ = file_size_settings(snapshot, options.min_file_size, options.target_file_size)
     whole = is_clustered(snapshot.protocol) or not snapshot.partition_columns
     return choose_partitions(
         snapshot, min_file_size=min_size, min_num_files=options.min_num_files,
@@ -59,9 +59,9 @@ def plan_from_options(snapshot: Snapshot, options: OptimizeOptions,
     view, left = leave_out(snapshot, min_file_age_s=options.min_file_age,
                            recent_commits=options.skip_recent_partitions,
                            whole_table=is_clustered(snapshot.protocol) or not snapshot.partition_columns)
-    plan = plan_optimize(view, predicate=options.predicate, zorder_by=list(options.zorder_by),
+    plan = plan_optimize(view, predicate=options.where, zorder_by=list(options.zorder_by),
                          min_file_size=None if clustered_auto else options.min_file_size,
-                         max_file_size=options.max_file_size, dv_ratio=options.dv_ratio, full=options.full,
+                         target_file_size=options.target_file_size, dv_ratio=options.dv_ratio, full=options.full,
                          min_cube_size=options.min_cube_size, target_cube_size=options.target_cube_size,
                          rewrite_type_widened=options.rewrite_type_widened,
                          partitions=set(decision.chosen) if decision is not None else None,
@@ -169,24 +169,24 @@ def streamed_plan_outline(state: StreamedState, options: OptimizeOptions, candid
     plan_from_options(no_files, options, auto_decision(no_files, options))
     auto = options.auto
     whole = clustered or not state.partition_columns
-    auto_min, _ = file_size_settings(state, options.min_file_size, options.max_file_size)
+    auto_min, _ = file_size_settings(state, options.min_file_size, options.target_file_size)
     clustered_auto = auto and clustered
     min_size, max_size = file_size_settings(state, None if clustered_auto else options.min_file_size,
-                                            options.max_file_size)
+                                            options.target_file_size)
     zorder_by = list(options.zorder_by)
     zorder = bool(validate_zorder(state, zorder_by)) if zorder_by else False
     min_age = options.min_file_age
     recent_commits = options.skip_recent_partitions
     now = int(time.time() * 1000)
     recent = recently_written_partitions(state, recent_commits, whole) if recent_commits else set()
-    matches = partition_filter(state, options.predicate)
+    matches = partition_filter(state, options.where)
 
     def matched(key: PartitionKey) -> bool:
         return matches is None or bool(matches(dict(key)))
 
     work = _rewrite_check(state, options, clustering, matched)
     scan = scan_partitions(
-        state, min_file_size=min_size, max_file_size=max_size, dv_ratio=options.dv_ratio,
+        state, min_file_size=min_size, target_file_size=max_size, dv_ratio=options.dv_ratio,
         zorder=zorder, auto_min_file_size=auto_min if auto else None, auto_ratio=options.max_deleted_rows_ratio,
         whole_table=whole, young_after_ms=now - int(min_age * 1000) if min_age else None, recent=recent or None,
         collect=candidates and not zorder, one_partition=clustering, visit=work,

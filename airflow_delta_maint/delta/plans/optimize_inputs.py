@@ -1,5 +1,5 @@
 """OPTIMIZE's inputs checked before any file is read: a schema whose files can be rewritten, the
-file sizes, the Z-order columns and the partition predicate of ``--where``.
+file sizes, the Z-order columns and the partition predicate of ``where``.
 
 :mod:`~airflow_delta_maint.delta.plans.optimize` re-exports these names; the plans and the skip
 checks call them.
@@ -53,10 +53,10 @@ def check_rewritable_schema(snapshot: Snapshot) -> None:
     check_type_changes(snapshot.metadata)
 
 
-def file_size_settings(snapshot: TableHeader, min_file_size: int | None, max_file_size: int | None) -> tuple[int, int]:
+def file_size_settings(snapshot: TableHeader, min_file_size: int | None, target_file_size: int | None) -> tuple[int, int]:
     """Defaults: the table's ``delta.targetFileSize``, else 1 GiB (delta-spark's defaults)."""
     default = snapshot.properties.target_file_size or GIB
-    max_size = int(max_file_size) if max_file_size is not None else default
+    max_size = int(target_file_size) if target_file_size is not None else default
     min_size = int(min_file_size) if min_file_size is not None else min(default, max_size)
     if min_size <= 0 or max_size <= 0:
         raise InvalidArgumentError(f"file sizes must be positive (min {min_size}, max {max_size})")
@@ -78,7 +78,7 @@ def validate_zorder(snapshot: TableHeader, columns: Sequence[str]) -> list[Colum
 
 
 def partition_filter(snapshot: TableHeader, predicate: str | None):
-    """A test of a file's partition values against the ``--where`` predicate (None: no predicate);
+    """A test of a file's partition values against the ``where`` predicate (None: no predicate);
     refuses a predicate on other than partition columns, or with a literal its column cannot hold."""
     if not predicate:
         return None

@@ -34,6 +34,9 @@ DEFAULT_COPY_ROW_GROUPS = "auto"
 #: ``auto`` copies an input whose row groups all hold at least this share of ``row_group_bytes`` in
 #: compressed bytes on disk: about what a full row group of Arrow data compresses to (docs/optimize.md)
 COPY_THRESHOLD_SHARE = 0.25
+#: the ``policy`` values: ``all`` plans every partition the options select, ``auto`` applies the
+#: auto-compaction policy
+POLICIES = ("all", "auto")
 
 
 def copy_threshold(row_group_bytes: int) -> int:
@@ -42,7 +45,7 @@ def copy_threshold(row_group_bytes: int) -> int:
 
 
 def zorder_columns(text: str | Sequence[str] | None) -> tuple[str, ...]:
-    """The Z-order columns of ``--zorder-by`` (comma-separated text, or a list)."""
+    """The Z-order columns of ``zorder_by`` (comma-separated text, or a list)."""
     if not text:
         return ()
     if isinstance(text, str):
@@ -54,19 +57,19 @@ def zorder_columns(text: str | Sequence[str] | None) -> tuple[str, ...]:
 class OptimizeOptions:
     """Every option of an OPTIMIZE run, typed; build it with :meth:`from_mapping`, which checks it."""
 
-    #: the partition predicate (``--where``)
-    predicate: str | None = None
+    #: the partition predicate
+    where: str | None = None
     zorder_by: tuple[str, ...] = ()
     min_file_size: int | None = None
-    max_file_size: int | None = None
+    target_file_size: int | None = None
     dv_ratio: float = DEFAULT_DV_RATIO
     full: bool = False
     min_cube_size: int | None = None
     target_cube_size: int | None = None
     rewrite_type_widened: bool = False
     target_files: int | None = None
-    #: the auto-compaction policy (``--auto``) and its settings
-    auto: bool = False
+    #: ``all`` or ``auto`` (the auto-compaction policy; the four options below are its settings)
+    policy: str = "all"
     all_partitions: bool = False
     min_num_files: int = DEFAULT_MIN_NUM_FILES
     max_deleted_rows_ratio: float = DEFAULT_MAX_DELETED_ROWS_RATIO
@@ -96,7 +99,7 @@ class OptimizeOptions:
         values: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
             value = params.get(f.name)
-            if value is None or (value == "" and f.name != "predicate"):
+            if value is None or (value == "" and f.name != "where"):
                 continue
             values[f.name] = _convert(f.name, value)
         options = cls(**values)
@@ -106,11 +109,11 @@ class OptimizeOptions:
     def check(self) -> None:
         """Refuse bad options before the table is read (on a large table, before minutes of planning)."""
         if self.batch_bytes <= 0:
-            raise InvalidArgumentError(f"batch bytes must be positive, got {self.batch_bytes}")
+            raise InvalidArgumentError(f"batch_bytes must be positive, got {self.batch_bytes}")
         if self.max_concurrent_bins is not None and self.max_concurrent_bins <= 0:
-            raise InvalidArgumentError(f"max concurrent bins must be positive, got {self.max_concurrent_bins}")
+            raise InvalidArgumentError(f"max_concurrent_bins must be positive, got {self.max_concurrent_bins}")
         if self.lease_seconds < 0:
-            raise InvalidArgumentError(f"lease seconds must be 0 (no reservation) or positive, got {self.lease_seconds}")
+            raise InvalidArgumentError(f"lease_seconds must be 0 (no reservation) or positive, got {self.lease_seconds}")
         if self.compression not in COMPRESSIONS:
             raise InvalidArgumentError(f"unknown compression {self.compression!r}; one of {', '.join(COMPRESSIONS)}")
         if self.copy_row_groups not in COPY_ROW_GROUPS:
@@ -119,23 +122,30 @@ class OptimizeOptions:
         if self.row_group_bytes <= 0:
             raise InvalidArgumentError(f"row_group_bytes must be positive, got {self.row_group_bytes}")
         if (self.wait_for_writer or 0) < 0:
-            raise InvalidArgumentError(f"wait for writer must not be negative, got {self.wait_for_writer}")
+            raise InvalidArgumentError(f"wait_for_writer must not be negative, got {self.wait_for_writer}")
         if self.bins_per_commit is not None and self.bins_per_commit < 0:
-            raise InvalidArgumentError(f"bins per commit must be 0 (one commit per batch) or positive, "
+            raise InvalidArgumentError(f"bins_per_commit must be 0 (one commit per batch) or positive, "
                                        f"got {self.bins_per_commit}")
+        if self.policy not in POLICIES:
+            raise InvalidArgumentError(f"policy must be one of {', '.join(POLICIES)}, got {self.policy!r}")
         if self.purge:
-            given = [flag for flag, on in (("--zorder-by", self.zorder_by), ("--auto", self.auto),
-                                           ("--target-files", self.target_files),
-                                           ("--rewrite-type-widened", self.rewrite_type_widened)) if on]
+            given = [name for name, on in (("zorder_by", self.zorder_by), ("policy='auto'", self.auto),
+                                           ("target_files", self.target_files),
+                                           ("rewrite_type_widened", self.rewrite_type_widened)) if on]
             if given:
-                raise InvalidArgumentError(f"--purge rewrites the files with deletion vectors only; it takes no "
+                raise InvalidArgumentError(f"purge rewrites the files with deletion vectors only; it takes no "
                                            f"{', '.join(given)}")
-        if self.auto and (self.predicate or self.zorder_by or self.rewrite_type_widened):
-            raise InvalidArgumentError("--auto chooses partitions itself: it takes no --where, --zorder-by or "
-                                       "--rewrite-type-widened")
+        if self.auto and (self.where or self.zorder_by or self.rewrite_type_widened):
+            raise InvalidArgumentError("policy='auto' chooses partitions itself: it takes no where, zorder_by or "
+                                       "rewrite_type_widened")
+
+    @property
+    def auto(self) -> bool:
+        """``policy='auto'``: the auto-compaction policy chooses the partitions."""
+        return self.policy == "auto"
 
     def purged(self) -> OptimizeOptions:
-        """``--purge``: only files with deletion vectors are rewritten (no file counts as small, any
+        """``purge``: only files with deletion vectors are rewritten (no file counts as small, any
         deleted row is enough), as delta-spark's REORG TABLE ... APPLY (PURGE) does."""
         if not self.purge:
             return self
@@ -150,13 +160,14 @@ class OptimizeOptions:
 
 
 _CONVERTERS: dict[str, Callable[[Any], Any]] = {
-    "predicate": str, "zorder_by": zorder_columns, "compression": lambda v: str(v).strip().lower(),
+    "where": str, "zorder_by": zorder_columns, "compression": lambda v: str(v).strip().lower(),
+    "policy": lambda v: str(v).strip().lower(),
     "engine": lambda v: str(v).strip().lower(), "copy_row_groups": lambda v: str(v).strip().lower(),
-    **{name: int for name in ("min_file_size", "max_file_size", "min_cube_size", "target_cube_size", "target_files",
+    **{name: int for name in ("min_file_size", "target_file_size", "min_cube_size", "target_cube_size", "target_files",
                               "min_num_files", "max_partitions", "skip_recent_partitions", "max_concurrent_bins",
                               "batch_bytes", "bins_per_commit", "lease_seconds", "row_group_bytes")},
     **{name: float for name in ("dv_ratio", "max_deleted_rows_ratio", "min_file_age", "wait_for_writer")},
-    **{name: as_bool for name in ("full", "rewrite_type_widened", "auto", "all_partitions", "purge", "dry_run")},
+    **{name: as_bool for name in ("full", "rewrite_type_widened", "all_partitions", "purge", "dry_run")},
 }
 
 
@@ -166,4 +177,4 @@ def _convert(name: str, value: Any) -> Any:
         return convert(value)
     except (TypeError, ValueError):
         kind = {int: "a whole number", float: "a number"}.get(convert, "text")  # type: ignore[call-overload]
-        raise InvalidArgumentError(f"OPTIMIZE's {name.replace('_', ' ')} must be {kind}, got {value!r}") from None
+        raise InvalidArgumentError(f"OPTIMIZE's {name} must be {kind}, got {value!r}") from None

@@ -69,7 +69,7 @@ def partition_rounds(scan: PartitionScan, selected: Callable[[PartitionKey], boo
             if scan.files[i]:
                 work.append((key, int(scan.files[i])))
             continue
-        fits = scan.candidates[i] >= 2 and int(scan.smallest[i, 0]) + int(scan.smallest[i, 1]) <= scan.max_file_size
+        fits = scan.candidates[i] >= 2 and int(scan.smallest[i, 0]) + int(scan.smallest[i, 1]) <= scan.target_file_size
         if scan.candidate_dv[i] or fits:
             work.append((key, int(scan.candidates[i])))
     rounds = Rounds()

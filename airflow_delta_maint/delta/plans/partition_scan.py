@@ -137,16 +137,16 @@ class PartitionScan:
                 continue
             if self.candidate_dv[i]:
                 return False
-            if self.candidates[i] >= 2 and int(self.smallest[i, 0]) + int(self.smallest[i, 1]) <= self.max_file_size:
+            if self.candidates[i] >= 2 and int(self.smallest[i, 0]) + int(self.smallest[i, 1]) <= self.target_file_size:
                 return False
         return True
 
-    max_file_size: int = 0
+    target_file_size: int = 0
 
     def input_bytes(self, selected: Any) -> int:
         """The bytes the bin-packing plan over the partitions ``selected(key)`` accepts rewrites
         (needs ``collect``): per partition the candidates sorted by (size, path) are packed
-        greedily into bins of at most ``max_file_size``, as the plan packs them; a bin of one file
+        greedily into bins of at most ``target_file_size``, as the plan packs them; a bin of one file
         counts only when that file has a deletion vector."""
         if not self.candidate_rows:
             return 0
@@ -158,7 +158,7 @@ class PartitionScan:
         current_gid, count, current, first_dv = None, 0, 0, False
         for g, size, dv in zip(table.column("gid").to_pylist(), table.column("size").to_pylist(),
                                table.column("dv").to_pylist()):
-            if g != current_gid or (count and current + size > self.max_file_size):
+            if g != current_gid or (count and current + size > self.target_file_size):
                 if count > 1 or (count == 1 and first_dv):
                     total += current
                 current_gid, count, current, first_dv = g, 0, 0, dv
@@ -204,7 +204,7 @@ def _dv_ratio_exceeded(dv: dict | None, stats: str | None, ratio: float) -> bool
 Visit = Callable[[pa.Table, np.ndarray, np.ndarray, list[PartitionKey]], None]
 
 
-def scan_partitions(state: StreamedState, *, min_file_size: int, max_file_size: int, dv_ratio: float,
+def scan_partitions(state: StreamedState, *, min_file_size: int, target_file_size: int, dv_ratio: float,
                     zorder: bool, auto_min_file_size: int | None, auto_ratio: float, whole_table: bool,
                     young_after_ms: int | None, recent: set[PartitionKey] | None,
                     collect: bool = False, one_partition: bool = False, visit: Visit | None = None,
@@ -212,7 +212,7 @@ def scan_partitions(state: StreamedState, *, min_file_size: int, max_file_size: 
     """One pass over the live files (see the module docstring).
 
     Args:
-        min_file_size, max_file_size, dv_ratio: the plan's candidate rule and bin size.
+        min_file_size, target_file_size, dv_ratio: the plan's candidate rule and bin size.
         zorder: count every file of the planning view (a Z-order plan takes them all).
         auto_min_file_size, auto_ratio: the auto policy's small-file size (None: no policy) and
             deleted-rows ratio.
@@ -227,7 +227,7 @@ def scan_partitions(state: StreamedState, *, min_file_size: int, max_file_size: 
         visit, visit_columns: a plan's own aggregate (see :data:`Visit`) and the add columns it
             reads besides those read here.
     """
-    scan = PartitionScan(max_file_size=max_file_size)
+    scan = PartitionScan(target_file_size=target_file_size)
     grow = _Grow(scan)
     names = state.partition_columns
     columns = ["partitionValues", "size", "stats"] + (["modificationTime"] if young_after_ms is not None else [])

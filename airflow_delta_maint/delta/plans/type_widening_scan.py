@@ -1,4 +1,4 @@
-"""Whether OPTIMIZE ``--rewrite-type-widened`` has work, from the live files streamed in bounded memory.
+"""Whether OPTIMIZE ``rewrite_type_widened`` has work, from the live files streamed in bounded memory.
 
 The plan rewrites every selected file whose parquet footer holds a widened column in its old
 type (:func:`~airflow_delta_maint.delta.protocol.type_widening.files_with_old_types`), so it has

@@ -95,7 +95,7 @@ def check_retention(retention_hours: float | None, table_retention: int,
             f"a retention of {_hours(retention)} is shorter than the table's {RETENTION_PROPERTY} "
             f"({_hours(table_retention)}): VACUUM could delete files that readers of older versions or "
             f"writers still committing need. Use at least {_hours(table_retention)}, or turn the retention "
-            "check off (--ignore-retention-check) only when nothing reads old versions of or writes to the table")
+            "check off (ignore_retention_check) only when nothing reads old versions of or writes to the table")
     return retention
 
 
@@ -213,7 +213,7 @@ def lite_range(storage: Storage, latest_outside: int | None, snapshot_version: i
         raise VacuumLiteUnavailableError(
             f"VACUUM lite cannot find every file to delete: {why}, but the log now starts at version "
             f"{earliest} (earlier commits were cleaned up), so files removed in versions {start} to "
-            f"{earliest - 1} are unknown. Run a full VACUUM (--mode full); it lists the table and records "
+            f"{earliest - 1} are unknown. Run a full VACUUM (mode='full'); it lists the table and records "
             "a new watermark so lite mode works again")
     if start <= end:
         missing = [v for v in range(start, end + 1) if v not in listing.commits]

@@ -58,7 +58,7 @@ class VacuumOptions:
         try:
             retention_hours = float(retention) if retention is not None and retention != "" else None
         except (TypeError, ValueError):
-            raise InvalidArgumentError(f"VACUUM's retention hours must be a number, got {retention!r}") from None
+            raise InvalidArgumentError(f"VACUUM's retention_hours must be a number, got {retention!r}") from None
         options = cls(retention_hours=retention_hours, mode=str(params.get("mode") or "full").strip().lower(),
                       dry_run=as_bool(params.get("dry_run")),
                       ignore_retention_check=as_bool(params.get("ignore_retention_check")),
@@ -73,9 +73,9 @@ class VacuumOptions:
         if self.mode not in MODES:
             raise InvalidArgumentError(f"VACUUM mode must be 'full' or 'lite', got {self.mode!r}")
         if self.inventory and self.mode != "full":
-            raise InvalidArgumentError("--inventory replaces the listing of a full VACUUM; it cannot be used with "
-                                       "--mode lite")
+            raise InvalidArgumentError("inventory replaces the listing of a full VACUUM; it cannot be used with "
+                                       "mode='lite'")
         if self.engine == DELTA_SPARK and self.keep_versions:
-            raise InvalidArgumentError("VACUUM with the delta-spark engine does not take --keep-versions (native "
+            raise InvalidArgumentError("VACUUM with the delta-spark engine does not take keep_versions (native "
                                        "engine only)")
 

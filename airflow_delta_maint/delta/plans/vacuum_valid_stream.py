@@ -6,7 +6,7 @@ table still references (some 100 bytes per file). For a large table
 (``StreamedState.scan``: the file actions' path, deletion vector and deletion time), into parquet
 files of one string column ``key``, for a distributed anti-join with the listing. Keys may repeat;
 memory stays that of one batch. :class:`KeyWriter` writes such files for other key sets too (the
-keys of the versions ``--keep-versions`` keeps).
+keys of the versions ``keep_versions`` keeps).
 """
 
 from __future__ import annotations

@@ -68,7 +68,7 @@ __all__ = [
 MAX_READER_VERSION = 3
 MAX_WRITER_VERSION = 7
 
-#: the name of the engine that runs delta-spark's own commands (the application's ``--engine``)
+#: the name of the engine that runs delta-spark's own commands (the application's ``engine``)
 DELTA_SPARK = "delta-spark"
 
 
@@ -340,7 +340,7 @@ def check_supported(protocol: Protocol, job: Operation | str, metadata: Metadata
     if problems:
         hint = ""
         if job is Operation.OPTIMIZE and not unsupported_features(protocol, Operation.OPTIMIZE_BY_DELTA_SPARK, metadata):
-            hint = "; delta-spark's OPTIMIZE does: run it with engine='delta-spark' (--engine delta-spark)"
+            hint = "; delta-spark's OPTIMIZE does: run it with engine='delta-spark'"
         raise UnsupportedFeatureError(
             f"cannot run {job} on this table: it uses {', '.join(problems)}, which {job} does not support"
             f"{_reasons(protocol, job)}{hint}")

@@ -6,7 +6,7 @@ field: ``[{"fromType": ..., "toType": ..., "fieldPath": ...}]`` (``fieldPath`` n
 key/value or array element; the preview also wrote ``tableVersion``). Files written before a
 change hold the old type; readers cast them up. A rewrite reads them in their old type and
 writes the current one, with statistics in the current type, so after OPTIMIZE with
-``--rewrite-type-widened`` no live file holds an old type and the feature can be dropped.
+``rewrite_type_widened`` no live file holds an old type and the feature can be dropped.
 """
 
 from __future__ import annotations

@@ -77,7 +77,7 @@ def describe(exc: BaseException, family: str) -> str | None:
     if "BadScheme" in text or ("builder error" in text and endpoint.startswith("http://")):
         prefix = {"azure": "AZURE", "gcs": "GOOGLE"}.get(family, "AWS")
         return (f"{endpoint} is plain http, which is refused unless allowed "
-                f"(set {prefix}_ALLOW_HTTP=true or --storage-option allow_http=true)")
+                f"(set {prefix}_ALLOW_HTTP=true or the storage option allow_http=true)")
     if "Connection refused" in text or "ConnectionRefused" in text:
         return f"cannot reach {endpoint} (connection refused)"
     if "dns error" in text or "failed to lookup address" in text:

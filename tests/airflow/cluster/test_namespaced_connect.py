@@ -61,7 +61,7 @@ def test_jobs_through_spark_connect_on_the_namespaced_cluster(cluster, s3, monke
     write_table(uri, options, commits=4, rows=400, seed=3)  # ids restart at 0: more rows per id
     before = rows(uri, options)
     zorder = OptimizeOperator(task_id="zorder", table_uri=uri, conn_id=CONN_ID, storage_conn_id="lake_s3",
-                              zorder_by=["value"], max_file_size=4_000).execute(context={})
+                              zorder_by=["value"], target_file_size=4_000).execute(context={})
     assert zorder["status"] == "committed" and zorder["numRemovedFiles"] == 10 and zorder["numAddedFiles"] > 2, zorder
     assert rows(uri, options).equals(before)
 

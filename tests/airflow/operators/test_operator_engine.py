@@ -28,7 +28,7 @@ def test_engine_reaches_the_command_line_and_the_hook(small_table):
     assert "--engine" not in argv_of(native) and native.get_hook()._packages is None
     # the log compaction operator hands delta-spark its checkpoint and expired-log cleanup only
     lc = LogCompactionOperator(task_id="c", table_uri=str(small_table), engine="delta-spark", checkpoint_interval=2)
-    assert argv_of(lc)[-2:] == ["--checkpoint-engine", "delta-spark"]
+    assert argv_of(lc)[-2:] == ["--engine", "delta-spark"]
     assert lc.get_hook().engine == "delta-spark"
 
 
@@ -70,7 +70,7 @@ def test_bad_engines_are_refused_before_anything_runs(small_table, monkeypatch):
         choose_execution("local", "optimize", params, str(small_table))
     assert choose_execution("auto", "optimize", params, str(small_table))[0] == "spark"
     op = OptimizeOperator(task_id="p", table_uri=str(small_table), engine="delta-spark", target_files=2)
-    with pytest.raises(AirflowException, match="does not take --target-files"):
+    with pytest.raises(AirflowException, match="does not take target_files"):
         op.execute(context={})
     assert log_files(small_table) == before
 
@@ -84,13 +84,16 @@ def test_fleet_engine_per_table(tmp_path):
                                 jobs={"optimize": {}, "compact-log": {"interval": 2}, "inspect": {}})
     spec = op.fleet_spec()
     first, second = ([j.args for j in t.jobs] for t in spec.tables)
-    assert first == [["--engine", "delta-spark"], ["--interval", "2", "--checkpoint-engine", "delta-spark"], []]
-    # native is the application's own default: nothing to say for OPTIMIZE
-    assert second == [[], ["--interval", "2", "--checkpoint-engine", "native"], []]
+    assert first == [["--engine", "delta-spark"], ["--interval", "2", "--engine", "delta-spark"], []]
+    # native is the application's own default: nothing to say
+    assert second == [[], ["--interval", "2"], []]
     assert op.get_hook(spec=spec).engine == "delta-spark"
     native = MaintainTablesOperator(task_id="n", tables=[str(a)], jobs={"optimize": {}})
     assert native.fleet_spec().tables[0].jobs[0].args == [] and native.get_hook(spec=native.fleet_spec()).engine \
         == "native"
-    with pytest.raises(AirflowException, match="compact-log runs on the native engine only"):
-        MaintainTablesOperator(task_id="x", tables=[str(a)], jobs={"compact-log": {"engine": "delta-spark"}}) \
+    # compact-log's own engine option: who writes its checkpoint (the compaction files are always native)
+    own = MaintainTablesOperator(task_id="x", tables=[str(a)], jobs={"compact-log": {"engine": "delta-spark"}})
+    assert own.fleet_spec().tables[0].jobs[0].args == ["--engine", "delta-spark"]
+    with pytest.raises(AirflowException, match="unknown engine 'duckdb'"):
+        MaintainTablesOperator(task_id="x", tables=[str(a)], jobs={"compact-log": {"engine": "duckdb"}}) \
             .fleet_spec()

@@ -247,6 +247,27 @@ def test_job_options_as_flags():
                         "where": None}) == ["--min-file-size", "1000", "--dry-run", "--zorder-by", "a,b"]
 
 
+def test_former_option_names_in_the_jobs_mapping_are_taken_with_a_deprecation_warning():
+    from airflow.exceptions import AirflowProviderDeprecationWarning
+
+    op = MaintainTablesOperator(task_id="fleet", tables=["/t"], jobs={
+        "optimize": {"auto": True, "predicate": "p = 1", "max_file_size": 5},
+        "cleanup-log": {"retention": "interval 1 day"},
+        "compact-log": {"checkpoint_engine": "delta-spark"}})
+    with pytest.warns(AirflowProviderDeprecationWarning) as warned:
+        spec = op.fleet_spec()
+    assert [j.args for j in spec.tables[0].jobs] == [
+        ["--where", "p = 1", "--target-file-size", "5", "--policy", "auto"], ["--retention-hours", "24"],
+        ["--engine", "delta-spark"]]
+    assert sorted(str(w.message).split(" is deprecated")[0] for w in warned) == [
+        "cleanup-log: retention", "compact-log: checkpoint_engine", "optimize: auto", "optimize: max_file_size",
+        "optimize: predicate"]
+    assert op.get_hook(spec=spec).engine == "delta-spark"
+    with pytest.raises(AirflowException, match="invalid log retention 'soon'"), \
+            pytest.warns(AirflowProviderDeprecationWarning):
+        MaintainTablesOperator(task_id="fleet", tables=["/t"], jobs={"cleanup-log": {"retention": "soon"}}).fleet_spec()
+
+
 def test_fleet_command_line_names_the_failed_table(tmp_path, capsys):
     good = tmp_path / "good"
     write_appends(good, 6)

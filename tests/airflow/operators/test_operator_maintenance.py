@@ -28,11 +28,11 @@ def _app_args(op: DeltaMaintenanceOperator) -> list[str]:
 
 def test_optimize_command():
     op = OptimizeOperator(task_id="o", table_uri="s3://b/t", where="day >= '2024-01-01'", zorder_by=["a", "b"],
-                          min_file_size=1000, max_file_size=2 << 20, max_concurrent_bins=4, batch_bytes=10 << 30,
+                          min_file_size=1000, target_file_size=2 << 20, max_concurrent_bins=4, batch_bytes=10 << 30,
                           dry_run=True, storage_options={"AWS_REGION": "eu-west-1"})
     assert _app_args(op) == [
         "optimize", "s3://b/t", "--where", "day >= '2024-01-01'", "--zorder-by", "a,b", "--min-file-size", "1000",
-        "--max-file-size", str(2 << 20), "--max-concurrent-bins", "4", "--batch-bytes", str(10 << 30), "--dry-run",
+        "--target-file-size", str(2 << 20), "--max-concurrent-bins", "4", "--batch-bytes", str(10 << 30), "--dry-run",
         "--json", "--metrics-out", "/tmp/m.json", "--storage-option", "AWS_REGION=eu-west-1"]
     assert argv_of(OptimizeOperator(task_id="o", table_uri="/t")) == []
     modern = OptimizeOperator(task_id="o", table_uri="/t", full="true", min_cube_size=1 << 30,
@@ -41,8 +41,9 @@ def test_optimize_command():
                                  "--rewrite-type-widened"]
     auto = OptimizeOperator(task_id="o", table_uri="/t", policy="auto", min_num_files=10, max_partitions=4,
                             lease_seconds=0)
-    assert argv_of(auto) == ["--auto", "--min-num-files", "10", "--max-partitions", "4", "--lease-seconds", "0"]
-    assert auto.job_params()["auto"] is True
+    assert argv_of(auto) == ["--policy", "auto", "--min-num-files", "10", "--max-partitions", "4",
+                             "--lease-seconds", "0"]
+    assert auto.job_params()["policy"] == "auto"
     assert OptimizeOperator(task_id="o", table_uri="/t", target_files=4).job_params()["target_files"] == 4
     with pytest.raises(AirflowException, match="policy must be"):
         argv_of(OptimizeOperator(task_id="o", table_uri="/t", policy="sometimes"))
@@ -68,7 +69,7 @@ def test_compact_log_command():
 def test_template_fields():
     base = {"table_uri", "storage_options", "conf", "metrics_uri"}
     assert base <= set(OptimizeOperator.template_fields)
-    assert {"where", "zorder_by", "min_file_size", "max_file_size", "max_concurrent_bins", "batch_bytes",
+    assert {"where", "zorder_by", "min_file_size", "target_file_size", "max_concurrent_bins", "batch_bytes",
             "dry_run_only"} <= set(OptimizeOperator.template_fields)
     assert {"retention_hours", "mode", "dry_run_only", "ignore_retention_check"} <= set(VacuumOperator.template_fields)
     assert {"interval", "max_window_bytes", "checkpoint_interval"} <= set(LogCompactionOperator.template_fields)
@@ -77,7 +78,7 @@ def test_template_fields():
 def test_job_params_come_from_the_jobs_own_parser():
     assert {"inspect", "optimize", "vacuum", "compact-log"} <= set(available_jobs())
     params = OptimizeOperator(task_id="o", table_uri="/t", where="p = 'a'", zorder_by="x").job_params()
-    assert params["predicate"] == "p = 'a'" and params["zorder_by"] == "x" and params["dry_run"] is False
+    assert params["where"] == "p = 'a'" and params["zorder_by"] == "x" and params["dry_run"] is False
     params = VacuumOperator(task_id="v", table_uri="/t", retention_hours=12).job_params()
     assert params["retention_hours"] == 12
     with pytest.raises(AirflowException, match="invalid options for inspect"):
@@ -230,7 +231,7 @@ def test_compact_log_with_a_checkpoint_due_submits(small_table, submits):
 
 
 def test_compact_log_bad_interval_fails_before_spark(small_table, no_spark_submit):
-    with pytest.raises(AirflowException, match="invalid --interval 1"):
+    with pytest.raises(AirflowException, match="invalid interval 1"):
         LogCompactionOperator(task_id="c", table_uri=str(small_table), interval=1).execute(context={})
 
 
@@ -240,3 +241,18 @@ def test_dry_run_argument_is_templated_without_hiding_the_method():
         assert callable(op.dry_run) and op.dry_run_only == "{{ params.plan }}"
         op.render_template_fields({"params": {"plan": True}})
         assert op.dry_run_only == "True" and "--dry-run" in argv_of(op)
+
+
+def test_a_former_keyword_is_taken_for_one_release_with_a_deprecation_warning():
+    from airflow.exceptions import AirflowProviderDeprecationWarning
+
+    with pytest.warns(AirflowProviderDeprecationWarning,
+                      match="OptimizeOperator: max_file_size is deprecated .*; use target_file_size"):
+        op = OptimizeOperator(task_id="o", table_uri="/t", max_file_size=1 << 20)
+    assert op.target_file_size == 1 << 20 and argv_of(op) == ["--target-file-size", str(1 << 20)]
+    with pytest.warns(AirflowProviderDeprecationWarning):  # the new name wins
+        both = OptimizeOperator(task_id="o", table_uri="/t", max_file_size=1, target_file_size=2)
+    assert both.job_params()["target_file_size"] == 2
+    with pytest.raises(AirflowException, match="target_file_size must be a whole number"), \
+            pytest.warns(AirflowProviderDeprecationWarning):
+        OptimizeOperator(task_id="o", table_uri="/t", max_file_size="big").job_params()

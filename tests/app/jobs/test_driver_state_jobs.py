@@ -112,8 +112,8 @@ def test_vacuum_lite_looks_candidates_up_in_the_streamed_state(tmp_path, spark, 
 
 def test_expired_log_cleanup_decides_alike(tmp_path, spark, monkeypatch):
     path = _with_checkpoint(tmp_path)
-    for argv in (["cleanup-log", "--retention", "interval 1 day", "--dry-run"],
-                 ["cleanup-log", "--retention", "interval 1 day"]):
+    for argv in (["cleanup-log", "--retention-hours", "24", "--dry-run"],
+                 ["cleanup-log", "--retention-hours", "24"]):
         a, b = _run_both(monkeypatch, path, argv)
         assert a == b
     assert Snapshot.load(str(path) + "-streamed").version == Snapshot.load(str(path) + "-memory").version
@@ -352,7 +352,7 @@ def test_bad_input_on_the_streamed_path_fails_before_any_work(tmp_path, spark, m
     files = tree(path)
     for argv, error in (
             (["--inventory", str(stale)], "before the retention cut-off"),
-            (["--inventory", str(stale), "--mode", "lite"], "--mode lite"),
+            (["--inventory", str(stale), "--mode", "lite"], "mode='lite'"),
             (["--inventory", str(tmp_path / "nowhere.parquet")], "does not exist"),
             (["--keep-versions", "99"], "cannot keep version 99: the table has versions 0 to 7"),
             (["--keep-versions", "1", "--inventory", str(stale)], "before the retention cut-off")):
@@ -364,7 +364,7 @@ def test_bad_input_on_the_streamed_path_fails_before_any_work(tmp_path, spark, m
     code, m = run(["vacuum", str(path), "--json", "--inventory", str(bad)])
     assert code == 2 and "cannot read the inventory file" in m["error"] and tree(path) == files
     assert len(at_scale) == 1  # only the bad CSV got that far: found while streaming it, before any deletion
-    code, m = run(["cleanup-log", str(path), "--json", "--retention", "interval 1 day"])
+    code, m = run(["cleanup-log", str(path), "--json", "--retention-hours", "24"])
     assert code == 0 and m["status"] == "committed"
     files = tree(path)
     code, m = run(["vacuum", str(path), "--json", "--keep-versions", "1"])

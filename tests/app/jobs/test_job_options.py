@@ -45,17 +45,18 @@ def test_optimize_options_from_rendered_text() -> None:
 
 
 @pytest.mark.parametrize("params, message", [
-    ({"batch_bytes": 0}, "batch bytes must be positive, got 0"),
-    ({"max_concurrent_bins": -1}, "max concurrent bins must be positive"),
-    ({"lease_seconds": -5}, "lease seconds must be 0 (no reservation) or positive"),
+    ({"batch_bytes": 0}, "batch_bytes must be positive, got 0"),
+    ({"max_concurrent_bins": -1}, "max_concurrent_bins must be positive"),
+    ({"lease_seconds": -5}, "lease_seconds must be 0 (no reservation) or positive"),
     ({"compression": "brotli"}, "unknown compression 'brotli'"),
-    ({"wait_for_writer": -1}, "wait for writer must not be negative"),
-    ({"bins_per_commit": -2}, "bins per commit must be 0 (one commit per batch) or positive"),
-    ({"purge": True, "zorder_by": "a", "auto": True}, "it takes no --zorder-by, --auto"),
-    ({"auto": True, "predicate": "p = 1"}, "--auto chooses partitions itself"),
-    ({"min_file_size": "ten"}, "OPTIMIZE's min file size must be a whole number, got 'ten'"),
-    ({"dv_ratio": "x"}, "OPTIMIZE's dv ratio must be a number"),
-    ({"engine": "delta-spark", "target_files": 4}, "does not take --target-files (native engine only)"),
+    ({"wait_for_writer": -1}, "wait_for_writer must not be negative"),
+    ({"bins_per_commit": -2}, "bins_per_commit must be 0 (one commit per batch) or positive"),
+    ({"purge": True, "zorder_by": "a", "policy": "auto"}, "it takes no zorder_by, policy='auto'"),
+    ({"policy": "auto", "where": "p = 1"}, "policy='auto' chooses partitions itself"),
+    ({"policy": "hot"}, "policy must be one of all, auto, got 'hot'"),
+    ({"min_file_size": "ten"}, "OPTIMIZE's min_file_size must be a whole number, got 'ten'"),
+    ({"dv_ratio": "x"}, "OPTIMIZE's dv_ratio must be a number"),
+    ({"engine": "delta-spark", "target_files": 4}, "does not take target_files (native engine only)"),
     ({"engine": "duckdb"}, "unknown engine 'duckdb'"),
 ])
 def test_bad_optimize_options_get_one_error_before_any_table_is_read(params: dict, message: str) -> None:
@@ -85,10 +86,10 @@ def test_vacuum_options() -> None:
 
 @pytest.mark.parametrize("params, message", [
     ({"mode": "deep"}, "VACUUM mode must be 'full' or 'lite', got 'deep'"),
-    ({"mode": "lite", "inventory": "s3://b/inv"}, "--inventory replaces the listing of a full VACUUM"),
-    ({"engine": "delta-spark", "keep_versions": "3"}, "does not take --keep-versions"),
+    ({"mode": "lite", "inventory": "s3://b/inv"}, "inventory replaces the listing of a full VACUUM"),
+    ({"engine": "delta-spark", "keep_versions": "3"}, "does not take keep_versions"),
     ({"keep_versions": "3,x"}, "versions must be whole numbers >= 0"),
-    ({"retention_hours": "soon"}, "VACUUM's retention hours must be a number"),
+    ({"retention_hours": "soon"}, "VACUUM's retention_hours must be a number"),
 ])
 def test_bad_vacuum_options(params: dict, message: str) -> None:
     with pytest.raises(InvalidArgumentError) as err:
@@ -98,18 +99,18 @@ def test_bad_vacuum_options(params: dict, message: str) -> None:
 
 def test_log_compaction_options() -> None:
     options = compact_log.options_from(parsed(compact_log, "--interval", "10", "--checkpoint-interval", "5",
-                                              "--cleanup-expired-log", "--checkpoint-engine", "delta-spark"))
+                                              "--cleanup-expired-log", "--engine", "delta-spark"))
     assert options == LogCompactionOptions(interval=10, checkpoint_interval=5, cleanup_expired_log=True,
-                                           checkpoint_engine="delta-spark")
+                                           engine="delta-spark")
     assert compact_log.options_from(parsed(compact_log)) == LogCompactionOptions()
 
 
 @pytest.mark.parametrize("params, message", [
     ({"interval": 1}, "a compaction window must span at least 2 commits"),
-    ({"interval": "x"}, "invalid --interval 'x'"),
+    ({"interval": "x"}, "invalid interval 'x'"),
     ({"max_window_bytes": -1}, "invalid max_window_bytes -1"),
     ({"checkpoint_interval": 0}, "invalid checkpoint_interval 0"),
-    ({"engine": "delta-spark"}, "compact-log runs on the native engine only"),
+    ({"engine": "duckdb"}, "unknown engine 'duckdb'"),
 ])
 def test_bad_log_compaction_options(params: dict, message: str) -> None:
     with pytest.raises(InvalidArgumentError) as err:
@@ -123,6 +124,6 @@ def test_the_fleet_fails_a_table_on_bad_options_and_reads_nothing(tmp_path: Path
         fleet.FleetJob("optimize", ["--batch-bytes", "0"]), fleet.FleetJob("vacuum", [])], {})], None)
     decision = fleet.decide(spec)
     first, second = decision.known[0]
-    assert first is not None and first["status"] == "failed" and "batch bytes must be positive" in first["error"]
+    assert first is not None and first["status"] == "failed" and "batch_bytes must be positive" in first["error"]
     assert second is not None and second["status"] == "skipped" and "optimize failed" in second["reason"]
     assert decision.to_run.tables == []

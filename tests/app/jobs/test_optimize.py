@@ -319,7 +319,7 @@ def test_zorder_clusters_and_keeps_rows(tmp_path: Path, spark) -> None:
     snap = Snapshot.load(str(path))
     # ranges inside one eighth of the values, off the quantile cut points
     assert snap.num_files == 20 and _overlaps(snap, "x", 0.36, 0.37) == _overlaps(snap, "y", 0.36, 0.37) == 20
-    code, m = optimize(path, "--zorder-by", "x,y", "--max-file-size", str(snap.size_bytes // 16))
+    code, m = optimize(path, "--zorder-by", "x,y", "--target-file-size", str(snap.size_bytes // 16))
     assert code == 0 and m["status"] == "committed", m.get("error")
     after = Snapshot.load(str(path))
     assert 12 <= after.num_files <= 20 and m["numAddedFiles"] == after.num_files
@@ -436,7 +436,7 @@ def test_concurrent_delete_drops_only_the_bin_it_touched(tmp_path: Path, spark) 
     snap = Snapshot.load(str(path))
     plan = plan_from_options(snap, OptimizeOptions())
     assert len(plan.bins) == 3
-    spec = RewriteSpec(snap.storage, snap.metadata.to_action(), target_file_bytes=plan.max_file_size)
+    spec = RewriteSpec(snap.storage, snap.metadata.to_action(), target_file_size=plan.target_file_size)
     outputs = execute_bins(SparkTasks(spark), spec, plan.bins, None, "test")
     # id 0 is in the first file of partition a
     victim_bin = next(i for i, b in enumerate(plan.bins) if b.partition_values == {"p": "a"})
@@ -526,7 +526,7 @@ def test_rerun_after_first_batch_redoes_no_finished_bin(tmp_path: Path, spark) -
     plan = plan_from_options(snap, OptimizeOptions())
     batches = [[plan.bins[i] for i in group] for group in commit_groups(plan.bins, 1, 0)]
     assert len(batches) == 3
-    spec = RewriteSpec(snap.storage, snap.metadata.to_action(), target_file_bytes=plan.max_file_size)
+    spec = RewriteSpec(snap.storage, snap.metadata.to_action(), target_file_size=plan.target_file_size)
     first = execute_bins(SparkTasks(spark), spec, batches[0], None, "batch 1/3")
     version, dropped = commit_batch(snap, plan, batches[0], first, {"predicate": [], "zOrderBy": []})
     assert version == snap.version + 1 and not dropped  # then the job dies
@@ -564,7 +564,7 @@ def test_dry_run_plans_and_writes_nothing(tmp_path: Path) -> None:
     assert plan["num_bytes_to_rewrite"] == Snapshot.load(str(path)).size_bytes
     assert set(plan["partitions"]) == {"p=a", "p=b"}
     assert all(p["files"] == 3 and p["bins"] == 1 for p in plan["partitions"].values())
-    code, m = optimize(path, "--dry-run", "--zorder-by", "x", "--max-file-size", "1000")
+    code, m = optimize(path, "--dry-run", "--zorder-by", "x", "--target-file-size", "1000")
     assert code == 0 and m["plan"]["predicted_output_files"] > 2
     assert listing(path) == files
 
@@ -577,11 +577,11 @@ BAD_INPUTS = [
     (["--where", "p = "], "invalid predicate"),
     (["--where", "p = 'a' AND"], "invalid predicate"),
     (["--where", "p === 'a'"], "invalid predicate"),
-    (["--max-file-size", "0"], "positive"),
+    (["--target-file-size", "0"], "positive"),
     (["--min-file-size", "-1"], "positive"),
-    (["--batch-bytes", "0"], "batch bytes"),
-    (["--max-concurrent-bins", "0"], "concurrent bins"),
-    (["--dv-ratio", "1.5"], "dv ratio"),
+    (["--batch-bytes", "0"], "batch_bytes"),
+    (["--max-concurrent-bins", "0"], "max_concurrent_bins"),
+    (["--dv-ratio", "1.5"], "dv_ratio"),
 ]
 
 

@@ -1,4 +1,4 @@
-"""The auto-compaction policy (``delta-maint optimize --auto``): hot partitions chosen from the
+"""The auto-compaction policy (``delta-maint optimize --policy auto``): hot partitions chosen from the
 log alone, no Spark when nothing is chosen, reserved partitions left to their holder."""
 
 from __future__ import annotations
@@ -78,9 +78,9 @@ def hot_and_cold(tmp_path: Path) -> Partitioned:
 def test_auto_chooses_exactly_the_hot_partitions(hot_and_cold: Partitioned, spark) -> None:
     t = hot_and_cold
     rows = rows_deltars(t.path)
-    params = {"auto": True, "min_file_size": 1 << 20}
+    params = {"policy": "auto", "min_file_size": 1 << 20}
     assert nothing_to_do(str(t.path), None, options_from(params)) is None
-    m = optimize(t.path, "--auto", "--min-file-size", str(1 << 20))
+    m = optimize(t.path, "--policy", "auto", "--min-file-size", str(1 << 20))
     auto = m["autoCompaction"]
     assert m["status"] == "committed", m
     assert auto["partitionsConsidered"] == 3 and auto["chosenPartitions"] == ["p=part1", "p=part5"]
@@ -108,15 +108,15 @@ def test_deleted_rows_choose_a_partition_with_few_files(hot_and_cold: Partitione
     t.commit({"remove": {"path": victim["path"], "deletionTimestamp": 1, "dataChange": True}},
              {"add": {**{k: victim[k] for k in ("path", "partitionValues", "size", "modificationTime", "stats")},
                       "dataChange": True, "deletionVector": dv}}, operation="DELETE")
-    m = optimize(t.path, "--auto", "--min-file-size", str(1 << 20), "--max-partitions", "2")
+    m = optimize(t.path, "--policy", "auto", "--min-file-size", str(1 << 20), "--max-partitions", "2")
     auto = m["autoCompaction"]
     assert set(auto["chosenPartitions"]) == {"p=part1", "p=part5"}  # the two worst by small files
     assert "beyond the 2 worst" in auto["skippedPartitions"]["p=part6"]
     # that OPTIMIZE deferred p=part6: the next run looks past it and picks it up
-    m = optimize(t.path, "--auto", "--min-file-size", str(1 << 20))
+    m = optimize(t.path, "--policy", "auto", "--min-file-size", str(1 << 20))
     assert m["autoCompaction"]["chosenPartitions"] == ["p=part6"], m["autoCompaction"]
     assert m["numDeletionVectorsRemoved"] == 1 and m["numRemovedFiles"] == 1
-    assert "no partition received" in nothing_to_do(str(t.path), None, options_from({"auto": True, "min_file_size": 1 << 20}))
+    assert "no partition received" in nothing_to_do(str(t.path), None, options_from({"policy": "auto", "min_file_size": 1 << 20}))
 
 
 def test_reserved_partitions_are_left_to_their_holder(hot_and_cold: Partitioned, spark) -> None:
@@ -124,17 +124,17 @@ def test_reserved_partitions_are_left_to_their_holder(hot_and_cold: Partitioned,
     storage = Storage(str(t.path))
     other = reserve_partitions(storage, ["p=part1"], run_id="straggler")
     rows = rows_deltars(t.path)
-    m = optimize(t.path, "--auto", "--min-file-size", str(1 << 20))
+    m = optimize(t.path, "--policy", "auto", "--min-file-size", str(1 << 20))
     assert m["partitionsReservedByOthers"] == {"p=part1": "straggler"}
     assert m["numRemovedFiles"] == 56  # p=part5 only
     assert rows_deltars(t.path) == rows
     other.release()
-    m = optimize(t.path, "--auto", "--min-file-size", str(1 << 20))
+    m = optimize(t.path, "--policy", "auto", "--min-file-size", str(1 << 20))
     assert m["autoCompaction"]["chosenPartitions"] == ["p=part1"] and m["numRemovedFiles"] == 56
     assert not any((t.path / "_delta_maint" / "reservations").iterdir())  # released at the end
     assert rows_deltars(t.path) == rows
 
 
 def test_auto_refuses_a_predicate(hot_and_cold: Partitioned, spark) -> None:  # the fixture's OPTIMIZE runs on Spark
-    code, m = cli.run(["optimize", str(hot_and_cold.path), "--json", "--auto", "--where", "p = 'part1'"])
-    assert code != 0 and "--auto chooses partitions itself" in m["error"]
+    code, m = cli.run(["optimize", str(hot_and_cold.path), "--json", "--policy", "auto", "--where", "p = 'part1'"])
+    assert code != 0 and "policy='auto' chooses partitions itself" in m["error"]

@@ -84,7 +84,7 @@ def _live(path: Path) -> dict[str, dict]:
 def test_clusters_measurably_and_incrementally(tmp_path: Path, spark) -> None:
     t = ClusteredTable(tmp_path / "t", files=24, rows=400)
     rows = rows_deltars(t.path)
-    m = optimize(t.path, "--max-file-size", "20000")
+    m = optimize(t.path, "--target-file-size", "20000")
     assert m["status"] == "committed" and m["numRemovedFiles"] == 24 and m["numAddedFiles"] >= 4, m
     before, after = m["clusteringQualityBefore"], m["clusteringQualityAfter"]
     assert set(before) == {"x", "y"} and before["x"] > 10
@@ -102,28 +102,28 @@ def test_clusters_measurably_and_incrementally(tmp_path: Path, spark) -> None:
     assert json.loads(info["commitInfo"]["operationParameters"]["clusterBy"]) == ["x", "y"]
 
     # a rerun right after: one ZCube, nothing unclustered -> nothing to do
-    assert optimize(t.path, "--max-file-size", "20000")["status"] == "skipped"
+    assert optimize(t.path, "--target-file-size", "20000")["status"] == "skipped"
 
     # appended files are clustered into a new ZCube; a finished ZCube (here: at least 1 byte) stays
     first_cube = set(live)
     appended = t.append(files=6, rows=400)
     rows = rows_deltars(t.path)
-    m = optimize(t.path, "--max-file-size", "20000", "--min-cube-size", "1")
+    m = optimize(t.path, "--target-file-size", "20000", "--min-cube-size", "1")
     assert m["status"] == "committed" and m["numRemovedFiles"] == 6, m
     live = _live(t.path)
     assert first_cube <= set(live) and not set(appended) & set(live)
     assert len({a["tags"]["ZCUBE_ID"] for a in live.values()}) == 2
     assert rows_deltars(t.path) == rows
-    assert optimize(t.path, "--max-file-size", "20000", "--min-cube-size", "1")["status"] == "skipped"
+    assert optimize(t.path, "--target-file-size", "20000", "--min-cube-size", "1")["status"] == "skipped"
 
     # with delta-spark's default minimum cube size both small ZCubes are merged, once
-    m = optimize(t.path, "--max-file-size", "20000")
+    m = optimize(t.path, "--target-file-size", "20000")
     assert m["status"] == "committed" and m["clusteringStats"]["inputNumZCubes"] == 2, m
     assert len({a["tags"]["ZCUBE_ID"] for a in _live(t.path).values()}) == 1
-    assert optimize(t.path, "--max-file-size", "20000")["status"] == "skipped"
+    assert optimize(t.path, "--target-file-size", "20000")["status"] == "skipped"
     # --full reclusters even a finished table
     live = _live(t.path)
-    m = optimize(t.path, "--max-file-size", "20000", "--full")
+    m = optimize(t.path, "--target-file-size", "20000", "--full")
     assert m["status"] == "committed" and m["numRemovedFiles"] == len(live), m
     assert rows_deltars(t.path) == rows
 
@@ -146,7 +146,7 @@ def test_files_clustered_by_other_columns_are_left_to_full(tmp_path: Path, spark
 @pytest.mark.parametrize("args, message", [
     (["--zorder-by", "x"], "cannot Z-order a liquid-clustered table"),
     (["--where", "x > 1"], "takes no partition predicate"),
-    (["--min-file-size", "10"], "--min-cube-size"),
+    (["--min-file-size", "10"], "use min_cube_size"),
 ])
 def test_refused_options_change_nothing(args: list[str], message: str, tmp_path: Path) -> None:
     t = ClusteredTable(tmp_path / "t", files=3, rows=10)

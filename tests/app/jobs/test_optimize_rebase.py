@@ -344,7 +344,7 @@ def test_random_interleavings_of_writers_and_bins(tmp_path_factory, rounds, layo
        predelete=st.lists(st.integers(0, 80), max_size=10),
        layout=st.sampled_from([["--bins-per-commit", "0"], ["--bins-per-commit", "1"], []]))
 def test_random_interleavings_with_zorder(tmp_path_factory, spark, rounds, row_tracking, predelete, layout) -> None:
-    interleave(tmp_path_factory.mktemp("t"), rounds, ["--zorder-by", "v", "--max-file-size", "900", *layout],
+    interleave(tmp_path_factory.mktemp("t"), rounds, ["--zorder-by", "v", "--target-file-size", "900", *layout],
                row_tracking, predelete, spark=True)
 
 
@@ -396,7 +396,7 @@ def test_zorder_rebase(tmp_path: Path, spark, row_tracking: bool) -> None:
             table.delete(victims)
 
     with before_commit(writer):  # rewritten at once, and with the row maps a rebase needs
-        code, m = cli.run(["optimize", str(table.path), "--json", "--zorder-by", "v,id", "--max-file-size", "1500",
+        code, m = cli.run(["optimize", str(table.path), "--json", "--zorder-by", "v,id", "--target-file-size", "1500",
                            "--bins-per-commit", "0"])
     assert code == 0, m.get("error")
     assert m["status"] == "committed" and m["numBinsRebased"] == 2, m
@@ -416,7 +416,7 @@ def test_a_quiet_zorder_drops_a_bin_its_writer_deleted_from_and_loses_no_row(tmp
             table.delete(victims)
 
     with before_commit(writer):
-        code, m = cli.run(["optimize", str(table.path), "--json", "--zorder-by", "v,id", "--max-file-size", "1500"])
+        code, m = cli.run(["optimize", str(table.path), "--json", "--zorder-by", "v,id", "--target-file-size", "1500"])
     assert code == 0, m.get("error")
     assert m["rewritePath"] == "quiet" and m["status"] == "committed"
     assert [d["partition"] for d in m["droppedBins"]] == ["p=a"]

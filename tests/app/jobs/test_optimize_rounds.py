@@ -90,7 +90,7 @@ def test_auto_and_purge_in_rounds(tmp_path, monkeypatch):
     table = _table(tmp_path / "t")
     whole, rounds = _copy(table, tmp_path / "whole"), _copy(table, tmp_path / "rounds")
     used = _spy(monkeypatch)
-    for args in (["--purge"], ["--auto", "--all-partitions", "--min-num-files", "5", "--max-partitions", "2"]):
+    for args in (["--purge"], ["--policy", "auto", "--all-partitions", "--min-num-files", "5", "--max-partitions", "2"]):
         monkeypatch.setenv(STREAM_MIN_FILES_ENV, str(10**12))
         a = optimize_local(whole.path, *args)
         monkeypatch.setenv(STREAM_MIN_FILES_ENV, "0")
@@ -221,11 +221,11 @@ def read_table_rows(path: Path) -> list[tuple]:
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--batch-bytes", "0"], "batch bytes must be positive, got 0"),
-    (["--max-concurrent-bins", "0"], "max concurrent bins must be positive, got 0"),
-    (["--lease-seconds", "-1"], "lease seconds must be 0 (no reservation) or positive, got -1"),
-    (["--wait-for-writer", "-2"], "wait for writer must not be negative, got -2.0"),
-    (["--bins-per-commit", "-1"], "bins per commit must be 0 (one commit per batch) or positive, got -1"),
+    (["--batch-bytes", "0"], "batch_bytes must be positive, got 0"),
+    (["--max-concurrent-bins", "0"], "max_concurrent_bins must be positive, got 0"),
+    (["--lease-seconds", "-1"], "lease_seconds must be 0 (no reservation) or positive, got -1"),
+    (["--wait-for-writer", "-2"], "wait_for_writer must not be negative, got -2.0"),
+    (["--bins-per-commit", "-1"], "bins_per_commit must be 0 (one commit per batch) or positive, got -1"),
 ])
 def test_bad_run_options_are_refused_before_the_table_is_read(tmp_path, monkeypatch, args, message):
     table = _table(tmp_path / "t")

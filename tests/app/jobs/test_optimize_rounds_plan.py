@@ -26,13 +26,13 @@ from tests.delta.log.test_state_stream import NOW, histories, write_history
 
 OPTIONS = [
     {},
-    {"min_file_size": 100, "max_file_size": 1_000},
-    {"min_file_size": 1_000, "max_file_size": 1_200, "dv_ratio": 0.0},
+    {"min_file_size": 100, "target_file_size": 1_000},
+    {"min_file_size": 1_000, "target_file_size": 1_200, "dv_ratio": 0.0},
     {"purge": True},
-    {"auto": True, "min_num_files": 2, "max_partitions": 2},
-    {"auto": True, "all_partitions": True, "min_num_files": 1},
+    {"policy": "auto", "min_num_files": 2, "max_partitions": 2},
+    {"policy": "auto", "all_partitions": True, "min_num_files": 1},
     {"zorder_by": "id"},
-    {"predicate": "p = 'a' OR p IS NULL"},
+    {"where": "p = 'a' OR p IS NULL"},
     {"min_file_age": 3600.0},
     {"skip_recent_partitions": 2},
 ]
@@ -203,7 +203,7 @@ CLUSTER_OPTIONS = [
     {"target_cube_size": 60, "min_cube_size": 10**9},
     {"full": True, "target_cube_size": 200},
     {"target_cube_size": 500, "min_file_age": 3600.0},
-    {"auto": True, "min_num_files": 1, "target_cube_size": 100},
+    {"policy": "auto", "min_num_files": 1, "target_cube_size": 100},
 ]
 
 

@@ -86,6 +86,6 @@ def test_bad_combinations_are_refused(tmp_path: Path) -> None:
     t = Partitioned(tmp_path / "t")
     t.add("a", 2)
     for args, message in ((["--target-files", "0"], "must be positive"),
-                          (["--target-files", "2", "--zorder-by", "id"], "takes no --zorder-by")):
+                          (["--target-files", "2", "--zorder-by", "id"], "takes no zorder_by")):
         code, m = cli.run(["optimize", str(t.path), "--json", *args])
         assert code != 0 and message in m["error"], m

@@ -22,7 +22,7 @@ from airflow_delta_maint.delta.log.snapshot import Snapshot
 def _spec(path: Path) -> RewriteSpec:
     write_deltalake(str(path), pa.table({"id": pa.array([0], pa.int64()), "v": pa.array([0.0])}))
     snap = Snapshot.load(str(path))
-    return RewriteSpec(snap.storage, snap.metadata.to_action(), target_file_bytes=1 << 30)
+    return RewriteSpec(snap.storage, snap.metadata.to_action(), target_file_size=1 << 30)
 
 
 def _records(n: int, seed: int) -> tuple[zorder._Layout, list[tuple[int, bytes]], np.ndarray]:

@@ -105,7 +105,7 @@ def test_zorder_through_dataframes_writes_what_the_rdd_shuffle_writes(spark, mon
         shutil.copytree(source, path)
         before = rows_deltars(path)
         use_shuffle(monkeypatch, kind)
-        code, m = cli.run(["optimize", str(path), "--json", "--max-file-size", "60000", *args])
+        code, m = cli.run(["optimize", str(path), "--json", "--target-file-size", "60000", *args])
         assert code == 0 and m["status"] == "committed" and m["numAddedFiles"] >= 2, m
         assert rows_deltars(path) == before
         outputs[kind] = (_files_as_rows(path), m["numAddedFiles"], m["numRemovedFiles"])
@@ -121,7 +121,7 @@ def test_liquid_clustering_through_dataframes_writes_what_the_rdd_shuffle_writes
         shutil.copytree(source, path)
         before = rows_deltars(path)
         use_shuffle(monkeypatch, kind)
-        code, m = cli.run(["optimize", str(path), "--json", "--max-file-size", "40000", "--full"])
+        code, m = cli.run(["optimize", str(path), "--json", "--target-file-size", "40000", "--full"])
         assert code == 0 and m["status"] == "committed" and m["numAddedFiles"] >= 2, m
         assert rows_deltars(path) == before
         outputs[kind] = (_files_as_rows(path), m["numAddedFiles"])

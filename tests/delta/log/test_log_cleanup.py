@@ -17,7 +17,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from airflow_delta_maint.delta.errors import InvalidArgumentError, MissingVersionError, UnsupportedFeatureError
 from airflow_delta_maint.delta.log.checkpoint import write_checkpoint
-from airflow_delta_maint.delta.log.cleanup import cleanup_expired_log, plan_log_cleanup
+from airflow_delta_maint.delta.log.cleanup import cleanup_expired_log, plan_log_cleanup, retention_hours_of
 from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.delta.protocol.features import check_checkpoint_allowed
 from airflow_delta_maint.delta.storage.store import Storage
@@ -226,10 +226,13 @@ def test_a_short_retention_is_read_from_the_table_or_the_caller(tmp_path):
     for v in range(5):
         age(path, v, 3 if v < 4 else 0)  # three days old: within 30 days, outside 2
     assert plan_log_cleanup(Storage(str(path))).boundary is None
-    plan = plan_log_cleanup(Storage(str(path)), retention="interval 2 days")
+    plan = plan_log_cleanup(Storage(str(path)), retention_hours=48)
     assert plan.cutoff_commit == 3 and plan.boundary == 2
+    with pytest.raises(InvalidArgumentError, match="retention_hours"):
+        plan_log_cleanup(Storage(str(path)), retention_hours=-1)
+    assert retention_hours_of("interval 2 days") == 48
     with pytest.raises(InvalidArgumentError, match="log retention"):
-        plan_log_cleanup(Storage(str(path)), retention="soon")
+        retention_hours_of("soon")
 
 
 def test_keep_versions_holds_the_boundary_at_or_before_the_oldest(tmp_path):

@@ -61,21 +61,21 @@ def opts(**params) -> ComputeStatsOptions:
 
 # -- options --------------------------------------------------------------------------------------
 def test_options_are_typed_and_checked():
-    o = opts(predicate=" part = 'a' ", columns="id, nested.a,`odd,name`", dry_run="true", max_files="5",
+    o = opts(where=" part = 'a' ", columns="id, nested.a,`odd,name`", dry_run="true", max_files="5",
              engine="ignored")
-    assert o == ComputeStatsOptions(predicate="part = 'a'", columns=("id", "nested.a", "`odd,name`"), dry_run=True,
+    assert o == ComputeStatsOptions(where="part = 'a'", columns=("id", "nested.a", "`odd,name`"), dry_run=True,
                                     max_files=5)
     assert opts(columns=["id", " s "]).columns == ("id", "s")
-    assert opts() == ComputeStatsOptions() and opts(predicate="", columns="", max_files=None).predicate is None
+    assert opts() == ComputeStatsOptions() and opts(where="", columns="", max_files=None).where is None
 
 
 @pytest.mark.parametrize("params, message", [
-    ({"max_files": 0}, "max files must be at least 1, got 0"),
+    ({"max_files": 0}, "max_files must be at least 1, got 0"),
     ({"max_files": -3}, "at least 1"),
-    ({"max_files": "many"}, "max files must be a whole number, got 'many'"),
+    ({"max_files": "many"}, "max_files must be a whole number, got 'many'"),
     ({"max_files": 1.5}, "whole number"),
-    ({"predicate": "part = "}, "predicate"),
-    ({"predicate": 5}, "predicate must be text"),
+    ({"where": "part = "}, "predicate"),
+    ({"where": 5}, "where must be text"),
     ({"columns": "a,`b"}, "back-quote"),
     ({"columns": 7}, "columns must be text or a list"),
 ])
@@ -130,7 +130,7 @@ def test_plan_selects_files_without_statistics_and_respects_where_and_max_files(
     assert one == {k: v for k, v in live.items() if v is not None and k != "dataChange"}
     assert [c.name for c in plan.columns] == ["id", "s", "flag", "nested.a", "nested.b"]
 
-    where = plan_compute_stats(snap, opts(predicate="part = 'a'"))
+    where = plan_compute_stats(snap, opts(where="part = 'a'"))
     assert (where.num_files_considered, where.num_files_without_stats, len(where.files)) == (3, 1, 1)
     assert where.files[0]["partitionValues"] == {"part": "a"}
 
@@ -186,11 +186,11 @@ def test_a_refused_feature_names_itself_and_why(tmp_path):
 def test_nothing_to_do_says_why_or_stops_at_the_first_file_that_needs_statistics(tmp_path):
     path = make_table(tmp_path / "t")
     assert nothing_to_do(str(path), None, opts()) == "all 6 live files have statistics of the 5 covered columns"
-    assert nothing_to_do(str(path), None, opts(predicate="part = 'b'")) == \
+    assert nothing_to_do(str(path), None, opts(where="part = 'b'")) == \
         "all 3 live files in the partitions \"part = 'b'\" selects have statistics of the 5 covered columns"
     strip_stats(path, 2)
     assert nothing_to_do(str(path), None, opts()) is None
-    assert nothing_to_do(str(path), None, opts(predicate="part = 'zz'")) is not None
+    assert nothing_to_do(str(path), None, opts(where="part = 'zz'")) is not None
 
 
 # -- committing a re-added file -------------------------------------------------------------------

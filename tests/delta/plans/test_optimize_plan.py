@@ -54,11 +54,11 @@ def pv(year: int | None, p: str | None) -> dict:
 def test_bin_packing_per_partition(tmp_path: Path) -> None:
     files = [(pv(2024, "a"), s) for s in (10, 20, 30, 40, 500)] + [(pv(2024, "b"), 15)] + \
             [(pv(2025, "a"), s) for s in (60, 70)]
-    plan = plan_optimize(make_log(tmp_path, files), min_file_size=100, max_file_size=65)
+    plan = plan_optimize(make_log(tmp_path, files), min_file_size=100, target_file_size=65)
     bins = [(b.partition_values["year"], b.partition_values["p"], [f["size"] for f in b.files]) for b in plan.bins]
     # sorted by size, packed up to 65 bytes; the 500-byte file is not small; single-file bins dropped
     assert bins == [("2024", "a", [10, 20, 30])]
-    plan = plan_optimize(make_log(tmp_path / "2", files), min_file_size=100, max_file_size=200)
+    plan = plan_optimize(make_log(tmp_path / "2", files), min_file_size=100, target_file_size=200)
     bins = [(b.partition_values["year"], [f["size"] for f in b.files]) for b in plan.bins]
     assert bins == [("2024", [10, 20, 30, 40]), ("2025", [60, 70])]
     assert plan.num_candidate_files == 7 and plan.num_table_files == 8
@@ -78,12 +78,12 @@ def test_deletion_vectors(tmp_path: Path) -> None:
     files = [(pv(1, "a"), 1000), (pv(1, "b"), 1000), (pv(1, "c"), 10)]
     # a large file is rewritten alone when its DV deletes more than dv_ratio of its rows
     snap = make_log(tmp_path, files, dvs={0: (100, 50), 1: (100, 1), 2: (100, 1)})
-    plan = plan_optimize(snap, min_file_size=100, max_file_size=10_000)
+    plan = plan_optimize(snap, min_file_size=100, target_file_size=10_000)
     assert [b.files[0]["path"] for b in plan.bins] == ["f0000.parquet", "f0002.parquet"]
     assert sum(b.num_dvs for b in plan.bins) == 2
-    plan = plan_optimize(snap, min_file_size=100, max_file_size=10_000, dv_ratio=0.0)
+    plan = plan_optimize(snap, min_file_size=100, target_file_size=10_000, dv_ratio=0.0)
     assert len(plan.bins) == 3
-    with pytest.raises(InvalidArgumentError, match="dv ratio"):
+    with pytest.raises(InvalidArgumentError, match="dv_ratio"):
         plan_optimize(snap, dv_ratio=-0.1)
 
 
@@ -110,7 +110,7 @@ def test_partition_predicates_are_typed(tmp_path: Path) -> None:
 def test_zorder_groups_every_file_of_a_partition(tmp_path: Path) -> None:
     files = [(pv(1, "a"), s) for s in (10, 5000, 20)] + [(pv(2, "a"), 7)]
     snap = make_log(tmp_path, files)
-    plan = plan_optimize(snap, zorder_by=["x", "ID"], max_file_size=2000)
+    plan = plan_optimize(snap, zorder_by=["x", "ID"], target_file_size=2000)
     assert [len(b.files) for b in plan.bins] == [3, 1]
     assert plan.zorder_by == ["x", "id"] and plan.predicted_output_files() == 3 + 1
     for columns, message in ((["year"], "partition column"), (["nope"], "nope"), (["x", "X"], "repeat")):
@@ -144,7 +144,7 @@ def test_size_percentiles() -> None:
 def test_bin_packing_properties(tmp_path_factory, files, min_size, max_size) -> None:
     path = tmp_path_factory.mktemp("plan")
     snap = make_log(path, [({"year": "1", "p": p}, s) for p, s in files])
-    plan = plan_optimize(snap, min_file_size=min_size, max_file_size=max_size)
+    plan = plan_optimize(snap, min_file_size=min_size, target_file_size=max_size)
     seen = [f["path"] for b in plan.bins for f in b.files]
     assert len(seen) == len(set(seen))  # no file in two bins
     for b in plan.bins:

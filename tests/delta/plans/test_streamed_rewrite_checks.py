@@ -97,8 +97,8 @@ CLUSTERED_OPTIONS = [
     {"full": True},
     {"min_cube_size": 50},
     {"min_cube_size": 200, "target_cube_size": 10},
-    {"auto": True, "min_num_files": 1},
-    {"auto": True, "min_num_files": 4, "min_cube_size": 50},
+    {"policy": "auto", "min_num_files": 1},
+    {"policy": "auto", "min_num_files": 4, "min_cube_size": 50},
     {"min_file_age": 3600, "min_cube_size": 100},
     {"skip_recent_partitions": 2},
     {"min_cube_size": -1},
@@ -175,10 +175,10 @@ def widened_histories(draw):
 
 WIDENED_OPTIONS = [
     {"rewrite_type_widened": True},
-    {"rewrite_type_widened": True, "predicate": "p = 'a'"},
+    {"rewrite_type_widened": True, "where": "p = 'a'"},
     {"rewrite_type_widened": True, "min_file_age": 3600},
     {"rewrite_type_widened": True, "skip_recent_partitions": 2},
-    {"rewrite_type_widened": True, "auto": True},
+    {"rewrite_type_widened": True, "policy": "auto"},
 ]
 
 

@@ -94,7 +94,7 @@ def test_shorter_retention_is_refused_unless_check_is_off():
     week = DEFAULT_RETENTION_MS
     assert check_retention(None, week) == week
     assert check_retention(200, week) == 200 * HOUR_MS
-    with pytest.raises(InvalidArgumentError, match=r"1 hour is shorter than .*168 hours.*ignore-retention-check"):
+    with pytest.raises(InvalidArgumentError, match=r"1 hour is shorter than .*168 hours.*ignore_retention_check"):
         check_retention(1, week)
     assert check_retention(1, week, ignore_retention_check=True) == HOUR_MS
     assert check_retention(0, week, ignore_retention_check=True) == 0

@@ -147,8 +147,7 @@ def test_native_optimize_says_why_and_that_delta_spark_honours_it(readers, write
         check_supported(p, "optimize", meta(**configuration))
     message = str(exc.value)
     assert why in message and message.endswith(
-        "; delta-spark's OPTIMIZE does: run it with engine='delta-spark' "
-        "(--engine delta-spark)"), message
+        "; delta-spark's OPTIMIZE does: run it with engine='delta-spark'"), message
     check_supported(p, Operation.OPTIMIZE_BY_DELTA_SPARK, meta(**configuration))
 
 

@@ -1,0 +1,23 @@
+"""The command line's flags that are not a job's options, each written here once: the parsers declare them with
+these names, the docs name them, and the Airflow hook builds the application's arguments with them. A job's own
+options have their flags from their declarations (:mod:`.job_definitions`). Imports nothing, so the Airflow side
+may import it."""
+
+from __future__ import annotations
+
+__all__ = ["CATALOG", "CATALOG_OPTION", "HISTORY_URI", "JSON", "METRICS_OUT", "STORAGE_OPTION", "TABLE_NAME"]
+
+#: print the metrics as one JSON object
+JSON = "--json"
+#: also write the metrics JSON to this URI
+METRICS_OUT = "--metrics-out"
+#: an object-store option ``K=V`` (repeatable)
+STORAGE_OPTION = "--storage-option"
+#: the maintenance history table a run is appended to
+HISTORY_URI = "--history-uri"
+#: the table by its name in a catalog, instead of a path or URI
+TABLE_NAME = "--table-name"
+#: the catalog a table name is in
+CATALOG = "--catalog"
+#: a catalog setting ``K=V`` (repeatable)
+CATALOG_OPTION = "--catalog-option"

@@ -177,7 +177,7 @@ def run_night(policy: str, root: Path, tables: list[LakeTable], history: str,
     from airflow_delta_maint.app.fleet import decide, merge, run_fleet
     from airflow_delta_maint.app.lake_cli import record_known
     from airflow_delta_maint.app.lake_plan import budgeted, lake_history
-    from airflow_delta_maint.delta.plans.lake_budget import Budget
+    from airflow_delta_maint.delta.health.lake_budget import Budget
 
     spec = _spec(root, tables, history)
     started = time.process_time()

@@ -50,7 +50,7 @@ def test_every_command_line_flag_is_documented():
     parser = build_parser()
     (subparsers,) = [a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction"]
     common = rows(section("Every job (`delta-maint JOB TABLE`)"))
-    assert set(subparsers.choices) == {*JOB_MODULES, "fleet", "report"}
+    assert set(subparsers.choices) == {*JOB_MODULES, "fleet", "report", "plan-lake"}
     missing = []
     for name, sub in subparsers.choices.items():
         own = rows(section(f"`delta-maint {name}`"))

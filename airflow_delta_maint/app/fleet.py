@@ -99,7 +99,7 @@ def run_budget(raw: Any) -> dict[str, float] | None:
     """The limits a run keeps of a budget (checked: one clear error for a bad one), or None."""
     if not raw:
         return None
-    from airflow_delta_maint.delta.plans.lake_budget import Budget
+    from airflow_delta_maint.delta.health.lake_budget import Budget
 
     budget = Budget.from_mapping(raw)
     kept = {"cpu_s": budget.cpu_s, "deadline_s": budget.deadline_s}

@@ -70,7 +70,7 @@ def _spec(args: argparse.Namespace) -> Any:
 
 def run_plan_lake(args: argparse.Namespace, *, quiet: bool = False) -> tuple[int, dict[str, Any]]:
     """Plan the night (and run it unless ``--dry-run``); exit code 0, or 2 for bad input or a failed table."""
-    from airflow_delta_maint.delta.plans.lake_budget import Budget
+    from airflow_delta_maint.delta.health.lake_budget import Budget
 
     from .fleet import decide, merge, run_fleet
     from .lake_plan import budgeted, lake_history

@@ -2,7 +2,7 @@
 
 After :func:`~airflow_delta_maint.app.fleet.decide` (each job's cheap check), every table with work is read once
 more, streamed, for the aggregates the estimates take (:func:`~airflow_delta_maint.app.jobs.inspect.estimate_inputs`;
-no data file, no Spark). The core's :func:`~airflow_delta_maint.delta.plans.lake_budget.plan_lake` chooses; the
+no data file, no Spark). The core's :func:`~airflow_delta_maint.delta.health.lake_budget.plan_lake` chooses; the
 jobs it defers become "skipped" results that say why and what they would have cost, and the nights a job has
 waited come from the maintenance history (its deferred records).
 """
@@ -21,7 +21,7 @@ from typing import Any
 from airflow_delta_maint.delta.errors import DeltaError, TableNotFoundError
 from airflow_delta_maint.delta.health.cost_model import CostModel
 from airflow_delta_maint.delta.health.estimates import EstimateInputs
-from airflow_delta_maint.delta.plans.lake_budget import Budget, Candidate, LakePlan, Planned, plan_lake
+from airflow_delta_maint.delta.health.lake_budget import Budget, Candidate, LakePlan, Planned, plan_lake
 from airflow_delta_maint.delta.storage.store import Storage
 
 from .execution import parse_job_args

@@ -18,7 +18,7 @@ from airflow_delta_maint.app.job_definitions.definition import NATIVE
 from airflow_delta_maint.app.fleet import Decision, FleetJob, FleetSpec, FleetTable, decide, merge, run_fleet
 from airflow_delta_maint.app.lake_plan import budgeted, lake_history
 from airflow_delta_maint.delta.errors import DeltaError
-from airflow_delta_maint.delta.plans.lake_budget import Budget
+from airflow_delta_maint.delta.health.lake_budget import Budget
 from airflow_delta_maint.hooks.catalogs import CatalogError, ResolvedTable
 from airflow_delta_maint.hooks.catalogs.table_target import (
     check_catalog_allows,

@@ -6,7 +6,7 @@ import pytest
 
 from airflow_delta_maint.delta.errors import InvalidArgumentError
 from airflow_delta_maint.delta.health.estimates import Cost, Estimate, Gain
-from airflow_delta_maint.delta.plans.lake_budget import (STARVATION_NIGHTS, Budget, Candidate, gain_value,
+from airflow_delta_maint.delta.health.lake_budget import (STARVATION_NIGHTS, Budget, Candidate, gain_value,
                                                          plan_lake)
 
 

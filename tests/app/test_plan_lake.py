@@ -15,7 +15,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from airflow_delta_maint.app import cli
 from airflow_delta_maint.delta.health.run_log import read_runs
-from airflow_delta_maint.delta.plans.lake_budget import STARVATION_NIGHTS
+from airflow_delta_maint.delta.health.lake_budget import STARVATION_NIGHTS
 
 
 def lake(root: Path, appends: dict[str, int]) -> list[str]:

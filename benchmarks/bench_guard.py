@@ -20,6 +20,11 @@ under ``benchmarks/out/guard/``; the first run builds them, a few minutes more).
   files (``DeltaTable`` + ``get_add_actions``). Each a fresh process, timed after its imports.
 - ``checkpoint_1m``: writing a checkpoint of that log (ours in this process, the large-table path:
   Spark tasks write the parts); delta-rs ``create_checkpoint`` in a fresh process, after its import.
+- ``s3_vacuum_full``, ``s3_optimize``, ``s3_worker_check_100k``: on S3 (moto) behind 20 ms a request
+  (``bench_store_latency.py``, whose servers start once for the guard): a full VACUUM of 20,000 objects
+  (10,000 orphans), our whole ``delta-maint vacuum`` process against delta-rs's; the OPTIMIZE table above
+  (ours on the warm session); the worker's OPTIMIZE check of a 100,000-file log (one round unless
+  ``--repeat-s3-check``: delta-rs reads its 1,000 commits one after the other, a minute).
 
 Every run works on a fresh copy synced to disk (OPTIMIZE's data files hard-linked, the log copied;
 VACUUM's table copied whole, so that its deletes free what they delete; ``vacuum_full_with_start``
@@ -62,9 +67,14 @@ FILES_PER_PARTITION = 100
 #: the OPTIMIZE table's source: ``optimize`` (800 files), or ``optimize-<files per partition>``
 OPTIMIZE_SOURCE = ["optimize"]
 MEASURES = ("optimize", "optimize_with_start", "zorder", "zorder_with_start", "vacuum_full",
-            "vacuum_full_with_start", "worker_check_1m", "checkpoint_1m")
+            "vacuum_full_with_start", "worker_check_1m", "checkpoint_1m", "s3_vacuum_full", "s3_optimize",
+            "s3_worker_check_100k")
 #: the goals against delta-rs (ours ÷ delta-rs), where one is set
-GOALS = {"optimize": 0.6, "zorder": 0.45, "vacuum_full": 0.6}
+GOALS = {"optimize": 0.6, "zorder": 0.45, "vacuum_full": 0.6, "s3_vacuum_full": 0.5, "s3_optimize": 0.8,
+         "s3_worker_check_100k": 0.5}
+#: the S3 measures and the job of ``bench_store_latency`` that measures each
+S3_JOBS = {"s3_vacuum_full": "vacuum", "s3_optimize": "optimize", "s3_worker_check_100k": "worker_check"}
+S3_LATENCY_MS = 20
 DELTA_MAINT = str(Path(sys.executable).with_name("delta-maint"))
 
 
@@ -212,6 +222,29 @@ def checkpoint_round(results: dict[str, list[tuple[float, float]]]) -> None:
     print(f"checkpoint_1m: ours {ours:.2f} s, delta-rs {rs_in:.2f} s", flush=True)
 
 
+_S3_BENCH: list = []
+
+
+def s3_round(results: dict[str, list[tuple[float, float]]], key: str) -> None:
+    """One round of an S3 measure behind the latency proxy (the servers start on first use)."""
+    if not _S3_BENCH:
+        from benchmarks.bench_store_latency import Bench
+
+        _S3_BENCH.append(Bench(S3_LATENCY_MS))
+    ours, rs = _S3_BENCH[0].round(S3_JOBS[key])
+    results.setdefault(key, []).append((ours, rs))
+
+
+@contextlib.contextmanager
+def s3_servers() -> Iterator[None]:
+    """Stop the S3 measures' servers (by their process ids) at the end, whatever happened."""
+    try:
+        yield
+    finally:
+        while _S3_BENCH:
+            _S3_BENCH.pop().stop()
+
+
 # -- the record --------------------------------------------------------------------------------------
 _ROW = re.compile(r"^\| `(\w+)` \|[^|]*\|[^|]*\| \*?\*?([0-9.]+)\*?\*? \|")
 
@@ -297,8 +330,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--confirm", type=int, default=2,
                         help="more rounds of a job whose ratio looks more than the tolerance worse, before failing")
     parser.add_argument("--repeat-zorder", type=int, default=1)
+    parser.add_argument("--repeat-s3-check", type=int, default=1, help="rounds of s3_worker_check_100k")
     parser.add_argument("--only", nargs="+", choices=("optimize", "zorder", "vacuum_full", "worker_check_1m",
-                                                      "checkpoint_1m"))
+                                                      "checkpoint_1m", *S3_JOBS))
     parser.add_argument("--tolerance", type=float, default=0.15)
     parser.add_argument("--files-per-partition", type=int, default=FILES_PER_PARTITION,
                         help="OPTIMIZE's and Z-order's table: this many files in each of 8 partitions (250: the "
@@ -309,23 +343,29 @@ def main(argv: list[str] | None = None) -> int:
     import logging
 
     logging.basicConfig(level=logging.WARNING)
-    wanted = set(args.only or ("optimize", "zorder", "vacuum_full", "worker_check_1m", "checkpoint_1m"))
+    wanted = set(args.only or ("optimize", "zorder", "vacuum_full", "worker_check_1m", "checkpoint_1m", *S3_JOBS))
     if args.files_per_partition != FILES_PER_PARTITION:
         OPTIMIZE_SOURCE[0] = f"optimize-{args.files_per_partition}"
     for name in ("optimize", "vacuum_full", "log_1m"):  # built before the clock runs
         if name == "optimize":
             name = OPTIMIZE_SOURCE[0]
-        if (name.startswith("optimize") and wanted & {"optimize", "zorder"}) or (name == "vacuum_full" and "vacuum_full" in wanted) \
+        if (name.startswith("optimize") and wanted & {"optimize", "zorder", "s3_optimize"}) or (name == "vacuum_full" and "vacuum_full" in wanted) \
                 or (name == "log_1m" and wanted & {"worker_check_1m", "checkpoint_1m"}):
             source(name)
+    if "s3_optimize" in wanted:
+        source("optimize")
+    if "s3_worker_check_100k" in wanted:
+        from benchmarks.bench_store_latency import worker_check_log
+
+        worker_check_log()
     started = time.perf_counter()
     results: dict[str, list[tuple[float, float]]] = {}
-    with machine_lock():
+    with machine_lock(), s3_servers():
         from airflow_delta_maint.app.spark_session import get_spark
 
         spark = get_spark("local[2]", "bench-guard")
         spark.range(1).count()
-        if wanted & {"optimize", "zorder", "vacuum_full", "checkpoint_1m"}:  # the Python workers start here
+        if wanted & {"optimize", "zorder", "vacuum_full", "checkpoint_1m", "s3_optimize"}:  # Python workers start here
             ours_in_process(["optimize", str(fresh_copy(source(OPTIMIZE_SOURCE[0]), "warm")), "--max-file-size",
                              str(TARGET)])
         steps: list[tuple[str, int, Callable[[], None]]] = [
@@ -337,6 +377,9 @@ def main(argv: list[str] | None = None) -> int:
             ("vacuum_full", args.repeat, lambda: vacuum_round(results, with_start[0])),
             ("worker_check_1m", args.repeat, lambda: worker_check_round(results)),
             ("checkpoint_1m", args.repeat, lambda: checkpoint_round(results)),
+            ("s3_vacuum_full", args.repeat, lambda: s3_round(results, "s3_vacuum_full")),
+            ("s3_optimize", args.repeat, lambda: s3_round(results, "s3_optimize")),
+            ("s3_worker_check_100k", args.repeat_s3_check, lambda: s3_round(results, "s3_worker_check_100k")),
         ]
         baseline = recorded() if args.files_per_partition == FILES_PER_PARTITION else {}
         with_start = [True]  # VACUUM's whole task: in the first round (and in confirmations) only

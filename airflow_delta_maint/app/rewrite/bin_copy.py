@@ -31,7 +31,8 @@ from airflow_delta_maint.delta.storage.stream_write import open_stream
 
 from . import data_files
 from .copy_choice import CopyChoice, choose_copies, input_source, table_reason
-from .data_files import PREFETCH, RewriteSpec, output_dir, output_name, read_data_file
+from .data_files import (RewriteSpec, file_size, output_dir, output_name, read_ahead_room, read_ahead_threads,
+                         read_data_file)
 from .rewrite_counts import RewriteCounts
 
 __all__ = ["BinRewrite", "rewrite_bin"]
@@ -111,12 +112,13 @@ def _compressed(writer: RowGroupCopyWriter, first: int) -> int:
 def _inputs(spec: RewriteSpec, adds: list[dict], footers: list[Footer | None]
             ) -> Iterator[tuple[dict, Footer | None, pa.Table | None]]:
     """The bin's inputs in order: (add, footer, None) to copy, (add, None, live rows) to re-encode,
-    the re-encoded ones read ahead (up to PREFETCH at once)."""
+    the re-encoded ones read ahead (see :func:`~.data_files.read_ahead_room`)."""
     order = [i for i, f in enumerate(footers) if f is None]
-    with ThreadPoolExecutor(max_workers=PREFETCH) as pool:
+    storage = spec.storage
+    with ThreadPoolExecutor(max_workers=read_ahead_threads(storage)) as pool:
         pending: dict[int, Future] = {}
         for i, add in enumerate(adds):
-            while order and len(pending) < PREFETCH:
+            while order and read_ahead_room(storage, [file_size(adds[j]) for j in pending], file_size(adds[order[0]])):
                 j = order.pop(0)
                 pending[j] = pool.submit(read_data_file, spec, adds[j])
             footer = footers[i]

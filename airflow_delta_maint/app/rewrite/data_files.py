@@ -32,6 +32,29 @@ from airflow_delta_maint.delta.protocol.stats import StatsCollector, stats_json
 from airflow_delta_maint.delta.storage.store import Storage
 
 PREFETCH = 2
+#: on an object store, where each read waits 10-50 ms before its first byte, up to this many input files are read
+#: ahead of the one being written while their bytes stay within REMOTE_PREFETCH_BYTES (and always PREFETCH)
+REMOTE_PREFETCH = 8
+REMOTE_PREFETCH_BYTES = 32 << 20
+
+
+def read_ahead_room(storage: Storage, in_flight: list[int], size: int) -> bool:
+    """Whether one more input file of ``size`` bytes may be read ahead while files of ``in_flight`` bytes are
+    read and waiting: PREFETCH files on local disk; on an object store up to REMOTE_PREFETCH files within
+    REMOTE_PREFETCH_BYTES, never fewer than PREFETCH."""
+    if len(in_flight) < PREFETCH:
+        return True
+    return not storage.is_local and len(in_flight) < REMOTE_PREFETCH and \
+        sum(in_flight) + size <= REMOTE_PREFETCH_BYTES
+
+
+def read_ahead_threads(storage: Storage) -> int:
+    """Threads that read a rewrite's inputs ahead (see :func:`read_ahead_room`)."""
+    return PREFETCH if storage.is_local else REMOTE_PREFETCH
+
+
+def file_size(add: dict) -> int:
+    return int(add.get("size") or 0)
 
 
 @dataclass
@@ -205,19 +228,25 @@ def materialize_row_tracking(rt: RowTracking, table: pa.Table, add: dict) -> pa.
 
 
 def iter_files(spec: RewriteSpec, adds: list[dict], columns: list[str] | None = None) -> Iterator[pa.Table]:
-    """Read files in order, keeping up to PREFETCH reads in flight (I/O overlaps writing)."""
-    with ThreadPoolExecutor(max_workers=PREFETCH) as pool:
+    """Read files in order, keeping reads in flight (I/O overlaps writing; see :func:`read_ahead_room`)."""
+    storage = spec.storage
+    with ThreadPoolExecutor(max_workers=read_ahead_threads(storage)) as pool:
         pending: list[Future] = []
-        it = iter(adds)
-        for add in it:
-            pending.append(pool.submit(read_data_file, spec, add, columns))
-            if len(pending) >= PREFETCH:
-                break
+        sizes: list[int] = []
+        nxt = 0
+
+        def fill() -> None:
+            nonlocal nxt
+            while nxt < len(adds) and read_ahead_room(storage, sizes, file_size(adds[nxt])):
+                pending.append(pool.submit(read_data_file, spec, adds[nxt], columns))
+                sizes.append(file_size(adds[nxt]))
+                nxt += 1
+
+        fill()
         while pending:
             table = pending.pop(0).result()
-            nxt = next(it, None)
-            if nxt is not None:
-                pending.append(pool.submit(read_data_file, spec, nxt, columns))
+            sizes.pop(0)
+            fill()
             yield table
 
 

@@ -15,10 +15,13 @@ checkpoint is written with live in :mod:`.checkpoint_schema`.
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import os
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 from urllib.parse import unquote
 
 import numpy as np
@@ -35,7 +38,7 @@ from airflow_delta_maint.delta.storage.store import Storage
 
 __all__ = ["BATCH_ROWS", "CHECKPOINT_COLUMNS", "CheckpointData", "OTHER_COLUMNS", "StreamFallback", "actions_table",
            "checkpoint_files", "count_actions", "dict_actions", "file_actions", "fill_stats", "flatten_actions", "has_column", "json_manifest_actions",
-           "open_checkpoint_file", "other_actions", "plain_value", "read_checkpoint", "read_log_file",
+           "open_checkpoint_file", "other_actions", "plain_value", "read_checkpoint", "read_log_file", "read_log_files",
            "read_parquet_actions", "sidecar_key", "sidecar_sizes", "valid_pieces"]
 
 
@@ -231,12 +234,49 @@ def read_log_file(storage: Storage, key: str) -> bytes:
         raise CorruptLogError(f"log file listed but missing or unreadable: {key}") from None
 
 
+#: log files an object-store reader keeps in flight ahead of the one it replays (its threads), and at most
+#: this many more read and waiting: a request costs 10-50 ms on a real store, so one after the other a
+#: thousand commits take half a minute
+LOG_READ_THREADS = 16
+LOG_READ_AHEAD = 64
+
+
+def read_log_files(storage: Storage, keys: Sequence[str]) -> Iterator[bytes]:
+    """The bytes of each log file in ``keys``, in their order (each as :func:`read_log_file`). On an object
+    store the files are read on :data:`LOG_READ_THREADS` threads up to :data:`LOG_READ_AHEAD` ahead of the one
+    taken; a failed read raises where its file is taken, as one read after the other would. Local disk is read
+    one after the other."""
+    if storage.is_local or len(keys) < 2:
+        for key in keys:
+            yield read_log_file(storage, key)
+        return
+    pool = ThreadPoolExecutor(max_workers=min(LOG_READ_THREADS, len(keys)), thread_name_prefix="log-read")
+    pending: deque[Future[bytes]] = deque()
+    ahead = iter(keys)
+    try:
+        for key in itertools.islice(ahead, LOG_READ_AHEAD):
+            pending.append(pool.submit(read_log_file, storage, key))
+        while pending:
+            data = pending.popleft().result()
+            for key in itertools.islice(ahead, 1):
+                pending.append(pool.submit(read_log_file, storage, key))
+            yield data
+    finally:  # the reader stopped early (a corrupt file, an error): reads not started are dropped
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
 #: rows per batch read from a checkpoint file; with a read buffer of ``READ_BUFFER`` bytes the
 #: pages are read and decoded as the batches need them, not a whole row group at once
 BATCH_ROWS = 16_384
 
 
 READ_BUFFER = 1 << 20
+
+#: a checkpoint file on an object store up to this size is read whole, in one request, when it is opened:
+#: read by ranges, the footer and every column chunk a scan asks for is a request of its own (69 for the
+#: 4.7 MiB part of a 100,000-file log, some 2.5 s behind 20 ms of latency); larger files are read by ranges,
+#: so memory stays bounded
+WHOLE_READ_MAX = 16 << 20
 
 
 OTHER_COLUMNS = ("metaData", "protocol", "txn", "domainMetadata", "sidecar")
@@ -260,7 +300,9 @@ def open_checkpoint_file(storage: Storage, key: str, size: int | None = None) ->
                 size = storage.head(key).size
             except FileNotFoundError:
                 raise CorruptLogError(f"log file listed but missing or unreadable: {key}") from None
-        return pq.ParquetFile(RangeReader(storage, key, size), buffer_size=READ_BUFFER, pre_buffer=False)
+        source: Any = pa.BufferReader(storage.read(key)) if size <= WHOLE_READ_MAX else \
+            RangeReader(storage, key, size)
+        return pq.ParquetFile(source, buffer_size=READ_BUFFER, pre_buffer=False)
     except MemoryError:  # pyarrow's ArrowMemoryError too: out of memory, not a corrupt file
         raise
     except (pa.ArrowException, OSError) as exc:

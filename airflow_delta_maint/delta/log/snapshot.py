@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 
 from airflow_delta_maint.delta.errors import CorruptLogError, InconsistentStateError, InvalidArgumentError, MissingVersionError
 from airflow_delta_maint.delta.log.commit_time import commit_info_time, commit_time
-from airflow_delta_maint.delta.log.checkpoint_read import CheckpointData, plain_value, read_checkpoint, read_log_file
+from airflow_delta_maint.delta.log.checkpoint_read import CheckpointData, plain_value, read_checkpoint, read_log_files
 from airflow_delta_maint.delta.log.listing import Compaction, LogSegment, build_segment, commit_key, parse_json_lines
 from airflow_delta_maint.delta.log.state_memory import state_too_large
 from airflow_delta_maint.delta.log.table_header import TableHeader
@@ -81,8 +81,8 @@ def replay_segment(storage: Storage, segment: LogSegment, base: CheckpointData, 
     open_windows: list[tuple[Compaction, Replay]] = []
     mismatches: list[dict[str, str]] = []
     commit_ts = None
-    for start, end, f in segment.replay:
-        actions = parse_json_lines(read_log_file(storage, f.key), f.key)
+    for (start, end, f), data in zip(segment.replay, read_log_files(storage, [f.key for _, _, f in segment.replay])):
+        actions = parse_json_lines(data, f.key)
         if start != end:
             problem = actions_problem(actions, root)
             if problem:

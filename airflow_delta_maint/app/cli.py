@@ -22,7 +22,7 @@ from .client_logs import quieted_client_loggers
 from .context import JobContext
 from .execution import needs_spark, uses_delta_spark
 from .fleet_cli import FLEET, add_fleet_parser, run_fleet_command
-from .common_flags import HISTORY_URI, JSON, METRICS_OUT, STORAGE_OPTION, TABLE_NAME
+from .common_flags import HISTORY_URI, JSON, METRICS_OUT, SEEN_VERSION, STORAGE_OPTION, TABLE_NAME
 from .lake_cli import PLAN_LAKE, add_lake_parser, run_plan_lake
 from .job_definitions import JOBS, JobDefinition, definition
 from .jobs import execute_job, refused
@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(HISTORY_URI, metavar="URI",
                        help="append this run to the maintenance history (a Delta table) at URI")
         # the version the submitting task's check saw: the run reports whether it planned on a newer one
-        p.add_argument("--seen-version", type=int, help=argparse.SUPPRESS)
+        p.add_argument(SEEN_VERSION, type=int, help=argparse.SUPPRESS)
         add_table_name_arguments(p, _storage_option)
         add_session_arguments(p)
         job.options.add_to(p)

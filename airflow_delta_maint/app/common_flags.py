@@ -5,7 +5,8 @@ may import it."""
 
 from __future__ import annotations
 
-__all__ = ["CATALOG", "CATALOG_OPTION", "HISTORY_URI", "JSON", "METRICS_OUT", "STORAGE_OPTION", "TABLE_NAME"]
+__all__ = ["CATALOG", "CATALOG_OPTION", "DRY_RUN", "HISTORY_URI", "JSON", "METRICS_OUT", "SEEN_VERSION", "STORAGE_OPTION",
+           "TABLE_NAME"]
 
 #: print the metrics as one JSON object
 JSON = "--json"
@@ -21,3 +22,7 @@ TABLE_NAME = "--table-name"
 CATALOG = "--catalog"
 #: a catalog setting ``K=V`` (repeatable)
 CATALOG_OPTION = "--catalog-option"
+#: the version the submitting task's check saw (the run reports whether it planned on a newer one)
+SEEN_VERSION = "--seen-version"
+#: ``plan-lake``: print the plan, run nothing
+DRY_RUN = "--dry-run"

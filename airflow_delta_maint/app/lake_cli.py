@@ -1,4 +1,4 @@
-"""``delta-maint plan-lake``: a night's maintenance of many tables under a budget; ``--dry-run`` says what it would
+"""``delta-maint plan-lake``: a night's maintenance of many tables under a budget; its dry run says what it would
 cost and changes nothing."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 
 from airflow_delta_maint.delta.errors import DeltaError, InvalidArgumentError
 
+from .common_flags import DRY_RUN, HISTORY_URI, JSON, STORAGE_OPTION
 from .settings import Settings
 from .spark_session import add_session_arguments, session_conf
 
@@ -34,11 +35,11 @@ def add_lake_parser(sub: Any) -> None:
     p.add_argument("--spec", metavar="SPEC", help="a fleet spec (JSON file, path or URI) listing tables and jobs")
     p.add_argument("--budget", action="append", type=_pair, default=[], metavar="LIMIT=N",
                    help="a limit of the night (repeatable): cpu_s, bytes_rewritten, max_tables, deadline_s, cores")
-    p.add_argument("--history-uri", metavar="URI", help="the maintenance history: the nights each job has waited, "
+    p.add_argument(HISTORY_URI, metavar="URI", help="the maintenance history: the nights each job has waited, "
                    "and where the runs and the deferred jobs are recorded")
-    p.add_argument("--dry-run", action="store_true", help="print the plan (chosen, deferred, costs); run nothing")
-    p.add_argument("--json", action="store_true", help="print the plan and the results as JSON")
-    p.add_argument("--storage-option", action="append", type=_pair, default=[], metavar="K=V",
+    p.add_argument(DRY_RUN, action="store_true", help="print the plan (chosen, deferred, costs); run nothing")
+    p.add_argument(JSON, action="store_true", help="print the plan and the results as JSON")
+    p.add_argument(STORAGE_OPTION, action="append", type=_pair, default=[], metavar="K=V",
                    help="object-store option for every table and the history (repeatable)")
     p.add_argument("--master", help="Spark master for a run outside spark-submit (default local[*])")
     p.add_argument("--local", action="store_true", help="run the chosen jobs in this process, on threads, without "
@@ -69,7 +70,7 @@ def _spec(args: argparse.Namespace) -> Any:
 
 
 def run_plan_lake(args: argparse.Namespace, *, quiet: bool = False) -> tuple[int, dict[str, Any]]:
-    """Plan the night (and run it unless ``--dry-run``); exit code 0, or 2 for bad input or a failed table."""
+    """Plan the night (and run it, unless a dry run); exit code 0, or 2 for bad input or a failed table."""
     from airflow_delta_maint.delta.health.lake_budget import Budget
 
     from .fleet import decide, merge, run_fleet

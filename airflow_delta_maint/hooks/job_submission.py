@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_delta_maint.app.common_flags import HISTORY_URI
+from airflow_delta_maint.app.common_flags import HISTORY_URI, SEEN_VERSION
 from airflow_delta_maint.app.environment_errors import describe as describe_environment
 from airflow_delta_maint.app.metrics import write_metrics
 from airflow_delta_maint.app.package_bundle import APPLICATION
@@ -35,7 +35,7 @@ def application_args(job: str, options: Mapping[str, Any] | Sequence[str], histo
     else:
         args = [str(a) for a in options]
     return [*args, *([HISTORY_URI, history_uri] if history_uri else []),
-            *(["--seen-version", str(seen_version)] if seen_version is not None else [])]
+            *([SEEN_VERSION, str(seen_version)] if seen_version is not None else [])]
 
 
 class JobSubmission:

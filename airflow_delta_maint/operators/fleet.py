@@ -128,7 +128,7 @@ class MaintainTablesOperator(BaseOperator):
         within the limits; the others are "skipped" with ``deferred: true``, the limit they would pass and their
         predicted cost, and a job deferred for 3 nights goes first. The application starts no job once the
         CPU-seconds it measured or the deadline are reached. The plan is pushed to XCom as ``lake_plan``
-        (``delta-maint plan-lake --dry-run`` shows it without running). See docs/fleet.md. (templated)
+        (``delta-maint plan-lake``'s dry run shows it without running). See docs/fleet.md. (templated)
     """
 
     template_fields: Sequence[str] = ("tables", "table_names", "jobs", "storage_options", "conf", "metrics_uri",

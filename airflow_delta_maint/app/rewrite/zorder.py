@@ -27,6 +27,7 @@ import logging
 import math
 import os
 import time
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 import numpy as np
@@ -348,13 +349,23 @@ def _rdd_shuffle(spark: Any) -> bool:
     return not is_connect(spark) and classic_tasks_kind() == "rdd"
 
 
-def execute_zorder(spark, spec: RewriteSpec, plan: OptimizePlan,
-                   row_maps: list[list[bytes]] | None = None) -> list[list[dict]]:
-    """Z-order every group (bin) of the plan; returns the add actions per bin. With ``row_maps`` (an
-    empty list), each output's row map (the packed source of every row, see ``dv_rebase``) is
-    recorded too: appended per bin, in the order of the add actions."""
+@dataclass(frozen=True)
+class _Sampled:
+    """What Z-order's sampling gives its rewrite: the files' slices, each column's boundaries, the curve's layout."""
+
+    chunks: list[list[tuple[int, dict]]]
+    slices: int
+    bounds: list[Any]
+    bits: int
+    curve: str
+    layout: Any
+    num_files: int
+
+
+def _sample_layout(spark: Any, spec: RewriteSpec, plan: OptimizePlan, rdd: bool) -> _Sampled:
+    """Sample the plan's files (Spark tasks) for each Z-order column's range boundaries, and lay the sampled curve
+    values out into each bin's output files."""
     columns = plan.zorder_columns
-    rdd = _rdd_shuffle(spark)
     files = [(gid, add) for gid, b in enumerate(plan.bins) for add in b.files]
     parallelism = spark.sparkContext.defaultParallelism if rdd else DataFrameTasks(spark).parallelism
     slices = max(1, min(len(files), parallelism * 2))
@@ -390,6 +401,19 @@ def execute_zorder(spark, spec: RewriteSpec, plan: OptimizePlan,
     layout = _Layout(zorder_cuts(sample_z, sample_gids, subs_per_group), files_per_group)
     log.info("Z-order: sampled %d rows of %d files in %.1fs; %d output files", len(sample_gids), len(files),
              time.perf_counter() - started, layout.num_files)
+    return _Sampled(chunks, slices, bounds, bits, curve, layout, len(files))
+
+
+def execute_zorder(spark, spec: RewriteSpec, plan: OptimizePlan,
+                   row_maps: list[list[bytes]] | None = None) -> list[list[dict]]:
+    """Z-order every group (bin) of the plan; returns the add actions per bin. With ``row_maps`` (an
+    empty list), each output's row map (the packed source of every row, see ``dv_rebase``) is
+    recorded too: appended per bin, in the order of the add actions."""
+    columns = plan.zorder_columns
+    rdd = _rdd_shuffle(spark)
+    sampled = _sample_layout(spark, spec, plan, rdd)
+    chunks, slices, bounds, bits, curve, layout = (sampled.chunks, sampled.slices, sampled.bounds, sampled.bits,
+                                                   sampled.curve, sampled.layout)
     started = time.perf_counter()
     groups = {g: (output_dir(spec.storage, b.files), b.partition_values) for g, b in enumerate(plan.bins)}
     to_file = layout.sub_to_file
@@ -426,7 +450,7 @@ def execute_zorder(spark, spec: RewriteSpec, plan: OptimizePlan,
 
         results = shuffle_to_groups(spark, split, chunks, slices,
                                     lambda _file, records: _write_output(spec, groups, layout, records), "Z-order")
-    log.info("Z-order: rewrote %d files in %.1fs", len(files), time.perf_counter() - started)
+    log.info("Z-order: rewrote %d files in %.1fs", sampled.num_files, time.perf_counter() - started)
     per_bin: list[list[dict]] = [[] for _ in plan.bins]
     maps: list[list[bytes]] = [[] for _ in plan.bins]
     for file_id, add, row_map in results:

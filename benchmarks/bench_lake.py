@@ -176,7 +176,7 @@ def run_night(policy: str, root: Path, tables: list[LakeTable], history: str,
     """One fleet application of ``policy``; (CPU-seconds, the tables' results, the plan or None)."""
     from airflow_delta_maint.app.fleet import decide, merge, run_fleet
     from airflow_delta_maint.app.lake_cli import record_known
-    from airflow_delta_maint.app.lake_plan import budgeted, lake_history
+    from airflow_delta_maint.app.lake_plan import budgeted, decide_by_estimates, lake_history, look_at_lake
     from airflow_delta_maint.delta.health.lake_budget import Budget
 
     spec = _spec(root, tables, history)
@@ -185,10 +185,13 @@ def run_night(policy: str, root: Path, tables: list[LakeTable], history: str,
     if policy == "everything":
         entries = run_fleet(spec, spark_allowed=False)
     else:
-        decision = decide(spec)
-        if policy == "budgeted":
+        if policy == "budgeted":  # one look at each table's log: the checks and the estimates
+            look = look_at_lake(spec)
+            decision = decide_by_estimates(spec, look)
             decision, plan = budgeted(spec, decision, Budget(cpu_s=budget_cpu_s), history=lake_history(history),
-                                      spent_cpu_s=time.process_time() - started)
+                                      spent_cpu_s=time.process_time() - started, look=look)
+        else:
+            decision = decide(spec)
         ran = run_fleet(decision.to_run, spark_allowed=False) if decision.to_run.tables else []
         entries = merge(spec, decision, ran)
         record_known(history, decision, {}, ran)

@@ -73,17 +73,19 @@ def run_plan_lake(args: argparse.Namespace, *, quiet: bool = False) -> tuple[int
     """Plan the night (and run it, unless a dry run); exit code 0, or 2 for bad input or a failed table."""
     from airflow_delta_maint.delta.health.lake_budget import Budget
 
-    from .fleet import decide, merge, run_fleet
-    from .lake_plan import budgeted, lake_history
+    from .fleet import merge, run_fleet
+    from .lake_plan import budgeted, decide_by_estimates, lake_history, look_at_lake
 
     try:
         settings = Settings.from_environ(os.environ)
         budget = Budget.from_mapping(dict(args.budget))
         spec = _spec(args)
         started = time.process_time()
-        decision = decide(spec)
+        look = look_at_lake(spec)  # one read of each table's log: the checks and the estimates
+        decision = decide_by_estimates(spec, look)
         history = lake_history(spec.history_uri, dict(args.storage_option))
-        cut, plan = budgeted(spec, decision, budget, history=history, spent_cpu_s=time.process_time() - started)
+        cut, plan = budgeted(spec, decision, budget, history=history, spent_cpu_s=time.process_time() - started,
+                             look=look)
     except DeltaError as exc:
         print(f"delta-maint {PLAN_LAKE}: error: {exc}", file=sys.stderr)
         return 2, {"status": "failed", "error": str(exc)}

@@ -84,27 +84,92 @@ def _deferred(planned: Planned) -> dict[str, Any]:
                            estimate=c.estimate.as_dict() if c.estimate is not None else None)
 
 
+@dataclass
+class LakeLook:
+    """The lake's one look: what each table's log says (None: it could not be read, and why)."""
+
+    inputs: dict[str, EstimateInputs | None] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+def look_at_lake(spec: FleetSpec, worker_options: Callable[[FleetTable], Mapping[str, str]] | None = None, *,
+                 threads: int = 8) -> LakeLook:
+    """One streamed read of each table's log, on ``threads`` threads (they wait on storage)."""
+    def one(t: FleetTable) -> tuple[EstimateInputs | None, str | None]:
+        try:
+            return table_inputs(t.table, dict(worker_options(t) if worker_options else t.storage_options)), None
+        except DeltaError as exc:
+            return None, str(exc)
+
+    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+        found = list(pool.map(one, spec.tables))
+    look = LakeLook()
+    for t, (inputs, error) in zip(spec.tables, found):
+        look.inputs[t.table] = inputs
+        if error is not None:
+            look.errors[t.table] = error
+    return look
+
+
+def decide_by_estimates(spec: FleetSpec, look: LakeLook,
+                        worker_options: Callable[[FleetTable], Mapping[str, str]] | None = None) -> Decision:
+    """Which jobs have work, from the lake's one look instead of each job's own read of the log: a job whose estimate
+    gains nothing is skipped; a job without an estimate runs its own check; a table whose log cannot be read fails
+    its first job, and its later ones do not run."""
+    from .fleet import job_check
+
+    to_run: list[FleetTable] = []
+    known: list[list[dict[str, Any] | None]] = []
+    for t in spec.tables:
+        inputs, error = look.inputs.get(t.table), look.errors.get(t.table)
+        results: list[dict[str, Any] | None] = []
+        kept: list[FleetJob] = []
+        for n, j in enumerate(t.jobs):
+            if error is not None:
+                results.append(_failed(j.job, t.table, error) if n == 0 else
+                               skipped_metrics(j.job, t.table, f"not run: {t.jobs[0].job} failed on this table"))
+                continue
+            estimate = definition(j.job).estimate(inputs) if inputs is not None else None
+            if estimate is not None and not estimate.gain.any:
+                results.append(skipped_metrics(j.job, t.table, "nothing to gain, by the estimate from the log",
+                                               estimate=estimate.as_dict()))
+                continue
+            check = None if estimate is not None else job_check(j.job, j.args)
+            reason = check(t.table, dict(worker_options(t) if worker_options else t.storage_options)) if check else None
+            if reason:
+                results.append(skipped_metrics(j.job, t.table, str(reason)))
+            else:
+                results.append(None)
+                kept.append(j)
+        known.append(results)
+        if kept:
+            to_run.append(FleetTable(t.table, kept, t.storage_options))
+    return Decision(FleetSpec(to_run, spec.history_uri, spec.budget), known)
+
+
+def _failed(job: str, table: str, error: str) -> dict[str, Any]:
+    from .metrics import base_metrics, finish
+
+    metrics = base_metrics(job, table)
+    metrics.update(status="failed", error=error, error_type="DeltaError")
+    return finish(metrics)
+
+
 def budgeted(spec: FleetSpec, decision: Decision, budget: Budget,
              worker_options: Callable[[FleetTable], Mapping[str, str]] | None = None, *,
-             history: LakeHistory | None = None, spent_cpu_s: float = 0.0,
+             history: LakeHistory | None = None, spent_cpu_s: float = 0.0, look: LakeLook | None = None,
              threads: int = 8) -> tuple[Decision, LakePlan]:
     """``decision`` cut down to what ``budget`` buys, and the plan. Deferred jobs join the known results
     (skipped, ``deferred: true``, with the limit they would pass and their predicted cost); a table whose
     estimate cannot be read keeps its jobs as candidates without an estimate. The CPU-seconds of the budget
-    are the night's: what the checks spent (``spent_cpu_s``) and the estimates' reads are taken off first."""
+    are the night's: what the checks spent (``spent_cpu_s``) and the estimates' reads are taken off first.
+    ``look``: the lake's one look already taken (else the tables with work are read here)."""
     started = time.process_time()
     history = history or LakeHistory()
     work = [(i, t) for i, t in enumerate(decision.to_run.tables)]
-
-    def inputs(t: FleetTable) -> EstimateInputs | None:
-        try:
-            return table_inputs(t.table, dict(worker_options(t) if worker_options else t.storage_options))
-        except DeltaError as exc:
-            log.warning("no estimate for %s: %s", t.table, exc)
-            return None
-
-    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-        found = list(pool.map(lambda it: inputs(it[1]), work))
+    if look is None:
+        look = look_at_lake(decision.to_run, worker_options, threads=threads)
+    found = [look.inputs.get(t.table) for _, t in work]
     candidates = []
     for (_, t), got in zip(work, found):
         for j in t.jobs:

@@ -16,7 +16,7 @@ from airflow_delta_maint.app.execution import (LOCAL_MAX_LOG_BYTES, LOCAL_MAX_RE
 from airflow_delta_maint.app.job_definitions import definition, fleet_defaults
 from airflow_delta_maint.app.job_definitions.definition import NATIVE
 from airflow_delta_maint.app.fleet import Decision, FleetJob, FleetSpec, FleetTable, decide, merge, run_fleet
-from airflow_delta_maint.app.lake_plan import budgeted, lake_history
+from airflow_delta_maint.app.lake_plan import LakeLook, budgeted, decide_by_estimates, lake_history, look_at_lake
 from airflow_delta_maint.delta.errors import DeltaError
 from airflow_delta_maint.delta.health.lake_budget import Budget
 from airflow_delta_maint.hooks.catalogs import CatalogError, ResolvedTable
@@ -199,7 +199,7 @@ class MaintainTablesOperator(BaseOperator):
             raise AirflowException(f"{self.task_id}: {exc}") from None
 
     def plan_within_budget(self, spec: FleetSpec, decision: Decision, history: str | None, planning_cpu_s: float,
-                           context: Context) -> Decision:
+                           context: Context, look: LakeLook | None = None) -> Decision:
         """``decision`` cut down to what the budget buys (the plan in XCom as ``lake_plan``)."""
         budget = self.checked_budget(self.budget)
         if budget is None:
@@ -207,7 +207,7 @@ class MaintainTablesOperator(BaseOperator):
         started = time.process_time()  # the history is read as it is written here: record_on_worker's options
         cut, plan = budgeted(spec, decision, budget, lambda t: worker_options(self._credentials, t.storage_options),
                              history=lake_history(history), spent_cpu_s=planning_cpu_s + time.process_time() - started,
-                             threads=self.check_threads)
+                             look=look, threads=self.check_threads)
         used = plan.used()
         self.log.info("budget %s: %d runs on %d tables chosen (%.1f predicted CPU-s), %d deferred",
                       {k: v for k, v in budget.as_dict().items() if v is not None}, used["runs"], used["tables"],
@@ -340,12 +340,15 @@ class MaintainTablesOperator(BaseOperator):
         spec = self.fleet_spec(history)
         self._credentials = self.resolve_credentials(spec)
         started = time.process_time()
-        if as_bool(self.skip_if_nothing_to_do):
-            decision = decide(spec, lambda t: worker_options(self._credentials, t.storage_options),
-                              threads=self.check_threads)
+        options = lambda t: worker_options(self._credentials, t.storage_options)  # noqa: E731
+        look = look_at_lake(spec, options, threads=self.check_threads) if self.budget else None
+        if look is not None and as_bool(self.skip_if_nothing_to_do):  # the estimates answer for the checks
+            decision = decide_by_estimates(spec, look, options)
+        elif as_bool(self.skip_if_nothing_to_do):
+            decision = decide(spec, options, threads=self.check_threads)
         else:
             decision = Decision(spec, [[None] * len(t.jobs) for t in spec.tables])
-        decision = self.plan_within_budget(spec, decision, history, time.process_time() - started, context)
+        decision = self.plan_within_budget(spec, decision, history, time.process_time() - started, context, look)
         with_work = decision.tables_with_work
         self.log.info("%d of %d tables have work%s", len(with_work), len(spec.tables),
                       f": {', '.join(with_work)}" if len(with_work) <= 20 else "")

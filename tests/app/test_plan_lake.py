@@ -206,3 +206,24 @@ def test_the_report_shows_each_nights_budget_and_what_waits(tmp_path):
     page = out.read_text()
     assert 'id="budget-nights"' in page and 'id="budget-waiting"' in page
     assert "deferred: over the budget&#x27;s bytes_rewritten" in page
+
+
+def test_one_look_at_each_table_answers_for_the_checks(tmp_path):
+    from airflow_delta_maint.app.fleet import FleetSpec, decide
+    from airflow_delta_maint.app.lake_plan import decide_by_estimates, look_at_lake
+
+    tables = lake(tmp_path, {"busy": 8, "done": 1})
+    missing = str(tmp_path / "missing")
+    spec = FleetSpec.from_json({"tables": [{"table": t, "jobs": [{"job": "optimize"}, {"job": "cleanup-log"}]}
+                                           for t in [*tables, missing]]})
+    look = look_at_lake(spec)
+    assert set(look.errors) == {missing}
+    by_look, by_checks = decide_by_estimates(spec, look), decide(spec)
+    assert [[m is None for m in k] for k in by_look.known[:2]] == [[m is None for m in k] for k in by_checks.known[:2]]
+    busy, done, gone = by_look.known
+    assert busy[0] is None  # optimize has work on the busy table
+    assert done[0]["reason"] == "nothing to gain, by the estimate from the log"
+    assert busy[1] is None and done[1] is None  # cleanup-log has no estimate and no check: it runs
+    assert [j.job for t in by_look.to_run.tables for j in t.jobs] == ["optimize", "cleanup-log", "cleanup-log"]
+    assert gone[0]["status"] == "failed" and gone[1]["reason"] == "not run: optimize failed on this table"
+    assert by_checks.known[2][0]["status"] == "failed"

@@ -282,7 +282,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--nights", type=int, default=10)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "out" / "lake.json"))
+    parser.add_argument("--policies", default=",".join(POLICIES), help="the policies to run (comma-separated)")
+    parser.add_argument("--reuse", help="an earlier run's JSON: the nights of the policies not run now (same lake)")
     args = parser.parse_args(argv)
+    wanted = [p for p in args.policies.split(",") if p]
     import logging
 
     logging.getLogger("delta_maint").setLevel(logging.WARNING)
@@ -296,11 +299,20 @@ def main(argv: list[str] | None = None) -> None:
         def progress(text: str) -> None:
             print(f"[{time.monotonic() - t0:6.0f} s] {text}", flush=True)
 
-        results["everything"] = run_policy("everything", work, tables, args.nights, None, progress)
+        if args.reuse:
+            earlier = json.loads(Path(args.reuse).read_text())["nights"]
+            for policy in POLICIES:
+                if policy not in wanted:
+                    results[policy] = [Night(**n) for n in earlier if n["policy"] == policy]
+        if "everything" in wanted:
+            results["everything"] = run_policy("everything", work, tables, args.nights, None, progress)
         budget = statistics.mean(n.cpu_s for n in results["everything"][1:]) / 2
         progress(f"the budgeted policy's budget: {budget:.2f} CPU-s a night")
-        results["threshold"] = run_policy("threshold", work, tables, args.nights, None, progress)
-        results["budgeted"] = run_policy("budgeted", work, tables, args.nights, budget, progress)
+        if "threshold" in wanted:
+            results["threshold"] = run_policy("threshold", work, tables, args.nights, None, progress)
+        if "budgeted" in wanted:
+            results["budgeted"] = run_policy("budgeted", work, tables, args.nights, budget, progress)
+        results = {p: results[p] for p in POLICIES}
     finally:
         shutil.rmtree(work, ignore_errors=True)
     summary = summarize(results)

@@ -205,14 +205,13 @@ def test_large_puts_and_streams_are_counted_as_multipart_uploads(proxied, clean_
 
 
 @pytest.mark.spark
+@pytest.mark.parametrize("proxied", ["s3_store"], indirect=True, ids=["s3"])  # one store: the tasks' way back
 def test_store_calls_of_spark_tasks_reach_the_driver(proxied, clean_env, spark, monkeypatch):
     """OPTIMIZE's bins rewritten in Spark tasks, and full VACUUM's listing and deletes sent from Spark tasks: the
     tasks' calls come back to the driver, and the run's counts match the requests the proxy saw."""
     from airflow_delta_maint.app.jobs import vacuum_deletion, vacuum_listing
 
     store, proxy = proxied
-    if store.name != "s3":
-        pytest.skip("one store is enough for the tasks' way back")
     monkeypatch.setattr(vacuum_listing, "DRIVER_LIST_MAX", 0)  # listed in Spark tasks
     monkeypatch.setattr(vacuum_deletion, "SPARK_DELETE_MIN", 1)  # deleted in Spark tasks
     table = new_table(store, proxy, "calls/spark", days=None)

@@ -375,7 +375,7 @@ class Bench:
 
                 started = time.perf_counter()
                 with contextlib.redirect_stdout(io.StringIO()):
-                    code, m = cli_run(["optimize", uri, "--max-file-size", str(TARGET), "--json",
+                    code, m = cli_run(["optimize", uri, "--target-file-size", str(TARGET), "--json",
                                        *_storage_args(self.options)])
                 took = time.perf_counter() - started
                 if code or m.get("numRemovedFiles") != 800 or m.get("numAddedFiles") != 8:

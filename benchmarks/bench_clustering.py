@@ -123,7 +123,7 @@ def main() -> None:
                 before = (quality(table), {c: point_reads(table, c) for c in COLUMNS})
             extra = ["--zorder-by", ",".join(COLUMNS)] if layout == "zorder" else []
             started = time.perf_counter()
-            code, m = cli.run(["optimize", str(table), "--max-file-size", target, *extra])
+            code, m = cli.run(["optimize", str(table), "--target-file-size", target, *extra])
             runs[layout].append(time.perf_counter() - started)
             assert code == 0 and m["status"] == "committed", m
             results[layout] = {"files": m["numAddedFiles"], "quality": quality(table),

@@ -117,8 +117,8 @@ def bench_optimize(repeat: int, only_layout: str | None = None) -> list[dict]:
         src.parent.mkdir(parents=True, exist_ok=True)
         generate(src)
     OUT.mkdir(parents=True, exist_ok=True)
-    layouts = {"bin-packing": ["--min-file-size", TARGET, "--max-file-size", TARGET],
-               "Z-order": ["--zorder-by", "a,b", "--max-file-size", TARGET]}
+    layouts = {"bin-packing": ["--min-file-size", TARGET, "--target-file-size", TARGET],
+               "Z-order": ["--zorder-by", "a,b", "--target-file-size", TARGET]}
     base = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "PYSPARK_GATEWAY_PORT")}
     rows = []
     with ConnectServer(OUT) as url:

@@ -29,8 +29,8 @@ if str(REPO) not in sys.path:
 from benchmarks.bench_guard import OPTIMIZE_SOURCE, OUT, TARGET, fresh_copy, machine_lock, source  # noqa: E402
 
 JOBS = {
-    "optimize": (["--max-file-size", str(TARGET)], f"dt.optimize.compact(target_size={TARGET})"),
-    "zorder": (["--zorder-by", "a,k", "--max-file-size", str(TARGET)],
+    "optimize": (["--target-file-size", str(TARGET)], f"dt.optimize.compact(target_size={TARGET})"),
+    "zorder": (["--zorder-by", "a,k", "--target-file-size", str(TARGET)],
                f"dt.optimize.z_order(['a', 'k'], target_size={TARGET})"),
 }
 

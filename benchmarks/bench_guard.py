@@ -366,13 +366,13 @@ def main(argv: list[str] | None = None) -> int:
         spark = get_spark("local[2]", "bench-guard")
         spark.range(1).count()
         if wanted & {"optimize", "zorder", "vacuum_full", "checkpoint_1m", "s3_optimize"}:  # Python workers start here
-            ours_in_process(["optimize", str(fresh_copy(source(OPTIMIZE_SOURCE[0]), "warm")), "--max-file-size",
+            ours_in_process(["optimize", str(fresh_copy(source(OPTIMIZE_SOURCE[0]), "warm")), "--target-file-size",
                              str(TARGET)])
         steps: list[tuple[str, int, Callable[[], None]]] = [
             ("optimize", args.repeat, lambda: rewrite_round(results, "optimize",
-                                                           ["optimize", "--max-file-size", str(TARGET)])),
+                                                           ["optimize", "--target-file-size", str(TARGET)])),
             ("zorder", args.repeat_zorder, lambda: rewrite_round(results, "zorder",
-                                                                ["optimize", "--zorder-by", "a,k", "--max-file-size",
+                                                                ["optimize", "--zorder-by", "a,k", "--target-file-size",
                                                                  str(TARGET)])),
             ("vacuum_full", args.repeat, lambda: vacuum_round(results, with_start[0])),
             ("worker_check_1m", args.repeat, lambda: worker_check_round(results)),

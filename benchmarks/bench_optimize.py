@@ -153,7 +153,7 @@ def memory_run(table: Path, target: int) -> None:
     from airflow_delta_maint.app.spark_session import get_spark
 
     get_spark("local[2]")
-    code, m = cli.run(["optimize", str(table), "--min-file-size", str(1 << 40), "--max-file-size", str(target)])
+    code, m = cli.run(["optimize", str(table), "--min-file-size", str(1 << 40), "--target-file-size", str(target)])
     assert code == 0, m
     print(json.dumps({"peak": worker_peak_rss(), "bins": m["numBins"], "added": m["numAddedFiles"]}))
 
@@ -197,7 +197,7 @@ def main() -> None:
         table = fresh("ours")
         extra = ["--compression", codec] if codec else []
         started = time.perf_counter()
-        code, m = cli.run(["optimize", str(table), "--min-file-size", str(target), "--max-file-size", str(target),
+        code, m = cli.run(["optimize", str(table), "--min-file-size", str(target), "--target-file-size", str(target),
                            *extra])
         took = time.perf_counter() - started
         assert code == 0 and m["status"] == "committed", m

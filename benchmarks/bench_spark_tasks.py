@@ -48,7 +48,7 @@ def main() -> None:
             os.sync()
             os.environ["DELTA_MAINT_SPARK_TASKS"] = kind
             started = time.perf_counter()
-            code, m = cli.run(["optimize", str(table), "--min-file-size", target, "--max-file-size", target])
+            code, m = cli.run(["optimize", str(table), "--min-file-size", target, "--target-file-size", target])
             elapsed = time.perf_counter() - started
             assert code == 0 and m["numRemovedFiles"] == 2000, m
             print(f"{'warm-up' if n == 0 else f'run {n}'} {kind}: {elapsed:.2f} s ({m['numAddedFiles']} files)",

@@ -605,3 +605,47 @@ def test_a_budget_keeps_the_runs_that_gain_most_and_defers_the_rest(tmp_path, mo
     assert [(r["table_uri"], r["operation"]) for r in waiting] == [(tables[2], "optimize")]
     with pytest.raises(AirflowException, match="fleet: budget: unknown limit cpu"):
         MaintainTablesOperator(task_id="fleet", tables=tables, budget={"cpu": 1})
+
+
+def test_a_budgeted_night_keeps_the_connections_secret(tmp_path_factory, monkeypatch, caplog, capsys):
+    """On S3 with a connection: the plan in XCom, the deferred results, the fields and the task's log hold no
+    secret of the tables' connection."""
+    import boto3
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from tests.storage.servers import start_moto
+
+    server = start_moto(tmp_path_factory.mktemp("moto"))
+    try:
+        key_id, secret = "AKIDBUDGET", "budget-secret-5e1f"
+        boto3.client("s3", endpoint_url=server.endpoint, region_name="us-east-1", aws_access_key_id=key_id,
+                     aws_secret_access_key=secret).create_bucket(Bucket="lake")
+        for key in [k for k in __import__("os").environ if k.startswith(("AWS_", "AZURE_", "GOOGLE_"))]:
+            monkeypatch.delenv(key)
+        options = {"AWS_ENDPOINT_URL": server.endpoint, "AWS_ALLOW_HTTP": "true", "AWS_REGION": "us-east-1",
+                   "AWS_ACCESS_KEY_ID": key_id, "AWS_SECRET_ACCESS_KEY": secret}
+        tables = ["s3://lake/busy", "s3://lake/quiet"]
+        for uri, appends in zip(tables, (6, 3)):
+            for i in range(appends):
+                write_deltalake(uri, pa.table({"id": [i, i + 100], "part": ["p", "q"]}), mode="append",
+                                partition_by=["part"], storage_options=options)
+        monkeypatch.setenv("AIRFLOW_CONN_LAKE_S3", json.dumps({
+            "conn_type": "aws", "login": key_id, "password": secret,
+            "extra": {"region_name": "us-east-1", "endpoint_url": server.endpoint}}))
+        monkeypatch.setattr(DeltaMaintHook, "submit", lambda *a, **k: pytest.fail("spark-submit was called"))
+        ti = RecordingTI()
+        caplog.set_level(logging.DEBUG)
+        op = MaintainTablesOperator(task_id="fleet", tables=tables, jobs={"optimize": {"lease_seconds": 0}},
+                                    storage_conn_id="lake_s3", storage_options={"AWS_ALLOW_HTTP": "true"},
+                                    budget={"max_tables": 1}, execution="auto")
+        results = op.execute(context={"ti": ti})
+        assert [e["jobs"][0]["status"] for e in results] == ["committed", "skipped"]
+        assert results[1]["jobs"][0]["deferred"] is True and ti.pushed["lake_plan"]["deferred"]
+        fields = {name: getattr(op, name) for name in op.template_fields}
+        out = capsys.readouterr()
+        seen = json.dumps(results) + json.dumps(ti.pushed) + json.dumps(fields, default=str) + caplog.text + out.out \
+            + out.err
+        assert secret not in seen and key_id not in seen
+    finally:
+        server.stop()

@@ -227,3 +227,11 @@ def test_one_look_at_each_table_answers_for_the_checks(tmp_path):
     assert [j.job for t in by_look.to_run.tables for j in t.jobs] == ["optimize", "cleanup-log", "cleanup-log"]
     assert gone[0]["status"] == "failed" and gone[1]["reason"] == "not run: optimize failed on this table"
     assert by_checks.known[2][0]["status"] == "failed"
+
+
+def test_the_plan_holds_no_storage_option(tmp_path, capsys):
+    tables = lake(tmp_path, {"busy": 6})
+    code, result = plan_lake(*tables, "--storage-option", "AWS_SECRET_ACCESS_KEY=plan-secret-77aa", "--dry-run")
+    assert code == 0 and result["plan"]["chosen"]
+    out = capsys.readouterr()
+    assert "plan-secret-77aa" not in json.dumps(result) + out.out + out.err

@@ -22,7 +22,7 @@ from .client_logs import quieted_client_loggers
 from .context import JobContext
 from .execution import needs_spark, uses_delta_spark
 from .fleet_cli import FLEET, add_fleet_parser, run_fleet_command
-from .common_flags import HISTORY_URI, JSON, METRICS_OUT, SEEN_VERSION, STORAGE_OPTION, TABLE_NAME
+from .common_flags import HISTORY_URI, JSON, METRICS_OUT, SEEN_VERSION, STORAGE_OPTION, TABLE_NAME, key_value
 from .lake_cli import PLAN_LAKE, add_lake_parser, run_plan_lake
 from .job_definitions import JOBS, JobDefinition, definition
 from .jobs import execute_job, refused
@@ -40,13 +40,6 @@ from .spark_session import add_session_arguments, session_conf, start_in_backgro
 log = logging.getLogger("delta_maint")
 
 
-def _storage_option(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"storage option must be KEY=VALUE, got {text!r}")
-    return key, value
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="delta-maint", description="Maintain Delta Lake tables.")
     sub = parser.add_subparsers(dest="job", required=True, metavar="JOB")
@@ -55,14 +48,14 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("table", nargs="?", help=f"table path or URI (s3://, gs://, abfss://, file://); or {TABLE_NAME}")
         p.add_argument(JSON, action="store_true", help="print the metrics as one JSON object")
         p.add_argument(METRICS_OUT, metavar="URI", help="also write the metrics JSON here")
-        p.add_argument(STORAGE_OPTION, action="append", type=_storage_option, default=[], metavar="K=V",
+        p.add_argument(STORAGE_OPTION, action="append", type=key_value, default=[], metavar="K=V",
                        help="object-store option (repeatable), e.g. AWS_ENDPOINT_URL=http://...")
         p.add_argument("--master", help="Spark master for a run outside spark-submit (default local[*])")
         p.add_argument(HISTORY_URI, metavar="URI",
                        help="append this run to the maintenance history (a Delta table) at URI")
         # the version the submitting task's check saw: the run reports whether it planned on a newer one
         p.add_argument(SEEN_VERSION, type=int, help=argparse.SUPPRESS)
-        add_table_name_arguments(p, _storage_option)
+        add_table_name_arguments(p, key_value)
         add_session_arguments(p)
         job.options.add_to(p)
     add_report_parser(sub)

@@ -1,11 +1,13 @@
 """The command line's flags that are not a job's options, each written here once: the parsers declare them with
 these names, the docs name them, and the Airflow hook builds the application's arguments with them. A job's own
-options have their flags from their declarations (:mod:`.job_definitions`). Imports nothing, so the Airflow side
-may import it."""
+options have their flags from their declarations (:mod:`.job_definitions`). Imports nothing of the project, so the
+Airflow side may import it."""
 
 from __future__ import annotations
 
-__all__ = ["CATALOG", "CATALOG_OPTION", "DRY_RUN", "HISTORY_URI", "JSON", "METRICS_OUT", "SEEN_VERSION", "STORAGE_OPTION",
+import argparse
+
+__all__ = ["key_value", "CATALOG", "CATALOG_OPTION", "DRY_RUN", "HISTORY_URI", "JSON", "METRICS_OUT", "SEEN_VERSION", "STORAGE_OPTION",
            "TABLE_NAME"]
 
 #: print the metrics as one JSON object
@@ -26,3 +28,12 @@ CATALOG_OPTION = "--catalog-option"
 SEEN_VERSION = "--seen-version"
 #: ``plan-lake``: print the plan, run nothing
 DRY_RUN = "--dry-run"
+
+
+def key_value(text: str) -> tuple[str, str]:
+    """A ``K=V`` argument (a storage option, a catalog option, a budget's limit) as ``(K, V)``; argparse reports a
+    malformed one."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value

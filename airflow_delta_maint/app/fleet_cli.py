@@ -10,18 +10,11 @@ from typing import Any
 
 from airflow_delta_maint.delta.errors import DeltaError
 
-from .common_flags import JSON, METRICS_OUT, STORAGE_OPTION
+from .common_flags import JSON, METRICS_OUT, STORAGE_OPTION, key_value
 from .settings import Settings
 from .spark_session import add_session_arguments, session_conf
 
 FLEET = "fleet"
-
-
-def _storage_option(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"storage option must be KEY=VALUE, got {text!r}")
-    return key, value
 
 
 def add_fleet_parser(sub: Any) -> None:
@@ -30,7 +23,7 @@ def add_fleet_parser(sub: Any) -> None:
     p.add_argument("spec", metavar="SPEC", help="the fleet spec: a JSON file (path or URI)")
     p.add_argument(JSON, action="store_true", help="print the results (one entry per table) as JSON")
     p.add_argument(METRICS_OUT, metavar="URI", help="also write the results JSON here")
-    p.add_argument(STORAGE_OPTION, action="append", type=_storage_option, default=[], metavar="K=V",
+    p.add_argument(STORAGE_OPTION, action="append", type=key_value, default=[], metavar="K=V",
                    help="object-store option for reading the spec and writing the results (repeatable)")
     p.add_argument("--master", help="Spark master for a run outside spark-submit (default local[*])")
     add_session_arguments(p)

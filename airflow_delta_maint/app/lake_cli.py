@@ -13,18 +13,11 @@ from typing import Any
 
 from airflow_delta_maint.delta.errors import DeltaError, InvalidArgumentError
 
-from .common_flags import DRY_RUN, HISTORY_URI, JSON, STORAGE_OPTION
+from .common_flags import DRY_RUN, HISTORY_URI, JSON, STORAGE_OPTION, key_value
 from .settings import Settings
 from .spark_session import add_session_arguments, session_conf
 
 PLAN_LAKE = "plan-lake"
-
-
-def _pair(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    return key, value
 
 
 def add_lake_parser(sub: Any) -> None:
@@ -33,13 +26,13 @@ def add_lake_parser(sub: Any) -> None:
     p.add_argument("tables", nargs="*", metavar="TABLE", help="tables (paths or URIs), each with the fleet's "
                    "default jobs; or --spec")
     p.add_argument("--spec", metavar="SPEC", help="a fleet spec (JSON file, path or URI) listing tables and jobs")
-    p.add_argument("--budget", action="append", type=_pair, default=[], metavar="LIMIT=N",
+    p.add_argument("--budget", action="append", type=key_value, default=[], metavar="LIMIT=N",
                    help="a limit of the night (repeatable): cpu_s, bytes_rewritten, max_tables, deadline_s, cores")
     p.add_argument(HISTORY_URI, metavar="URI", help="the maintenance history: the nights each job has waited, "
                    "and where the runs and the deferred jobs are recorded")
     p.add_argument(DRY_RUN, action="store_true", help="print the plan (chosen, deferred, costs); run nothing")
     p.add_argument(JSON, action="store_true", help="print the plan and the results as JSON")
-    p.add_argument(STORAGE_OPTION, action="append", type=_pair, default=[], metavar="K=V",
+    p.add_argument(STORAGE_OPTION, action="append", type=key_value, default=[], metavar="K=V",
                    help="object-store option for every table and the history (repeatable)")
     p.add_argument("--master", help="Spark master for a run outside spark-submit (default local[*])")
     p.add_argument("--local", action="store_true", help="run the chosen jobs in this process, on threads, without "

@@ -9,19 +9,12 @@ from typing import Any
 
 from airflow_delta_maint.delta.errors import DeltaError
 
-from airflow_delta_maint.app.common_flags import STORAGE_OPTION
+from airflow_delta_maint.app.common_flags import STORAGE_OPTION, key_value
 from airflow_delta_maint.app.jobs.inspect import DEFAULT_SMALL_FILE_BYTES
 
 log = logging.getLogger("delta_maint")
 
 REPORT = "report"
-
-
-def _storage_option(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"storage option must be KEY=VALUE, got {text!r}")
-    return key, value
 
 
 def add_report_parser(sub: Any) -> None:
@@ -30,7 +23,7 @@ def add_report_parser(sub: Any) -> None:
     p.add_argument("--history", required=True, metavar="URI", help="the maintenance history table")
     p.add_argument("--tables", nargs="+", metavar="TABLE", help="only these tables (as recorded)")
     p.add_argument("--out", required=True, metavar="FILE", help="the HTML file to write")
-    p.add_argument(STORAGE_OPTION, action="append", type=_storage_option, default=[], metavar="K=V",
+    p.add_argument(STORAGE_OPTION, action="append", type=key_value, default=[], metavar="K=V",
                    help="object-store option for the history and the tables (repeatable)")
     p.add_argument("--small-file-bytes", type=int, default=DEFAULT_SMALL_FILE_BYTES,
                    help="files below this size count as small (default 128 MiB)")

@@ -60,6 +60,11 @@ class JobContext:
             self._spark = get_spark(self.master, conf=self.spark_conf)
         return self._spark
 
+    @property
+    def started_spark(self) -> Any:
+        """The SparkSession this run has started, or None (never starts one)."""
+        return self._spark
+
     def session_master(self) -> str:
         """The master of the job's SparkSession (``local[*]`` by default), without starting one."""
         from .spark_session import session_master

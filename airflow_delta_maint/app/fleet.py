@@ -302,7 +302,7 @@ def run_table(t: FleetTable, context: Callable[[FleetTable], Any], spent: Spent,
             failed = j.job
             log.error("%s: %s failed: %s", t.table, j.job, metrics.get("error"))
     if history_uri and ran:
-        recorded = record_runs(history_uri, ran, spark_app_id=application_id(ctx._spark if ctx else None))
+        recorded = record_runs(history_uri, ran, spark_app_id=application_id(ctx.started_spark if ctx else None))
         for metrics in ran:
             metrics["history"] = recorded
     return table_entry(t.table, jobs)

@@ -57,7 +57,7 @@ def fell_back(what: str, why: object) -> None:
 def warm_up_spark(ctx: JobContext) -> None:
     """Start the job's SparkSession in the background (the driver streams the log meanwhile);
     nothing under local execution, on Spark Connect or when it is already up."""
-    if ctx.spark_allowed and not ctx.connect and ctx._spark is None:
+    if ctx.spark_allowed and not ctx.connect and ctx.started_spark is None:
         from .spark_session import start_in_background
 
         start_in_background(ctx.master)

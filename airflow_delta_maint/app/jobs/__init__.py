@@ -75,7 +75,7 @@ def execute_job(job: str, module: Any, args: argparse.Namespace, ctx: JobContext
     metrics.update(planned_again(getattr(args, "seen_version", None), metrics.get("version_read")))
     finish(metrics)
     if getattr(args, "history_uri", None):  # never fails the run: a failure is logged and reported under "history"
-        spark = ctx._spark
+        spark = ctx.started_spark
         metrics["history"] = record_run(args.history_uri, metrics, spark_app_id=application_id(spark))
     return code, metrics
 

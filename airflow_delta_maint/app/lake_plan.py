@@ -175,8 +175,8 @@ def budgeted(spec: FleetSpec, decision: Decision, budget: Budget,
         for j in t.jobs:
             job = definition(j.job)
             engine = job.engine(vars(parse_job_args(j.job, j.args)))
-            estimate = job.estimate(got, history.model.rates(j.job, engine)) if got is not None else None
             rates = history.model.rates(j.job, engine)
+            estimate = job.estimate(got, rates) if got is not None else None
             candidates.append(Candidate(t.table, j.job, estimate, history.waiting.get((t.table, j.job), 0),
                                         scale=history.model.scale(j.job, engine), unestimated_cpu_s=rates.fixed_s))
     planning = time.process_time() - started + spent_cpu_s

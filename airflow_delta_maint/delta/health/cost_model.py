@@ -27,15 +27,13 @@ MIN_RUNS = 1
 WINDOW = 20
 
 
-def _measured(row: Mapping[str, Any]) -> tuple[str, str, float, float, str] | None:
-    """(job, engine, measured CPU-s, the default rates' prediction, started) of a history row, or None."""
+def _measured(row: Mapping[str, Any]) -> tuple[dict[str, Any], float, float] | None:
+    """(metrics, measured CPU-s, predicted CPU-s) of a committed history row that recorded both, or None."""
     metrics = json.loads(row.get("metrics") or "{}")
     cpu, predicted = metrics.get("cpu_s"), metrics.get("predicted_cpu_s")
-    scale = metrics.get("prediction_scale") or 1.0
-    if row.get("status") != "committed" or not isinstance(cpu, (int, float)) or not predicted:
+    if row.get("status") != "committed" or not isinstance(cpu, (int, float)) or not isinstance(predicted, (int, float)):
         return None
-    return (str(row.get("operation")), str(metrics.get("engine") or "native"), float(cpu),
-            float(predicted) / float(scale), str(row.get("started_at")))
+    return metrics, float(cpu), float(predicted)
 
 
 @dataclass(frozen=True)
@@ -53,8 +51,13 @@ class CostModel:
         ratios: dict[tuple[str, str], list[float]] = {}
         for row in rows:
             seen = _measured(row)
-            if seen is not None and seen[3] > 0:
-                ratios.setdefault((seen[0], seen[1]), []).append(seen[2] / seen[3])
+            if seen is None:
+                continue
+            metrics, cpu, predicted = seen
+            by_defaults = predicted / float(metrics.get("prediction_scale") or 1.0)  # the default rates' prediction
+            if by_defaults > 0:
+                key = (str(row.get("operation")), str(metrics.get("engine") or "native"))
+                ratios.setdefault(key, []).append(cpu / by_defaults)
         every = [x for r in ratios.values() for x in r[-WINDOW:]]
         return cls({key: statistics.median(r[-WINDOW:]) for key, r in ratios.items() if len(r) >= MIN_RUNS}, base,
                    statistics.median(every) if every else 1.0)
@@ -91,9 +94,8 @@ def prediction_errors(rows: Iterable[Mapping[str, Any]]) -> list[PredictionError
     """Every committed run that recorded a prediction and a measure, oldest first."""
     out = []
     for row in rows:
-        metrics = json.loads(row.get("metrics") or "{}")
-        cpu, predicted = metrics.get("cpu_s"), metrics.get("predicted_cpu_s")
-        if row.get("status") == "committed" and isinstance(cpu, (int, float)) and isinstance(predicted, (int, float)):
+        seen = _measured(row)
+        if seen is not None:
             out.append(PredictionError(str(row.get("operation")), str(row.get("table_uri")),
-                                       str(row.get("started_at")), float(predicted), float(cpu)))
+                                       str(row.get("started_at")), seen[2], seen[1]))
     return out

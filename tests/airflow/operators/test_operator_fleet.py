@@ -357,11 +357,13 @@ def test_local_failure_reads_as_a_spark_failure(tmp_path, monkeypatch):
     assert log_files(bad) == before
 
 
-def test_local_execution_keeps_the_connections_secret(tmp_path_factory, monkeypatch, caplog, capsys):
-    """On S3 with a connection: the job runs in this process, the secret in no log, output, XCom or field."""
-    from tests.storage.servers import start_moto
-
+@pytest.fixture
+def s3_lake(tmp_path_factory, monkeypatch):
+    """A moto S3 bucket ``lake`` and the Airflow connection ``lake_s3`` to it (no store variable in the
+    environment): yields (the options a writer uses, the key id, the secret)."""
     import boto3
+
+    from tests.storage.servers import start_moto
 
     server = start_moto(tmp_path_factory.mktemp("moto"))
     try:
@@ -370,47 +372,53 @@ def test_local_execution_keeps_the_connections_secret(tmp_path_factory, monkeypa
                      aws_secret_access_key=secret).create_bucket(Bucket="lake")
         for key in [k for k in __import__("os").environ if k.startswith(("AWS_", "AZURE_", "GOOGLE_"))]:
             monkeypatch.delenv(key)
-        options = {"AWS_ENDPOINT_URL": server.endpoint, "AWS_ALLOW_HTTP": "true", "AWS_REGION": "us-east-1",
-                   "AWS_ACCESS_KEY_ID": key_id, "AWS_SECRET_ACCESS_KEY": secret}
-        uri = "s3://lake/events"
-        import pyarrow as pa
-        from deltalake import write_deltalake
-
-        for i in range(6):
-            write_deltalake(uri, pa.table({"id": [i], "part": ["p"]}), mode="append", storage_options=options)
         monkeypatch.setenv("AIRFLOW_CONN_LAKE_S3", json.dumps({
             "conn_type": "aws", "login": key_id, "password": secret,
             "extra": {"region_name": "us-east-1", "endpoint_url": server.endpoint}}))
-        monkeypatch.setattr(DeltaMaintHook, "submit", lambda *a, **k: pytest.fail("spark-submit was called"))
-        caplog.set_level(logging.DEBUG)
-        op = LogCompactionOperator(task_id="c", table_uri=uri, interval=5, storage_conn_id="lake_s3",
-                                   storage_options={"AWS_ALLOW_HTTP": "true"}, execution="auto")
-        metrics = op.execute(context={})
-        assert metrics["status"] == "committed" and metrics["numWindowsWritten"] == 1
-        # OPTIMIZE and full VACUUM run on the worker's threads with the same connection
-        import subprocess as subprocess_module
-
-        from airflow_delta_maint.operators.maintenance import VacuumOperator
-
-        monkeypatch.setattr(subprocess_module, "Popen", lambda *a, **k: pytest.fail(f"a process was started: {a}"))
-        common = {"table_uri": uri, "storage_conn_id": "lake_s3", "storage_options": {"AWS_ALLOW_HTTP": "true"},
-                  "execution": "auto"}
-        optimize_op = OptimizeOperator(task_id="o", lease_seconds=0, **common)
-        optimized = optimize_op.execute(context={})
-        assert optimized["status"] == "committed" and optimized["numRemovedFiles"] == 6
-        vacuum_op = VacuumOperator(task_id="v", retention_hours=0, ignore_retention_check=True, **common)
-        vacuumed = vacuum_op.execute(context={})
-        assert vacuumed["status"] == "committed" and vacuumed["numDeletedFiles"] == 6
-        out = capsys.readouterr()
-        for task, result in ((op, metrics), (optimize_op, optimized), (vacuum_op, vacuumed)):
-            fields = {name: getattr(task, name) for name in task.template_fields}
-            for text in (json.dumps(result, default=str), json.dumps(fields, default=str)):
-                assert secret not in text
-        for text in (caplog.text, out.out, out.err):
-            assert secret not in text
-        assert "in this process" in caplog.text + out.out + out.err
+        options = {"AWS_ENDPOINT_URL": server.endpoint, "AWS_ALLOW_HTTP": "true", "AWS_REGION": "us-east-1",
+                   "AWS_ACCESS_KEY_ID": key_id, "AWS_SECRET_ACCESS_KEY": secret}
+        yield options, key_id, secret
     finally:
         server.stop()
+
+
+def test_local_execution_keeps_the_connections_secret(s3_lake, monkeypatch, caplog, capsys):
+    """On S3 with a connection: the job runs in this process, the secret in no log, output, XCom or field."""
+    options, key_id, secret = s3_lake
+    uri = "s3://lake/events"
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    for i in range(6):
+        write_deltalake(uri, pa.table({"id": [i], "part": ["p"]}), mode="append", storage_options=options)
+    monkeypatch.setattr(DeltaMaintHook, "submit", lambda *a, **k: pytest.fail("spark-submit was called"))
+    caplog.set_level(logging.DEBUG)
+    op = LogCompactionOperator(task_id="c", table_uri=uri, interval=5, storage_conn_id="lake_s3",
+                               storage_options={"AWS_ALLOW_HTTP": "true"}, execution="auto")
+    metrics = op.execute(context={})
+    assert metrics["status"] == "committed" and metrics["numWindowsWritten"] == 1
+    # OPTIMIZE and full VACUUM run on the worker's threads with the same connection
+    import subprocess as subprocess_module
+
+    from airflow_delta_maint.operators.maintenance import VacuumOperator
+
+    monkeypatch.setattr(subprocess_module, "Popen", lambda *a, **k: pytest.fail(f"a process was started: {a}"))
+    common = {"table_uri": uri, "storage_conn_id": "lake_s3", "storage_options": {"AWS_ALLOW_HTTP": "true"},
+              "execution": "auto"}
+    optimize_op = OptimizeOperator(task_id="o", lease_seconds=0, **common)
+    optimized = optimize_op.execute(context={})
+    assert optimized["status"] == "committed" and optimized["numRemovedFiles"] == 6
+    vacuum_op = VacuumOperator(task_id="v", retention_hours=0, ignore_retention_check=True, **common)
+    vacuumed = vacuum_op.execute(context={})
+    assert vacuumed["status"] == "committed" and vacuumed["numDeletedFiles"] == 6
+    out = capsys.readouterr()
+    for task, result in ((op, metrics), (optimize_op, optimized), (vacuum_op, vacuumed)):
+        fields = {name: getattr(task, name) for name in task.template_fields}
+        for text in (json.dumps(result, default=str), json.dumps(fields, default=str)):
+            assert secret not in text
+    for text in (caplog.text, out.out, out.err):
+        assert secret not in text
+    assert "in this process" in caplog.text + out.out + out.err
 
 
 def test_fleet_spec_holds_no_secret(tmp_path, monkeypatch, in_process_fleet):
@@ -607,45 +615,29 @@ def test_a_budget_keeps_the_runs_that_gain_most_and_defers_the_rest(tmp_path, mo
         MaintainTablesOperator(task_id="fleet", tables=tables, budget={"cpu": 1})
 
 
-def test_a_budgeted_night_keeps_the_connections_secret(tmp_path_factory, monkeypatch, caplog, capsys):
+def test_a_budgeted_night_keeps_the_connections_secret(s3_lake, monkeypatch, caplog, capsys):
     """On S3 with a connection: the plan in XCom, the deferred results, the fields and the task's log hold no
     secret of the tables' connection."""
-    import boto3
     import pyarrow as pa
     from deltalake import write_deltalake
 
-    from tests.storage.servers import start_moto
-
-    server = start_moto(tmp_path_factory.mktemp("moto"))
-    try:
-        key_id, secret = "AKIDBUDGET", "budget-secret-5e1f"
-        boto3.client("s3", endpoint_url=server.endpoint, region_name="us-east-1", aws_access_key_id=key_id,
-                     aws_secret_access_key=secret).create_bucket(Bucket="lake")
-        for key in [k for k in __import__("os").environ if k.startswith(("AWS_", "AZURE_", "GOOGLE_"))]:
-            monkeypatch.delenv(key)
-        options = {"AWS_ENDPOINT_URL": server.endpoint, "AWS_ALLOW_HTTP": "true", "AWS_REGION": "us-east-1",
-                   "AWS_ACCESS_KEY_ID": key_id, "AWS_SECRET_ACCESS_KEY": secret}
-        tables = ["s3://lake/busy", "s3://lake/quiet"]
-        for uri, appends in zip(tables, (6, 3)):
-            for i in range(appends):
-                write_deltalake(uri, pa.table({"id": [i, i + 100], "part": ["p", "q"]}), mode="append",
-                                partition_by=["part"], storage_options=options)
-        monkeypatch.setenv("AIRFLOW_CONN_LAKE_S3", json.dumps({
-            "conn_type": "aws", "login": key_id, "password": secret,
-            "extra": {"region_name": "us-east-1", "endpoint_url": server.endpoint}}))
-        monkeypatch.setattr(DeltaMaintHook, "submit", lambda *a, **k: pytest.fail("spark-submit was called"))
-        ti = RecordingTI()
-        caplog.set_level(logging.DEBUG)
-        op = MaintainTablesOperator(task_id="fleet", tables=tables, jobs={"optimize": {"lease_seconds": 0}},
-                                    storage_conn_id="lake_s3", storage_options={"AWS_ALLOW_HTTP": "true"},
-                                    budget={"max_tables": 1}, execution="auto")
-        results = op.execute(context={"ti": ti})
-        assert [e["jobs"][0]["status"] for e in results] == ["committed", "skipped"]
-        assert results[1]["jobs"][0]["deferred"] is True and ti.pushed["lake_plan"]["deferred"]
-        fields = {name: getattr(op, name) for name in op.template_fields}
-        out = capsys.readouterr()
-        seen = json.dumps(results) + json.dumps(ti.pushed) + json.dumps(fields, default=str) + caplog.text + out.out \
-            + out.err
-        assert secret not in seen and key_id not in seen
-    finally:
-        server.stop()
+    options, key_id, secret = s3_lake
+    tables = ["s3://lake/busy", "s3://lake/quiet"]
+    for uri, appends in zip(tables, (6, 3)):
+        for i in range(appends):
+            write_deltalake(uri, pa.table({"id": [i, i + 100], "part": ["p", "q"]}), mode="append",
+                            partition_by=["part"], storage_options=options)
+    monkeypatch.setattr(DeltaMaintHook, "submit", lambda *a, **k: pytest.fail("spark-submit was called"))
+    ti = RecordingTI()
+    caplog.set_level(logging.DEBUG)
+    op = MaintainTablesOperator(task_id="fleet", tables=tables, jobs={"optimize": {"lease_seconds": 0}},
+                                storage_conn_id="lake_s3", storage_options={"AWS_ALLOW_HTTP": "true"},
+                                budget={"max_tables": 1}, execution="auto")
+    results = op.execute(context={"ti": ti})
+    assert [e["jobs"][0]["status"] for e in results] == ["committed", "skipped"]
+    assert results[1]["jobs"][0]["deferred"] is True and ti.pushed["lake_plan"]["deferred"]
+    fields = {name: getattr(op, name) for name in op.template_fields}
+    out = capsys.readouterr()
+    seen = json.dumps(results) + json.dumps(ti.pushed) + json.dumps(fields, default=str) + caplog.text + out.out \
+        + out.err
+    assert secret not in seen and key_id not in seen

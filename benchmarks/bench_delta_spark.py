@@ -69,6 +69,10 @@ WORKLOADS: dict[str, tuple[str, tuple[str, list[str]], str]] = {
                     "VACUUM {ref} RETAIN 0 HOURS"),
     "vacuum lite": ("vacuum_lite", ("vacuum", ["--mode", "lite"]), "VACUUM {ref} LITE"),
     "checkpoint": ("checkpoint_1m", ("checkpoint", []), "checkpoint"),
+    # the same rows written by delta-spark three ways: a plain table, with a VARIANT column, Iceberg-compatible
+    "bin-packing, written by delta-spark": ("spark_plain", ("optimize", []), "OPTIMIZE {ref}"),
+    "bin-packing, variant": ("spark_variant", ("optimize", []), "OPTIMIZE {ref}"),
+    "bin-packing, iceberg-compat-v2": ("spark_iceberg", ("optimize", []), "OPTIMIZE {ref}"),
 }
 
 BASE_CONF = {
@@ -149,6 +153,36 @@ def build_dv20(src: Path, dest: Path) -> None:
     spark.stop()
 
 
+#: rows and files of the tables delta-spark writes for the feature workloads
+SPARK_WRITTEN_ROWS, SPARK_WRITTEN_FILES = 4_000_000, 400
+_SPARK_WRITTEN = {
+    "spark_plain": ("", {}),
+    "spark_variant": (", v VARIANT", {}),
+    "spark_iceberg": ("", {"delta.columnMapping.mode": "name", "delta.enableIcebergCompatV2": "true",
+                           "delta.universalFormat.enabledFormats": "iceberg"}),
+}
+
+
+def build_spark_written(name: str, dest: Path) -> None:
+    """``SPARK_WRITTEN_ROWS`` rows in ``SPARK_WRITTEN_FILES`` files, written by delta-spark: the same rows in
+    each table (ids, a key column, a double, a string), plus a variant of each row's values in ``v`` on the
+    variant table; the Iceberg-compatible table has column mapping and icebergCompatV2."""
+    extra, properties = _SPARK_WRITTEN[name]
+    spark = _session("delta-spark")
+    ref = f"delta.`{dest}`"
+    props = ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())
+    spark.sql(f"CREATE TABLE {ref} (id BIGINT, a INT, k INT, b DOUBLE, s STRING{extra}) USING delta"
+              + (f" TBLPROPERTIES ({props})" if props else ""))
+    columns = ["id", "CAST(id % 97 AS INT) AS a", "CAST(id % 1013 AS INT) AS k", "CAST(id * 0.37 AS DOUBLE) AS b",
+               "concat('name-', CAST(id % 5000 AS STRING)) AS s"]
+    if extra:
+        columns.append("parse_json(concat('{\"n\": ', CAST(id AS STRING), ', \"tag\": \"t', CAST(id % 13 AS STRING), "
+                       "'\", \"ok\": ', IF(id % 2 = 0, 'true', 'false'), '}')) AS v")
+    rows = spark.range(SPARK_WRITTEN_ROWS).selectExpr(*columns).repartition(SPARK_WRITTEN_FILES)
+    rows.write.format("delta").mode("append").save(str(dest))
+    spark.stop()
+
+
 def source(name: str) -> Path:
     """The cached source table ``name`` (built on first use)."""
     path = WORK / "src" / name
@@ -173,6 +207,8 @@ def source(name: str) -> Path:
         build(path, tracked=75_000, removed=25_000)
     elif name == "vacuum_lite":
         build_vacuum_lite(path)
+    elif name in _SPARK_WRITTEN:
+        build_spark_written(name, path)
     elif name == "checkpoint_1m":
         from benchmarks.bench_worker_checks import generate as generate_log
 

@@ -10,6 +10,7 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_delta_maint.delta.errors import DeltaError
+from airflow_delta_maint.delta.log.commit_watch import CommitWatch
 from airflow_delta_maint.hooks.catalogs.table_target import (
     check_table_arguments,
     resolve_table_name,
@@ -94,6 +95,8 @@ class CommitIntervalSensor(BaseSensorOperator):
         self.storage_options = storage_options
         self.storage_conn_id = storage_conn_id
         self.deferrable = deferrable
+        #: what the last poke saw (pokes of one try in "poke" mode): the next one reads only what is new
+        self._commit_watch = CommitWatch()
 
     def _arguments(self) -> tuple[int | None, int]:
         try:
@@ -120,7 +123,7 @@ class CommitIntervalSensor(BaseSensorOperator):
         table_uri, options = self._table_and_options()
         label = f"{self.table_name} ({table_uri})" if self.table_name else table_uri
         try:
-            seen = count_commits(table_uri, min_commits, self.since, since_version, options)
+            seen = count_commits(table_uri, min_commits, self.since, since_version, options, self._commit_watch)
         except DeltaError as exc:
             raise AirflowException(f"cannot count the commits of {label}: {exc}") from exc
         self.log.info(

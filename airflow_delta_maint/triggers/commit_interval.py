@@ -10,6 +10,7 @@ from airflow.sdk.exceptions import AirflowException
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_delta_maint.delta.errors import DeltaError
+from airflow_delta_maint.delta.log.commit_watch import CommitWatch
 from airflow_delta_maint.delta.log.history import last_operation_version, latest_version_cheap, log_state
 from airflow_delta_maint.delta.storage.store import Storage
 from airflow_delta_maint.hooks.storage_credentials import (
@@ -55,6 +56,7 @@ def count_commits(
     since: str = "last_optimize",
     since_version: int | None = None,
     storage_options: Mapping[str, str] | None = None,
+    watch: CommitWatch | None = None,
 ) -> dict[str, int]:
     """
     The commits a table gathered since a reference point, read cheaply from its log.
@@ -71,6 +73,8 @@ def count_commits(
         ``version`` (``since_version``).
     :param since_version: the version to count from when ``since="version"``.
     :param storage_options: object-store options for the table.
+    :param watch: what the previous count of this table saw (a sensor's or trigger's own); the count then reads
+        only what is new: two existence checks when nothing was committed.
     :return: ``{"from_version", "to_version", "commits"}``: the versions after the reference
         point up to the latest one, and how many there are. When no OPTIMIZE is found within
         ``min_commits`` commits, the range is those ``min_commits`` commits.
@@ -83,13 +87,17 @@ def count_commits(
         ends = [v for v in (state.last_checkpoint_version, state.last_compaction_end) if v is not None]
         base = max(ends) if ends else -1
     else:
-        latest, checkpoint = latest_version_cheap(storage)
+        if watch is None:
+            latest, checkpoint = latest_version_cheap(storage)
+        else:
+            latest, checkpoint = watch.latest_version(storage, with_checkpoint=since == "last_checkpoint")
         if since == "version":
             base = int(since_version) if since_version is not None else -1
         elif since == "last_checkpoint":
             base = checkpoint if checkpoint is not None else -1
         elif since == "last_optimize":
-            found = last_operation_version(storage, ["OPTIMIZE"], latest, max_commits=min_commits)
+            found = (last_operation_version(storage, ["OPTIMIZE"], latest, max_commits=min_commits) if watch is None
+                     else watch.last_operation(storage, ["OPTIMIZE"], latest, max_commits=min_commits))
             base = found if found is not None else max(-1, latest - min_commits)
         else:
             raise ValueError(f"since must be one of {', '.join(SINCE_CHOICES)}; got {since!r}")
@@ -139,7 +147,7 @@ async def check_commits(trigger: Any) -> dict[str, int]:
     ``min_commits``, ``since``, ``since_version``, ``storage_options`` and ``storage_conn_id``, off the event loop."""
     table_uri, options = await table_now(trigger)
     return await asyncio.to_thread(count_commits, table_uri, trigger.min_commits, trigger.since,
-                                   trigger.since_version, options)
+                                   trigger.since_version, options, getattr(trigger, "commit_watch", None))
 
 
 class CommitIntervalTrigger(BaseTrigger):
@@ -188,6 +196,8 @@ class CommitIntervalTrigger(BaseTrigger):
         self.storage_options = dict(storage_options or {})
         self.poke_interval = float(poke_interval)
         self.storage_conn_id = storage_conn_id or None
+        #: what the last check saw: the next one reads only what is new (not serialized)
+        self.commit_watch = CommitWatch()
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """Serialize the trigger's arguments and class path."""

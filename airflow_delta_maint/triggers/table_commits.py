@@ -12,6 +12,7 @@ from airflow.sdk.exceptions import AirflowException
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from airflow_delta_maint.delta.errors import DeltaError
+from airflow_delta_maint.delta.log.commit_watch import CommitWatch
 from airflow_delta_maint.hooks.storage_credentials import (
     refuse_secret_options,
 )
@@ -149,6 +150,8 @@ class TableCommitsTrigger(BaseEventTrigger):
         self._fired_to: int | None = None
         #: a table by name: its location, name and catalog asset URI at the last check, for the event
         self._named: dict[str, str] = {}
+        #: what the last check saw: the next one reads only what is new (not serialized)
+        self.commit_watch = CommitWatch()
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """The class path and the (deterministic) arguments that identify this trigger."""
@@ -202,8 +205,8 @@ class TableCommitsTrigger(BaseEventTrigger):
         resolved, table_uri, options = await named_table_now(self)
         if resolved is not None:
             self._named = {"table_uri": table_uri, "table_name": resolved.name, "asset_uri": resolved.asset_uri}
-        return await asyncio.to_thread(commit_interval.count_commits, table_uri, self.min_commits, self.since, self.since_version,
-                                       options)
+        return await asyncio.to_thread(commit_interval.count_commits, table_uri, self.min_commits, self.since,
+                                       self.since_version, options, self.commit_watch)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """Check every ``poke_interval`` seconds; fire each time the table crosses the threshold."""

@@ -37,7 +37,7 @@ class LogState:
         return self.latest_version - (max(ends) if ends else -1)
 
 
-def _gallop_latest(storage: Storage, known: int) -> int:
+def gallop_latest(storage: Storage, known: int) -> int:
     """The latest commit at or above ``known`` (which exists), in O(log n) existence checks.
 
     Published commits above an existing one are contiguous, so an exponential probe followed by
@@ -68,7 +68,7 @@ def log_state(storage: Storage) -> LogState:
     if hint is not None:
         listing = list_log(storage, hint)
     else:
-        top = _gallop_latest(storage, 0) if storage.exists(commit_key(0)) else 0
+        top = gallop_latest(storage, 0) if storage.exists(commit_key(0)) else 0
         listing = list_log(storage, max(0, top - _TAIL))
     if not listing.commits and not listing.checkpoints:
         listing = list_log(storage, 0)
@@ -90,7 +90,7 @@ def latest_version_cheap(storage: Storage) -> tuple[int, int | None]:
     hint = read_last_checkpoint_hint(storage)
     start = hint if hint is not None else 0
     if storage.exists(commit_key(start)):
-        return _gallop_latest(storage, start), hint
+        return gallop_latest(storage, start), hint
     state = log_state(storage)
     return state.latest_version, state.last_checkpoint_version
 
@@ -137,4 +137,4 @@ def last_operation_version(storage: Storage, operations: Iterable[str], latest: 
     return None
 
 
-__all__ = ["LogState", "log_state", "latest_version_cheap", "last_operation_version", "read_commit_info_head", "LOG_DIR"]
+__all__ = ["LogState", "gallop_latest", "log_state", "latest_version_cheap", "last_operation_version", "read_commit_info_head", "LOG_DIR"]

@@ -15,6 +15,10 @@ Every line is one maintenance job, run by each engine on its own fresh copy of t
 - ``vacuum lite``: 100,000 files referenced 30 days ago, then two weeks of daily rewrites (each day
   1,000 files replaced by 1,000 new ones); default 7-day retention, so the rewrites of the week past the
   retention are deleted; delta-spark ``VACUUM ... LITE``;
+- ``bin-packing, written by delta-spark``, ``bin-packing, variant``, ``bin-packing, iceberg-compat-v2``: OPTIMIZE
+  of 4,000,000 rows in 400 files that delta-spark wrote (``build_spark_written``): the same rows as a plain
+  table, with a VARIANT column more (each row's values as a JSON object), and as an Iceberg-compatible table
+  (column mapping, ``delta.enableIcebergCompatV2``, UniForm's property recorded); delta-spark ``OPTIMIZE``;
 - ``checkpoint``: a log of 1,000,000 checkpointed adds with statistics over 10,000 partitions and 1,000
   commits after it (``bench_worker_checks.generate``, no data files); ours ``checkpoint``, delta-spark
   ``DeltaLog.forTable(...).update()`` then ``checkpoint(snapshot)``.

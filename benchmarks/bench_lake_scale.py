@@ -11,7 +11,8 @@
   loop of one process, as Airflow's triggerer runs them (its ``TriggerRunner`` awaits each trigger's ``run()``
   on one loop), for ``--polls`` poll intervals of ``--poke-interval`` seconds. Measured: that process's peak
   RSS (Airflow and the provider imported, as in the triggerer), and the store calls per table by kind (the
-  store-call counter), of the first check and of each later one (``list`` must stay at most 1 per check).
+  store-call counter, each check counting its own), of a first check and of a later one (``list`` must stay at
+  most 1 per check).
 
 Usage: ``.venv/bin/python -m benchmarks.bench_lake_scale [--tables 1000] [--part plan|triggers|both]``; prints a
 JSON object and writes it to ``benchmarks/out/lake_scale.json``.
@@ -135,8 +136,7 @@ def measure_plan(tables: int, cpu_budget: float) -> dict[str, Any]:
         plan = json.loads(out.strip().splitlines()[-1])["plan"]
         return {"tables": tables, "build_s": round(built_s, 1), "wall_s": round(wall_s, 1),
                 "peak_rss_mib": round(peak / (1 << 20)), "jvm_started": java,
-                "chosen": len(plan.get("chosen", [])), "deferred": len(plan.get("deferred", [])),
-                "plan_keys": sorted(plan)}
+                "chosen": len(plan.get("chosen", [])), "deferred": len(plan.get("deferred", []))}
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -181,19 +181,37 @@ def write_s3_lake(endpoint: str, tables: int, seed: int = 11) -> list[str]:
     return [f"s3://lake/t{i:04d}" for i in range(tables)]
 
 
-def _minus(later: dict[str, dict[str, int]], earlier: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
-    return {kind: {k: v - earlier[kind][k] for k, v in fields.items()} for kind, fields in later.items()}
-
-
 def _rss_now() -> int:
     return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def _count_checks(trigger: Any, first: Any, later: Any, done: list[int]) -> None:
+    """Make each check of ``trigger`` count its store calls into ``first`` (its first check) or ``later``, and
+    ``done`` the checks finished (first, later)."""
+    from airflow_delta_maint.delta.storage.store_calls import counting
+
+    original, seen = trigger.check, [0]
+
+    async def check() -> dict[str, int]:
+        index = 0 if seen[0] == 0 else 1
+        with counting(first if index == 0 else later):   # the check's thread gets this task's context
+            try:
+                return await original()
+            finally:
+                seen[0] += 1
+                done[index] += 1
+
+    trigger.check = check
+
+
 async def _watch(uris: list[str], polls: int, interval: float) -> dict[str, Any]:
-    from airflow_delta_maint.delta.storage.store_calls import PROCESS_CALLS
+    from airflow_delta_maint.delta.storage.store_calls import StoreCalls
     from airflow_delta_maint.triggers.table_commits import TableCommitsTrigger
 
     triggers = [TableCommitsTrigger(table_uri=u, min_commits=1000, poke_interval=interval) for u in uris]
+    first, later, done = StoreCalls(), StoreCalls(), [0, 0]
+    for t in triggers:
+        _count_checks(t, first, later, done)
     peak, started = _rss_now(), time.perf_counter()
     tasks = [asyncio.create_task(anext(t.run())) for t in triggers]   # none fires: 1,000 commits are not reached
 
@@ -204,14 +222,17 @@ async def _watch(uris: list[str], polls: int, interval: float) -> dict[str, Any]
             await asyncio.sleep(0.1)
 
     sampler = asyncio.create_task(sample())
-    await asyncio.sleep(interval / 2)       # the first checks are done, the second ones not yet started
-    after_first = PROCESS_CALLS.counts()
-    await asyncio.sleep((polls - 0.5) * interval)
+    await asyncio.sleep(polls * interval)
     elapsed = time.perf_counter() - started
     for task in (*tasks, sampler):
         task.cancel()
     await asyncio.gather(*tasks, sampler, return_exceptions=True)
-    return {"peak": peak, "elapsed": elapsed, "after_first": after_first}
+
+    def per_check(calls: Any, checks: int) -> dict[str, float]:
+        return {kind: round(f["calls"] / max(1, checks), 2) for kind, f in calls.counts().items() if f["calls"]}
+
+    return {"peak": peak, "elapsed": elapsed, "checks": {"first": done[0], "later": done[1]},
+            "first": per_check(first, done[0]), "later": per_check(later, done[1])}
 
 
 def measure_triggers(tables: int, polls: int, interval: float) -> dict[str, Any]:
@@ -224,21 +245,14 @@ def measure_triggers(tables: int, polls: int, interval: float) -> dict[str, Any]
         built_s = time.perf_counter() - started
         os.environ.update({"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
                            "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"})
-        from airflow_delta_maint.delta.storage.store_calls import PROCESS_CALLS
-
         rss_before_import = _rss_now()
         import airflow_delta_maint.triggers.table_commits  # noqa: F401  (Airflow and the provider, as in the triggerer)
 
-        base = PROCESS_CALLS.counts()
         watched = asyncio.run(_watch(uris, polls, interval))
-        first = {kind: round(f["calls"] / tables, 2) for kind, f in
-                 _minus(watched["after_first"], base).items() if f["calls"]}
-        later = {kind: round(f["calls"] / (tables * (polls - 1)), 2)
-                 for kind, f in PROCESS_CALLS.since(watched["after_first"]).items() if f["calls"]}
-        return {"tables": tables, "polls": polls, "poke_interval_s": interval, "build_s": round(built_s, 1),
-                "elapsed_s": round(watched["elapsed"], 1), "rss_before_import_mib": round(rss_before_import / (1 << 20)),
-                "peak_rss_mib": round(watched["peak"] / (1 << 20)), "calls_per_table_first_check": first,
-                "calls_per_table_per_later_check": later}
+        return {"tables": tables, "poke_interval_s": interval, "watched_s": round(watched["elapsed"], 1),
+                "build_s": round(built_s, 1), "rss_before_import_mib": round(rss_before_import / (1 << 20)),
+                "peak_rss_mib": round(watched["peak"] / (1 << 20)), "checks": watched["checks"],
+                "calls_per_first_check": watched["first"], "calls_per_later_check": watched["later"]}
     finally:
         moto.kill()
         moto.wait()

@@ -44,6 +44,8 @@ CORPUS_DV_TABLES = {
     "rs/table_with_deletion_logs": (98, "id", [12, 89]),
     "spark/table-with-dv-large": (1993, "value", [0, 180, 250, 300, 300, 350, 700, 900, 1353, 1567, 1800]),
     "spark/table-with-dv-small": (8, "value", [0, 9]),
+    # DELETE ... WHERE id % 10 = 3 OR id >= 200 on ids [0, 250): the files of ids >= 200 went whole
+    "spark44/iceberg-compat-v3": (180, "id", list(range(3, 200, 10))),
 }
 
 # delta-spark's test suites wrote the spark/ tables' DV files with a test-only name prefix that the

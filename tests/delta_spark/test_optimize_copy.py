@@ -38,3 +38,31 @@ def test_delta_spark_files_copied_as_a_full_rewrite_would_write_them(spark, tmp_
     assert spark.read.format("delta").load(str(path)).where("id > 100000").count() == 0
     spark.sql(f"DELETE FROM delta.`{path}` WHERE id % 10 = 0")
     assert len(rows(spark, path)) == APPENDS * ROWS - APPENDS * ROWS // 10
+
+
+def test_partitioned_files_holding_their_partition_column_are_copied_and_keep_it(spark, tmp_path: Path):
+    """delta-spark 4.4 writes the partition columns into a partitioned table's files (its default): OPTIMIZE
+    writes them too, so those files' row groups copy byte for byte; a file written without them (another writer)
+    is re-encoded with its partition's values added. delta-spark reads the same rows and keeps writing."""
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "parted"
+    spark.sql(f"CREATE TABLE delta.`{path}` (id BIGINT, s STRING, p STRING) USING delta PARTITIONED BY (p)")
+    for k in range(APPENDS):
+        (spark.range(k * ROWS, (k + 1) * ROWS).selectExpr("id", "concat('s', id) AS s",
+                                                          "IF(id % 2 = 0, 'even', 'odd') AS p")
+         .repartition(1).write.format("delta").mode("append").save(str(path)))
+    live = Snapshot.load(str(path)).add_actions()
+    assert all("p" in pq.read_schema(str(path / a["path"])).names for a in live)   # delta-spark's default
+    before = rows(spark, path)
+    code, m = run(path, local=False, copy_row_groups="always")
+    assert code == 0 and m["status"] == "committed", m
+    assert (m["numRowGroupsCopied"], m["copyFallbacks"]) == (2 * APPENDS, {}), m
+    assert m["numRemovedFiles"] == 2 * APPENDS and m["numAddedFiles"] == 2
+    for add in Snapshot.load(str(path)).add_actions():
+        column = pq.read_table(str(path / add["path"]), columns=["p"]).column("p").to_pylist()
+        assert set(column) == {add["partitionValues"]["p"]}
+        assert "p" not in json.loads(add["stats"])["minValues"]
+    assert rows(spark, path) == before
+    spark.sql(f"INSERT INTO delta.`{path}` VALUES (-1, 'x', 'even')")
+    assert len(rows(spark, path)) == len(before) + 1

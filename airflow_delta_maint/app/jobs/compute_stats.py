@@ -22,6 +22,7 @@ from airflow_delta_maint.delta.log.table_header import TableHeader
 from airflow_delta_maint.delta.log.transaction import ConflictError, Transaction, conflicting_files
 from airflow_delta_maint.delta.plans import compute_stats as plans
 from airflow_delta_maint.delta.plans.compute_stats import ComputeStatsOptions, ComputeStatsPlan
+from airflow_delta_maint.delta.protocol.uniform_iceberg import check_no_iceberg_metadata
 
 from ..context import JobContext
 from ..job_definitions.compute_stats import COMPUTE_STATS
@@ -61,6 +62,7 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
 
 def _compute_stats(ctx: JobContext, options: ComputeStatsOptions, state: TableHeader) -> dict[str, Any]:
     ctx.version_read = state.version
+    check_no_iceberg_metadata(ctx.storage, state.metadata, NAME)
     plan = plans.plan_compute_stats(state, options)
     metrics: dict[str, Any] = {**plan.metrics(), "version_committed": None, "numFilesUpdated": 0,
                                "numFilesReadFromData": 0, "numFilesDroppedByConflicts": 0}

@@ -28,6 +28,7 @@ from .optimize_metrics import run_metrics
 from airflow_delta_maint.app.rewrite.commit import AFTER_REWRITE, BinCommitter, GroupResult
 from airflow_delta_maint.app.rewrite.bin_copy import rewrite_bin
 from airflow_delta_maint.app.rewrite.data_files import RewriteSpec, delete_run_outputs, output_dir
+from airflow_delta_maint.app.rewrite.partition_columns import writes_partition_columns
 from airflow_delta_maint.app.rewrite.rebase import BinOutputs
 from airflow_delta_maint.app.rewrite.rewrite_counts import RewriteCounts
 from airflow_delta_maint.app.rewrite.rewrite_cadence import (RewriteCadence, busy_unit_bins, commit_groups, rewrite_and_commit,
@@ -211,7 +212,8 @@ def _execute_plan(ctx: JobContext, options: OptimizeOptions, snapshot: Snapshot,
 
 def _rewrite_spec(ctx: JobContext, options: OptimizeOptions, snapshot: Snapshot, plan: OptimizePlan) -> RewriteSpec:
     """How the plan's tasks write their files: the table's metadata, compression, target size,
-    tight bounds, row tracking, a token of this run, the statistics clustering needs."""
+    tight bounds, row tracking, a token of this run, the statistics clustering needs, whether files hold
+    the partition columns (``partition_columns.py``)."""
     clustered = plan.layout == "hilbert"
     # On a table with deletion vectors every file's stats say whether they are exact; ours are.
     tight_bounds = True if "deletionVectors" in table_features(snapshot.protocol)[1] else None
@@ -220,7 +222,8 @@ def _rewrite_spec(ctx: JobContext, options: OptimizeOptions, snapshot: Snapshot,
                        row_group_bytes=options.row_group_bytes, copy_row_groups=options.copy_row_groups,
                        target_file_size=plan.target_file_size, tight_bounds=tight_bounds,
                        run_token=uuid.uuid4().hex[:8], row_tracking=rows,
-                       required_stats_columns=tuple(c.logical_path for c in plan.zorder_columns) if clustered else ())
+                       required_stats_columns=tuple(c.logical_path for c in plan.zorder_columns) if clustered else (),
+                       materialize_partitions=writes_partition_columns(ctx.storage, snapshot, plan))
 
 
 def _commit_parameters(options: OptimizeOptions, plan: OptimizePlan, deferred: int) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from airflow_delta_maint.delta.plans.optimize_rounds import (iter_round_snapshot
                                                              partition_rounds, spill_rounds)
 from airflow_delta_maint.delta.protocol.actions import ADD_SCHEMA
 from airflow_delta_maint.delta.protocol.features import Operation, check_supported
+from airflow_delta_maint.delta.protocol.uniform_iceberg import check_no_iceberg_metadata
 from airflow_delta_maint.delta.storage.store import Storage
 
 from ..context import JobContext
@@ -66,6 +67,7 @@ def _rounds(ctx: JobContext, options: OptimizeOptions, state: StreamedState,
             path: RewriteCadence | None) -> dict[str, Any]:
     ctx.version_read = state.version  # reported with a refusal too
     check_supported(state.protocol, Operation.OPTIMIZE, state.metadata)
+    check_no_iceberg_metadata(ctx.storage, state.metadata, Operation.OPTIMIZE.value)
     outline = streamed_plan_outline(state, options, keep_scan=True)
     assert outline is not None and outline.scan is not None and outline.selected is not None
     if not outline.is_empty and not options.dry_run:

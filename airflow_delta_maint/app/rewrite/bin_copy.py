@@ -34,6 +34,7 @@ from .copy_choice import CopyChoice, choose_copies, input_source, table_reason
 from .data_files import (RewriteSpec, file_size, output_dir, output_name, read_ahead_room, read_ahead_threads,
                          read_data_file)
 from .rewrite_counts import RewriteCounts
+from .variant_columns import with_variant_layout
 
 __all__ = ["BinRewrite", "rewrite_bin"]
 
@@ -49,6 +50,7 @@ class BinRewrite(NamedTuple):
 
 def rewrite_bin(spec: RewriteSpec, adds: list[dict], partition_values: dict[str, str | None]) -> BinRewrite:
     """Rewrite one bin into one file, copying row groups as ``spec.copy_row_groups`` allows."""
+    spec = with_variant_layout(spec, adds)
     if spec.copy_row_groups == "never":
         return _reencode(spec, adds, partition_values, RewriteCounts())
     reason = table_reason(spec)
@@ -82,8 +84,10 @@ class _Pending:
     """Rows waiting to be re-encoded into the output, written as one row group once they hold
     ``row_group_bytes`` of Arrow data (or before the next copied input, or at the end)."""
 
-    def __init__(self, writer: RowGroupCopyWriter, row_group_bytes: int, counts: RewriteCounts):
+    def __init__(self, writer: RowGroupCopyWriter, row_group_bytes: int, counts: RewriteCounts,
+                 spec: RewriteSpec, partition_values: dict[str, str | None]):
         self.writer, self.row_group_bytes, self.counts = writer, row_group_bytes, counts
+        self.spec, self.partition_values = spec, partition_values
         self.tables: list[pa.Table] = []
         self.nbytes = 0
 
@@ -100,7 +104,7 @@ class _Pending:
         data = pa.concat_tables(self.tables) if len(self.tables) > 1 else self.tables[0]
         self.tables, self.nbytes = [], 0
         before = len(self.writer.row_groups)
-        self.writer.add_table(data)
+        self.writer.add_table(self.spec.with_partitions(data, self.partition_values))
         self.counts.row_groups_reencoded += len(self.writer.row_groups) - before
         self.counts.bytes_reencoded += _compressed(self.writer, before)
 
@@ -125,11 +129,12 @@ def _inputs(spec: RewriteSpec, adds: list[dict], footers: list[Footer | None]
             yield (add, footer, None) if footer is not None else (add, None, pending.pop(i).result())
 
 
-def _write(spec: RewriteSpec, adds: list[dict], choice: CopyChoice, sink: object) -> RowGroupCopyWriter:
+def _write(spec: RewriteSpec, adds: list[dict], choice: CopyChoice, sink: object,
+           partition_values: dict[str, str | None]) -> RowGroupCopyWriter:
     assert choice.reference is not None
     writer = RowGroupCopyWriter(sink, choice.reference, spec.compression)  # type: ignore[arg-type]
     counts = choice.counts
-    pending = _Pending(writer, spec.row_group_bytes, counts)
+    pending = _Pending(writer, spec.row_group_bytes, counts, spec, partition_values)
     for add, footer, table in _inputs(spec, adds, choice.footers):
         if footer is None:
             assert table is not None
@@ -157,7 +162,7 @@ def _copy_bin(spec: RewriteSpec, adds: list[dict], partition_values: dict[str, s
     if key is None:
         raise ValueError(f"{rel_path} is not inside the table {storage.root}")
     with open_stream(storage, key) as sink:
-        result = _write(spec, adds, choice, sink).close()
+        result = _write(spec, adds, choice, sink, partition_values).close()
     try:
         if result.num_rows == 0:
             storage.delete(key)
@@ -169,5 +174,6 @@ def _copy_bin(spec: RewriteSpec, adds: list[dict], partition_values: dict[str, s
             storage.delete(key)
         raise
     add = {"path": rel_path, "partitionValues": dict(partition_values), "size": result.size,
-           "modificationTime": int(time.time() * 1000), "dataChange": False, "stats": stats_json(stats)}
+           "modificationTime": int(time.time() * 1000), "dataChange": False, "stats": stats_json(stats),
+           **({"tags": spec.file_tags} if spec.file_tags else {})}
     return BinRewrite([add], choice.counts)

@@ -5,7 +5,9 @@ An input is copied only where the copy is exact: no deletion vector, the output'
 physical schema (``delta/parquet``'s refusal check: names, types, repetitions, field ids, key-value
 metadata that changes how rows read), not encrypted; under ``auto`` also every row group at least the
 copy threshold in compressed bytes. Tables whose rewrite adds data of its own (materialized row ids,
-clustering statistics) are re-encoded whole. The reference is the footer pyarrow writes for the
+clustering statistics) are re-encoded whole. Where new files hold the partition columns, so does the
+reference: an input written without them (before ``materializePartitionColumns`` was enabled, say) differs
+in its schema and is re-encoded, the partition values added. The reference is the footer pyarrow writes for the
 table's physical schema; when every input of a bin is refused only for its schema or its key-value
 metadata, one input's own footer may serve instead, if pyarrow reads that footer as exactly the
 table's schema and every other input matches it (files of another writer, say decimals as INT64 or
@@ -28,10 +30,13 @@ from airflow_delta_maint.delta.parquet.footer import MAGIC, Footer, ParquetFoote
 from airflow_delta_maint.delta.parquet.key_values import semantics_difference
 from airflow_delta_maint.delta.parquet.row_group_copy import copy_refusal, reference_for_schema
 from airflow_delta_maint.delta.plans.optimize_options import copy_threshold
+from airflow_delta_maint.delta.protocol.geospatial_files import geo_reference
 from airflow_delta_maint.delta.storage.range_reader import RangeReader
+from airflow_delta_maint.delta.storage.store import Storage
 
 from .data_files import RewriteSpec, nullable_schema
 from .rewrite_counts import RewriteCounts
+from .variant_columns import annotate_reference
 
 __all__ = ["CopyChoice", "choose_copies", "input_source", "maps_exactly", "table_reason"]
 
@@ -64,12 +69,17 @@ def table_reason(spec: RewriteSpec) -> str | None:
 
 def input_source(spec: RewriteSpec, add: dict) -> Source:
     """A data file to read by ranges: its local path, or the object read by ranged requests."""
-    key = spec.storage.key_for_path(add["path"])
+    return footer_source(spec.storage, add)
+
+
+def footer_source(storage: Storage, add: dict) -> Source:
+    """The data file of ``add`` to read by ranges: its local path, or the object read by ranged requests."""
+    key = storage.key_for_path(add["path"])
     if key is None:
         raise CorruptLogError(f"data file outside the table root cannot be rewritten: {add['path']}")
-    if spec.storage.is_local:
-        return spec.storage.local_path(key)
-    return RangeReader(spec.storage, key, int(add["size"]))
+    if storage.is_local:
+        return storage.local_path(key)
+    return RangeReader(storage, key, int(add["size"]))
 
 
 def _footer(spec: RewriteSpec, add: dict) -> Footer | str:
@@ -123,7 +133,7 @@ def maps_exactly(footer: Footer, schema: pa.Schema) -> bool:
 def _own_reference(footers: list[Footer], spec: RewriteSpec, codec: int) -> Footer | None:
     """The footer of one input that every input matches and that reads as the table's schema."""
     for candidate in footers:
-        if maps_exactly(candidate, spec.write_schema) and \
+        if maps_exactly(candidate, spec.file_schema) and \
                 all(copy_refusal(f, candidate, codec) is None for f in footers):
             return candidate
     return None
@@ -148,7 +158,8 @@ def choose_copies(spec: RewriteSpec, adds: list[dict]) -> CopyChoice:
     with ThreadPoolExecutor(max_workers=min(FOOTER_READS, len(wanted))) as pool:
         read: list[Any] = list(pool.map(lambda i: _footer(spec, adds[i]), wanted))
     codec = codec_number(spec.compression)
-    reference = reference_for_schema(spec.write_schema, spec.compression)
+    reference = geo_reference(reference_for_schema(spec.file_schema, spec.compression), spec.metadata)
+    reference = annotate_reference(reference, spec)
     reasons: dict[int, str | None] = {}
     for i, footer in zip(wanted, read):
         if isinstance(footer, str):

@@ -26,9 +26,16 @@ from airflow_delta_maint.delta.errors import CorruptLogError
 from airflow_delta_maint.delta.plans.optimize_options import DEFAULT_COPY_ROW_GROUPS, DEFAULT_ROW_GROUP_BYTES
 from airflow_delta_maint.delta.protocol.actions import Metadata
 from airflow_delta_maint.delta.protocol.deletion_vectors import live_row_mask, read_deletion_vector
+from airflow_delta_maint.delta.protocol.geospatial import as_geo_array, is_geo_arrow_type
+from airflow_delta_maint.delta.protocol.geospatial_files import set_geo_types
+from airflow_delta_maint.delta.protocol.iceberg_compat import (ICEBERG_ROW_ID_FIELD_ID, ICEBERG_ROW_VERSION_FIELD_ID,
+                                                               iceberg_compat_version, new_file_tags, partition_arrays,
+                                                               partition_fields, with_field_id)
 from airflow_delta_maint.delta.protocol.row_tracking import RowTracking
 from airflow_delta_maint.delta.protocol.schema import to_arrow_schema
 from airflow_delta_maint.delta.protocol.stats import StatsCollector, stats_json
+from airflow_delta_maint.delta.protocol.variant_layout import conform_variant, is_variant_struct, variant_group_paths
+from airflow_delta_maint.delta.parquet.variant_groups import annotate_file
 from airflow_delta_maint.delta.storage.store import Storage
 
 PREFETCH = 2
@@ -76,7 +83,14 @@ class RewriteSpec:
     row_tracking: RowTracking = field(default_factory=RowTracking)
     #: logical column paths whose statistics must be written whatever the indexed-column settings
     required_stats_columns: tuple[tuple[str, ...], ...] = ()
+    #: new files hold the partition columns after the data columns (``materializePartitionColumns``,
+    #: Iceberg compatibility: see ``delta/protocol/iceberg_compat.py``)
+    materialize_partitions: bool = False
+    #: the table's columns with each variant in the shape chosen for this rewrite's inputs (``variant_columns.py``);
+    #: None: the table's schema, variants unshredded
+    variant_layout: pa.Schema | None = None
     _schema: pa.Schema | None = field(default=None, repr=False, compare=False)
+    _partitions: tuple[pa.Field, ...] | None = field(default=None, repr=False, compare=False)
 
     @property
     def metadata(self) -> Metadata:
@@ -87,15 +101,48 @@ class RewriteSpec:
         """The table's physical schema without partition columns, every field nullable, then the
         materialized row-tracking columns (int64) when the table names them."""
         if self._schema is None:
-            schema = nullable_schema(to_arrow_schema(self.metadata, physical=True))
+            schema = self.variant_layout or nullable_schema(to_arrow_schema(self.metadata, physical=True))
+            iceberg_v3 = (iceberg_compat_version(self.metadata) or 0) >= 3  # Iceberg's row-lineage field ids
             for name in self.row_tracking.hidden_columns:
-                schema = schema.append(pa.field(name, pa.int64()))
+                column = pa.field(name, pa.int64())
+                if iceberg_v3:
+                    is_row_id = name == self.row_tracking.row_id_column
+                    column = with_field_id(column, ICEBERG_ROW_ID_FIELD_ID if is_row_id else ICEBERG_ROW_VERSION_FIELD_ID)
+                schema = schema.append(column)
             self._schema = schema
         return self._schema
+
+    @property
+    def partition_fields(self) -> tuple[pa.Field, ...]:
+        """The partition columns new files hold after :attr:`write_schema`'s (none unless materialized)."""
+        if self._partitions is None:
+            self._partitions = tuple(partition_fields(self.metadata)) if self.materialize_partitions else ()
+        return self._partitions
+
+    @property
+    def file_schema(self) -> pa.Schema:
+        """The schema of the files this rewrite writes: :attr:`write_schema`, then the materialized partition columns."""
+        schema = self.write_schema
+        for column in self.partition_fields:
+            schema = schema.append(column)
+        return schema
+
+    def with_partitions(self, table: pa.Table, partition_values: dict[str, str | None]) -> pa.Table:
+        """``table`` (in :attr:`write_schema`) with the materialized partition columns appended."""
+        fields = list(self.partition_fields)
+        for column, values in zip(fields, partition_arrays(self.metadata, fields, partition_values, table.num_rows)):
+            table = table.append_column(column, values)
+        return table
+
+    @property
+    def file_tags(self) -> dict[str, str]:
+        """The tags of every add action this rewrite writes (``ICEBERG_COMPAT_VERSION`` under Iceberg compatibility)."""
+        return new_file_tags(self.metadata)
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["_schema"] = None
+        state["_partitions"] = None
         return state
 
 
@@ -106,6 +153,8 @@ def nullable_schema(schema: pa.Schema) -> pa.Schema:
 
 
 def _nullable_type(t: pa.DataType) -> pa.DataType:
+    if is_variant_struct(t):  # a variant's fields stay required where delta-spark writes them so
+        return t
     if pa.types.is_struct(t):
         return pa.struct([f.with_nullable(True).with_type(_nullable_type(f.type)) for f in t])
     if pa.types.is_large_list(t) or pa.types.is_list(t):
@@ -121,9 +170,14 @@ def _nullable_type(t: pa.DataType) -> pa.DataType:
 def conform_array(arr: pa.Array | pa.ChunkedArray, target: pa.DataType) -> pa.Array:
     """Cast file data to the table's type: nested fields the file lacks become nulls.
 
-    Data already of the target type is returned as is (chunks kept: no copy)."""
+    Data already of the target type is returned as is (chunks kept: no copy); a variant is carried into the
+    target's shape (``variant_layout.py``)."""
+    if is_variant_struct(target) and is_variant_struct(arr.type):
+        return conform_variant(arr, target)
     if arr.type == target:
         return arr
+    if is_geo_arrow_type(target):  # WKB read as binary (or another geoarrow.wkb): the table's geospatial type
+        return as_geo_array(arr, target)
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     if pa.types.is_struct(target) and pa.types.is_struct(arr.type):
@@ -271,7 +325,7 @@ class DataFileWriter:
             fd, self.local = tempfile.mkstemp(suffix=".parquet")
             os.close(fd)
             self._tmp = self.local
-        self.writer = pq.ParquetWriter(self.local, spec.write_schema, compression=spec.compression,
+        self.writer = pq.ParquetWriter(self.local, spec.file_schema, compression=spec.compression,
                                        write_statistics=True, use_dictionary=True)
         self._stats = StatsCollector(spec.metadata, required=spec.required_stats_columns)
         self._buffer: list[pa.Table] = []
@@ -295,6 +349,7 @@ class DataFileWriter:
         if not self._buffer:
             return
         data = pa.concat_tables(self._buffer) if len(self._buffer) > 1 else self._buffer[0]
+        data = self.spec.with_partitions(data, self.partition_values)
         self.writer.write_table(data, row_group_size=max(1, data.num_rows))
         self._stats.update(data)
         self._buffer, self._buffered = [], 0
@@ -303,6 +358,10 @@ class DataFileWriter:
         """Finish the file (upload it to an object store) and return its add action."""
         self._flush()
         self.writer.close()
+        set_geo_types(self.local, self.spec.metadata)  # the table's CRS and edge algorithm, spelled out
+        variants = variant_group_paths(self.spec.file_schema)
+        if variants:  # pyarrow writes a variant as a plain group: the footer gets the VARIANT logical type
+            annotate_file(self.local, variants)
         md = self.writer.writer.metadata
         self.row_group_sizes = [sum(md.row_group(i).column(j).total_compressed_size for j in range(md.num_columns))
                                 for i in range(md.num_row_groups)]
@@ -313,7 +372,7 @@ class DataFileWriter:
             with open(self._tmp, "rb") as fh:
                 self.spec.storage.put(self.key, fh.read())
             os.unlink(self._tmp)
-        return {
+        add = {
             "path": self.rel_path,
             "partitionValues": dict(self.partition_values),
             "size": size,
@@ -321,6 +380,8 @@ class DataFileWriter:
             "dataChange": False,
             "stats": stats_json(stats),
         }
+        tags = self.spec.file_tags
+        return {**add, "tags": tags} if tags else add
 
     def abort(self) -> None:
         try:

@@ -19,6 +19,7 @@ from airflow_delta_maint.delta.errors import CorruptLogError
 from airflow_delta_maint.delta.plans.optimize import OptimizePlan, live_rows
 
 from airflow_delta_maint.app.rewrite.data_files import RewriteSpec, output_dir, read_data_file, write_file
+from airflow_delta_maint.app.rewrite.variant_columns import with_variant_layout
 from airflow_delta_maint.app.runners.tasks import Tasks
 
 Slice = tuple[dict, int, int, int]  # (add action, first row, end row, the file's live rows)
@@ -58,6 +59,7 @@ def _slices(spec: RewriteSpec, slices: list[Slice]) -> Iterator[pa.Table]:
 def write_even_file(spec: RewriteSpec, out_dir: str, partition_values: dict[str, Any],
                     slices: list[Slice]) -> list[dict]:
     """Write one output file from its row slices; returns its add action (none without rows)."""
+    spec = with_variant_layout(spec, [add for add, _, _, _ in slices])
     return write_file(spec, out_dir, partition_values, _slices(spec, slices))
 
 

@@ -41,6 +41,7 @@ from airflow_delta_maint.delta.storage.scratch import make_scratch, remove_scrat
 from airflow_delta_maint.delta.plans.dv_rebase import encode_row_map, pack_sources
 
 from airflow_delta_maint.app.rewrite.data_files import DataFileWriter, RewriteSpec, output_dir, read_data_file
+from airflow_delta_maint.app.rewrite.variant_columns import with_variant_layout
 from airflow_delta_maint.app.runners.connect_shuffle import shuffle_to_groups
 from airflow_delta_maint.app.runners.connect_tasks import DataFrameTasks, classic_tasks_kind, is_connect
 from airflow_delta_maint.app.runners.scratch_shuffle import scratch_shared, shuffle_through_scratch
@@ -410,6 +411,7 @@ def execute_zorder(spark, spec: RewriteSpec, plan: OptimizePlan,
     empty list), each output's row map (the packed source of every row, see ``dv_rebase``) is
     recorded too: appended per bin, in the order of the add actions."""
     columns = plan.zorder_columns
+    spec = with_variant_layout(spec, [a for b in plan.bins for a in b.files])  # one shape for every output
     rdd = _rdd_shuffle(spark)
     sampled = _sample_layout(spark, spec, plan, rdd)
     chunks, slices, bounds, bits, curve, layout = (sampled.chunks, sampled.slices, sampled.bounds, sampled.bits,

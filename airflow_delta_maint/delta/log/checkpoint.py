@@ -173,8 +173,8 @@ def _min_max_type(t: pa.DataType) -> pa.DataType | None:
         children = [(f.name, _min_max_type(f.type)) for f in t]
         kept = [pa.field(n, c) for n, c in children if c is not None]
         return pa.struct(kept) if kept else None
-    if pa.types.is_nested(t) or pa.types.is_binary(t) or pa.types.is_boolean(t):
-        return None
+    if pa.types.is_nested(t) or pa.types.is_binary(t) or pa.types.is_boolean(t) or isinstance(t, pa.BaseExtensionType):
+        return None  # geometry and geography (extension types) included: delta-spark keeps no bounds of them
     return t
 
 

@@ -46,6 +46,7 @@ from airflow_delta_maint.delta.log.table_header import TableHeader
 from airflow_delta_maint.delta.protocol.features import Operation, check_supported, table_features
 from airflow_delta_maint.delta.log.winning_commits import WinningCommit, canonical_key, conflicting_files, winning_commits
 from airflow_delta_maint.delta.protocol.row_tracking import DOMAIN as ROW_TRACKING_DOMAIN
+from airflow_delta_maint.delta.protocol.uniform_iceberg import check_no_iceberg_metadata
 from airflow_delta_maint.delta.protocol.row_tracking import assign_fresh_ids, domain_action, row_tracking
 from airflow_delta_maint.delta.storage.store import AlreadyExistsError, Storage
 from airflow_delta_maint.delta.storage.write_once import put_once
@@ -192,6 +193,8 @@ class Transaction:
     # -- checks ------------------------------------------------------------------------------
     def _check_writable(self) -> None:
         check_supported(self.snapshot.protocol, self.job, self.snapshot.metadata)
+        if self.job in (Operation.OPTIMIZE, Operation.COMPUTE_STATS):
+            check_no_iceberg_metadata(self.storage, self.snapshot.metadata, str(self.job))
         _, writer = table_features(self.snapshot.protocol)
         kinds = {next(iter(a)) for a in self._actions}
         if self._assigns_row_ids:

@@ -37,7 +37,9 @@ from airflow_delta_maint.delta.parquet.footer import (MAGIC, Footer, ParquetFoot
                                                       read_footer)
 from airflow_delta_maint.delta.parquet.format import (CODECS, COLUMN_CHUNK, COLUMN_META_DATA, FILE_META_DATA,
                                                       KEY_VALUE, ROW_GROUP)
+from airflow_delta_maint.delta.parquet.geo_logical_types import adopt_geo_types
 from airflow_delta_maint.delta.parquet.key_values import merge_key_values, semantics_difference
+from airflow_delta_maint.delta.parquet.variant_groups import adopt_annotations
 
 __all__ = ["DEFAULT_CREATED_BY", "CopiedPart", "CopyRefused", "CopyResult", "RowGroupCopyWriter", "copy_files",
            "copy_refusal", "reference_for_schema"]
@@ -185,8 +187,13 @@ class RowGroupCopyWriter:
         pq.write_table(table, buf, compression=_pyarrow_codec(CODECS[self.codec]), use_dictionary=True,
                        write_statistics=True, write_page_index=self.page_index,
                        row_group_size=max(1, row_group_rows or table.num_rows))
+        footer = read_footer(buf)
+        geo = adopt_geo_types(footer.schema, self.reference.schema)
+        if geo is not None:  # pyarrow leaves a default CRS or edge algorithm out: the reference's spells it out
+            footer.metadata["schema"] = geo
+        adopt_annotations(footer, self.reference)  # pyarrow cannot write the VARIANT logical type
         buf.seek(0)  # read where it was written: no copy of the encoded bytes
-        self.add_file(buf)
+        self.add_file(buf, footer)
 
     def _copy(self, f: IO[bytes], footer: Footer) -> None:
         same_order = [encode(o) for o in footer.metadata.get("column_orders") or []] == self._orders

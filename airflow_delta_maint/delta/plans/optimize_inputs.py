@@ -13,7 +13,8 @@ from airflow_delta_maint.delta.errors import InvalidArgumentError, UnsupportedFe
 from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.delta.log.table_header import TableHeader
 from airflow_delta_maint.delta.plans.predicate import BoolOp, Cmp, Expr, In, Not, check_partition_columns, evaluate, parse_predicate
-from airflow_delta_maint.delta.protocol.schema import Column, parse_partition_value, parse_schema, resolve_column
+from airflow_delta_maint.delta.protocol.schema import (Column, PrimitiveType, parse_partition_value, parse_schema,
+                                                       resolve_column)
 from airflow_delta_maint.delta.protocol.type_widening import check_type_changes
 
 __all__ = ["GIB", "check_rewritable_schema", "file_size_settings", "partition_filter", "validate_zorder"]
@@ -64,14 +65,21 @@ def file_size_settings(snapshot: TableHeader, min_file_size: int | None, target_
 
 
 def validate_zorder(snapshot: TableHeader, columns: Sequence[str]) -> list[Column]:
-    """Z-order columns must exist and must not be partition columns."""
+    """Z-order columns must exist and must not be partition, geospatial or variant columns."""
     partition = {c.lower() for c in snapshot.partition_columns}
     out: list[Column] = []
     for name in columns:
         if name.lower() in partition:
             raise InvalidArgumentError(f"cannot Z-order by partition column {name!r}: partition columns are"
                                        " already clustered; Z-order by data columns instead")
-        out.append(resolve_column(snapshot.metadata.schema_string, name))
+        column = resolve_column(snapshot.metadata.schema_string, name)
+        if isinstance(column.type, PrimitiveType) and column.type.geo is not None:
+            raise InvalidArgumentError(f"cannot Z-order by {column.type.geo.kind} column {name!r}: geospatial values "
+                                       "have no order; Z-order by other columns")
+        if isinstance(column.type, PrimitiveType) and column.type.name == "variant":
+            raise InvalidArgumentError(f"cannot Z-order by variant column {name!r}: variant values have no order; "
+                                       "Z-order by other columns")
+        out.append(column)
     if len({c.logical_path for c in out}) != len(out):
         raise InvalidArgumentError(f"Z-order columns repeat: {', '.join(columns)}")
     return out

@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 from airflow_delta_maint.delta.errors import InvalidArgumentError, NotADeltaTableError, TableNotFoundError
 from airflow_delta_maint.delta.log.listing import LOG_DIR
 from airflow_delta_maint.delta.log.snapshot import Snapshot
-from airflow_delta_maint.delta.storage.table_files import hidden_name, partition_prefixes
+from airflow_delta_maint.delta.storage.table_files import ICEBERG_METADATA_FOLDER, hidden_name, partition_prefixes
 from airflow_delta_maint.delta.plans.vacuum_valid_stream import KeyWriter
 from airflow_delta_maint.delta.storage.range_reader import RangeReader
 from airflow_delta_maint.delta.storage.store import FileInfo, Storage, normalize_table_uri
@@ -51,6 +51,8 @@ _SCHEMA = pa.schema([("path", pa.string()), ("length", pa.int64()), ("isDir", pa
                      ("modificationTime", pa.int64())])
 #: the visible files of an inventory as :func:`write_inventory_listing` writes them
 LISTING_SCHEMA = pa.schema([("key", pa.string()), ("size", pa.int64()), ("mtime", pa.int64())])
+#: keys that may have a hidden part (:func:`hidden_name` decides)
+_MAYBE_HIDDEN = rf"(^|/)([._]|{ICEBERG_METADATA_FOLDER}(/|$))"
 #: rows per batch read from an inventory file (as the checkpoint scan reads them: a few MB of paths)
 BATCH_ROWS = 16_384
 _READ_BUFFER = 1 << 20
@@ -264,8 +266,9 @@ def _visible(rows: pa.Table, storage: Storage, prefixes: tuple[str, ...]) -> tup
     table = table.set_column(0, "path", keys).filter(inside)
     out = pa.table([table.column("path"), pc.fill_null(table.column("length"), 0),
                     pc.fill_null(table.column("modificationTime"), 0)], schema=LISTING_SCHEMA)
-    # hidden names: anything whose key has a part starting with '_' or '.' is checked one by one
-    maybe = pc.indices_nonzero(pc.match_substring_regex(out.column("key"), r"(^|/)[._]")).to_pylist()
+    # hidden names: anything whose key has a part starting with '_' or '.', or named 'metadata' (UniForm's Iceberg
+    # metadata), is checked one by one
+    maybe = pc.indices_nonzero(pc.match_substring_regex(out.column("key"), _MAYBE_HIDDEN)).to_pylist()
     if maybe:
         shown = np.ones(out.num_rows, dtype=bool)
         for i, key in zip(maybe, out.column("key").take(maybe).to_pylist()):

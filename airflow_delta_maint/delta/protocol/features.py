@@ -17,13 +17,17 @@ Every job calls :func:`check_supported` before it writes anything. The decision 
   way the log can reference one.
 - ``optimize`` rewrites data files (``dataChange=false``). It honours row tracking (stable row
   ids and commit versions kept, see ``row_tracking.py``), clustering (liquid clustering, see
-  ``clustering.py``) and type widening (old files read in their old types and written in the
-  current ones). It refuses features whose writer requirements a rewrite cannot yet honour:
-  collations (collation-aware statistics), variant types (the parquet variant encoding must
-  survive the rewrite byte for byte), while enabled, Iceberg compatibility V1 to V3 (materialised
-  partition values, numRecords stats, field ids), and ``materializePartitionColumns`` on a
-  partitioned table (new files must hold the partition columns; an unpartitioned table has none).
-  The log-only jobs honour all of these: they write no data file. Identity columns are allowed: a
+  ``clustering.py``), type widening (old files read in their old types and written in the
+  current ones) and variant types, shredded or not (each output keeps a shredded shape of its
+  inputs, the parquet VARIANT annotation and required fields: ``variant_layout.py``). It refuses
+  features whose writer requirements a rewrite cannot yet honour: collations (collation-aware
+  statistics) and, while enabled, Iceberg compatibility V1 (superseded by V2;
+  delta-spark 4.4 writes it only when a table names it). It honours Iceberg compatibility V2 and V3
+  (UniForm's included) and ``materializePartitionColumns``: new files hold the partition columns
+  after the data columns, field ids on every parquet field, INT64 timestamps, ``numRecords`` and the
+  ``ICEBERG_COMPAT_VERSION`` tag (see ``iceberg_compat.py``). A UniForm table whose Iceberg metadata
+  exists (``<table>/metadata/``) is refused by the jobs themselves (``uniform_iceberg.py``): this core
+  does not convert its commits to Iceberg. The log-only jobs honour all of these: they write no data file. Identity columns are allowed: a
   rewrite generates no identity values, so the high-water mark is untouched.
 - ``optimize with delta-spark``: OPTIMIZE handed to delta-spark. This core only reads the log to plan
   (the reader features ``inspect`` reads); delta-spark writes, and honours the writer features
@@ -31,9 +35,15 @@ Every job calls :func:`check_supported` before it writes anything. The decision 
   collations, which delta-spark 4.4 does not know. The native refusal of a feature delta-spark
   would honour says so.
 - ``compute-stats`` re-adds live files with new statistics (``dataChange=false``) and writes no
-  data file. It honours what OPTIMIZE honours and ``materializePartitionColumns`` everywhere; it
-  refuses collations (collation-aware statistics), variant types (their statistics are not
-  computed) and, while enabled, Iceberg compatibility (its metadata is not converted).
+  data file. It honours what OPTIMIZE honours (a variant column's statistics are its null count, as
+  delta-spark keeps them); it refuses collations (collation-aware statistics) and, while enabled,
+  Iceberg compatibility V1.
+- ``geospatial`` (geometry and geography columns: ``geospatial.py``) is honoured by every job, the
+  delta-spark engine's included. Rows are read as WKB; OPTIMIZE writes them as the parquet GEOMETRY
+  or GEOGRAPHY type with the column's CRS and edge algorithm spelled out as delta-spark writes them,
+  geometry chunks with their bounding boxes, and copies delta-spark's row groups as they are
+  (``geospatial_files.py``). Statistics count a geospatial column's nulls and never bound it (nor
+  does delta-spark); Z-order by a geospatial column is refused (its values have no order).
 - ``liquid`` (a Databricks preview name of clustering, with its domain ``delta.liquid``) is not
   a protocol feature: its writer requirements were never published, and neither delta-spark
   nor delta-rs writes to such tables. Every writing job refuses it, naming the feature.
@@ -97,7 +107,7 @@ JOBS: tuple[str, ...] = tuple(op.value for op in Operation)
 KNOWN_READER_WRITER_FEATURES: frozenset[str] = frozenset({
     "columnMapping", "deletionVectors", "timestampNtz", "v2Checkpoint", "vacuumProtocolCheck",
     "typeWidening", "typeWidening-preview", "variantType", "variantType-preview",
-    "variantShredding", "variantShredding-preview", "catalogManaged", "catalogOwned-preview",
+    "variantShredding", "variantShredding-preview", "catalogManaged", "catalogOwned-preview", "geospatial",
 })
 
 #: Writer-only features.
@@ -124,7 +134,7 @@ _CATALOG = frozenset({"catalogManaged", "catalogOwned-preview"})
 _VARIANT = frozenset({"variantType", "variantType-preview", "variantShredding", "variantShredding-preview"})
 _TYPE_WIDENING = frozenset({"typeWidening", "typeWidening-preview"})
 _READ_CORE = frozenset({"columnMapping", "deletionVectors", "timestampNtz", "v2Checkpoint",
-                        "vacuumProtocolCheck"})
+                        "vacuumProtocolCheck", "geospatial"})
 
 #: Reader features each job understands (``read`` also converts widened types on read).
 SUPPORTED_READER_FEATURES: dict[str, frozenset[str]] = {
@@ -134,27 +144,24 @@ SUPPORTED_READER_FEATURES: dict[str, frozenset[str]] = {
     Operation.COMPACT_LOG: _READ_CORE | _TYPE_WIDENING | _VARIANT,
     Operation.CLEANUP_LOG: _READ_CORE | _TYPE_WIDENING | _VARIANT,
     Operation.VACUUM: _READ_CORE | _TYPE_WIDENING | _VARIANT,
-    Operation.OPTIMIZE: _READ_CORE | _TYPE_WIDENING,
+    Operation.OPTIMIZE: _READ_CORE | _TYPE_WIDENING | _VARIANT,
     Operation.OPTIMIZE_BY_DELTA_SPARK: _READ_CORE | _TYPE_WIDENING | _VARIANT,
-    Operation.COMPUTE_STATS: _READ_CORE | _TYPE_WIDENING,
+    Operation.COMPUTE_STATS: _READ_CORE | _TYPE_WIDENING | _VARIANT,
 }
 
 _LOG_ONLY_WRITER = KNOWN_WRITER_FEATURES - _CATALOG
 #: writer features a job that writes or re-adds data files honours (some only while off: see
-#: :data:`CONDITIONAL_WRITER_FEATURES` and :data:`UNPARTITIONED_WRITER_FEATURES`)
+#: :data:`CONDITIONAL_WRITER_FEATURES`)
 _DATA_FILE_WRITER = frozenset({
     "appendOnly", "invariants", "checkConstraints", "generatedColumns", "allowColumnDefaults",
     "changeDataFeed", "columnMapping", "identityColumns", "deletionVectors", "timestampNtz",
     "domainMetadata", "v2Checkpoint", "vacuumProtocolCheck", "inCommitTimestamp",
     "checkpointProtection", "icebergCompatV1", "icebergCompatV2", "icebergCompatV3", "rowTracking",
-    "clustering", "typeWidening", "typeWidening-preview", "materializePartitionColumns",
+    "clustering", "typeWidening", "typeWidening-preview", "materializePartitionColumns", "geospatial",
 })
-#: the Iceberg compatibility features a data-file job honours only while their property is off
-_ICEBERG_COMPAT_PROPERTIES = {
-    "icebergCompatV1": "delta.enableIcebergCompatV1",
-    "icebergCompatV2": "delta.enableIcebergCompatV2",
-    "icebergCompatV3": "delta.enableIcebergCompatV3",
-}
+#: the Iceberg compatibility features a data-file job honours only while their property is off (V2 and
+#: V3 are honoured enabled too: ``iceberg_compat.py``)
+_ICEBERG_COMPAT_PROPERTIES = {"icebergCompatV1": "delta.enableIcebergCompatV1"}
 
 #: Writer features each job honours; ``read`` and ``inspect`` write nothing and check none.
 SUPPORTED_WRITER_FEATURES: dict[str, frozenset[str]] = {
@@ -164,22 +171,20 @@ SUPPORTED_WRITER_FEATURES: dict[str, frozenset[str]] = {
     Operation.COMPACT_LOG: _LOG_ONLY_WRITER,
     Operation.CLEANUP_LOG: _LOG_ONLY_WRITER,
     Operation.VACUUM: _LOG_ONLY_WRITER,
-    Operation.OPTIMIZE: _DATA_FILE_WRITER,
+    Operation.OPTIMIZE: _DATA_FILE_WRITER | _VARIANT,
     # delta-spark 4.4 has no collations feature: it refuses such tables itself, so the gate does first
     Operation.OPTIMIZE_BY_DELTA_SPARK: _LOG_ONLY_WRITER - {"collations", "collations-preview"},
     # re-adds live files with new statistics (dataChange=false): no data file is written
-    Operation.COMPUTE_STATS: _DATA_FILE_WRITER,
+    Operation.COMPUTE_STATS: _DATA_FILE_WRITER | _VARIANT,
 }
 
 #: Why the native OPTIMIZE refuses a feature it knows, in the words of its refusal.
 _WHY_NOT_NATIVE: dict[str, str] = {
-    **{name: "the native rewrite does not write variant columns" for name in _VARIANT},
     **{name: "the native statistics and Z-order do not follow collations"
        for name in ("collations", "collations-preview")},
 }
 #: Why compute-stats refuses a feature it knows, in the words of its refusal.
 _WHY_NOT_STATS: dict[str, str] = {
-    **{name: "the statistics of variant columns are not computed" for name in _VARIANT},
     **{name: "the statistics do not follow collations" for name in ("collations", "collations-preview")},
 }
 
@@ -189,9 +194,9 @@ CONDITIONAL_WRITER_FEATURES: dict[str, dict[str, str]] = {
     Operation.COMPUTE_STATS: _ICEBERG_COMPAT_PROPERTIES,
 }
 
-#: Features a job honours only on a table without partition columns (it writes no partition values
-#: into data files, which the feature asks of every new file).
-UNPARTITIONED_WRITER_FEATURES: dict[str, frozenset[str]] = {Operation.OPTIMIZE: frozenset({"materializePartitionColumns"})}
+#: Features a job honours only on a table without partition columns (none now: OPTIMIZE writes the
+#: partition columns into new files where ``materializePartitionColumns`` asks it to).
+UNPARTITIONED_WRITER_FEATURES: dict[str, frozenset[str]] = {}
 
 _WRITES = frozenset(set(Operation) - {Operation.READ, Operation.INSPECT})
 PROTECTION_PROPERTY = "delta.requireCheckpointProtectionBeforeVersion"

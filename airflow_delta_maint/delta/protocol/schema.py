@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from airflow_delta_maint.delta.errors import CorruptLogError, InvalidArgumentError, UnsupportedFeatureError
 from airflow_delta_maint.delta.protocol.actions import Metadata
+from airflow_delta_maint.delta.protocol.geospatial import GeoType, geo_type_of_arrow, parse_geo_type
 
 PHYSICAL_NAME_KEY = "delta.columnMapping.physicalName"
 FIELD_ID_KEY = "delta.columnMapping.id"
@@ -57,6 +58,11 @@ class PrimitiveType:
         if not m:
             raise InvalidArgumentError(f"not a decimal type: {self.name}")
         return int(m.group(1)), int(m.group(2))
+
+    @property
+    def geo(self) -> GeoType | None:
+        """The geospatial type (``geometry(...)``, ``geography(...)``) this type is, or None."""
+        return parse_geo_type(self.name) if self.name[:3].lower() == "geo" else None
 
     def to_json(self) -> str:
         return self.name
@@ -145,6 +151,8 @@ def _parse_type(t: Any) -> DataType:
             return PrimitiveType(f"decimal({int(m.group(1))},{int(m.group(2))})")
         if name == "decimal":
             return PrimitiveType("decimal(10,0)")
+        if parse_geo_type(name) is not None:  # kept as written: geometry(<crs>), geography(<crs>, <algorithm>)
+            return PrimitiveType(name)
         raise UnsupportedFeatureError(f"unsupported Delta data type {name!r}")
     if isinstance(t, Mapping):
         kind = t.get("type")
@@ -217,6 +225,9 @@ def _arrow_type(dtype: DataType, physical: bool, with_ids: bool, nested_ids: Map
             return pa.decimal128(p, s)
         if dtype.name == "variant":
             return _VARIANT_ARROW
+        geo = dtype.geo
+        if geo is not None:
+            return geo.arrow_type()
         return _ARROW_PRIMITIVES[dtype.name]
     if isinstance(dtype, StructType):
         return pa.struct([_struct_child(f, physical, with_ids) for f in dtype])
@@ -274,6 +285,9 @@ def to_arrow_schema(schema: SchemaLike, physical: bool = True, exclude: Sequence
 
 def from_arrow_type(t: pa.DataType) -> DataType:
     """The Delta type of an Arrow type (the inverse of the mapping ``to_arrow_schema`` uses)."""
+    geo = geo_type_of_arrow(t)
+    if geo is not None:
+        return PrimitiveType(geo.type_name)
     if pa.types.is_struct(t):
         if t == _VARIANT_ARROW:
             return PrimitiveType("variant")

@@ -21,6 +21,10 @@ from airflow_delta_maint.delta.storage.store import FileInfo, Storage
 __all__ = ["LocalSidecars", "Subtree", "delete_files", "delete_files_parallel", "hidden_name", "is_hidden", "list_folder", "list_subtree", "partition_prefixes"]
 
 _PATH_ESCAPE = set('"#%\'*/:=?\\\x7f{[]^')
+#: UniForm's Iceberg metadata folder (``<table>/metadata``): off limits to VACUUM, as delta-spark's VACUUM
+#: hides it on UniForm Iceberg tables. Hidden on every table here: no Delta writer puts data files in a
+#: folder of that name, and a table that had UniForm once may still be read through that metadata.
+ICEBERG_METADATA_FOLDER = "metadata"
 
 
 def _escape_name(name: str) -> str:
@@ -38,7 +42,10 @@ def partition_prefixes(partition_columns: Iterable[str]) -> tuple[str, ...]:
 
 def hidden_name(name: str, prefixes: tuple[str, ...]) -> bool:
     """Whether one path part is hidden: starts with ``_`` or ``.``, except ``_change_data`` and
-    partition folders (``prefixes`` from :func:`partition_prefixes`)."""
+    partition folders (``prefixes`` from :func:`partition_prefixes`); or is UniForm's Iceberg
+    metadata folder (:data:`ICEBERG_METADATA_FOLDER`)."""
+    if name == ICEBERG_METADATA_FOLDER:
+        return True
     if not name or name[0] not in "._":
         return False
     if name.startswith("_change_data"):
@@ -50,7 +57,8 @@ def is_hidden(key: str, partition_columns: Iterable[str] = ()) -> bool:
     """Whether a key is off limits to VACUUM: under ``_delta_log``, or any part of it hidden.
 
     A part is hidden when it starts with ``_`` or ``.``, except ``_change_data`` and partition
-    folders ``<column>=<value>`` (whose column may start with ``_``).
+    folders ``<column>=<value>`` (whose column may start with ``_``), or is ``metadata`` (UniForm's
+    Iceberg metadata).
     """
     parts = key.split("/")
     if parts[0] == "_delta_log":
@@ -105,7 +113,8 @@ def _local_folder(root: str, rel: str, prefixes: tuple[str, ...], out: Subtree) 
     with entries:
         for entry in entries:
             name = entry.name
-            if name[0] in "._" and (hidden_name(name, prefixes) or (not rel and name == "_delta_log")):
+            if (name[0] in "._" or name == ICEBERG_METADATA_FOLDER) and \
+                    (hidden_name(name, prefixes) or (not rel and name == "_delta_log")):
                 continue
             try:
                 if entry.is_symlink():

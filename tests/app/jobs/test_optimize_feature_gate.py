@@ -1,6 +1,6 @@
 """OPTIMIZE's feature gate follows the engine, on the Airflow worker's check and in the job: a table
-with variant columns (a delta-spark table's log) is refused natively with the reason and the engine
-that can, and planned from the log for delta-spark; neither path changes the log."""
+with variant columns (a delta-spark table's log) is planned by both engines (the native rewrite writes
+variant columns), from the log for delta-spark; neither check changes the log."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import pytest
 
 from airflow_delta_maint.app import cli
 from airflow_delta_maint.app.jobs.optimize import nothing_to_do, options_from
-from airflow_delta_maint.delta.errors import UnsupportedFeatureError
 from tests.conftest import corpus_path
 
 
@@ -25,21 +24,18 @@ def _log(path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in (path / "_delta_log").iterdir()}
 
 
-def test_the_workers_check_refuses_natively_and_plans_for_delta_spark(variant_table):
+def test_the_workers_check_plans_variant_tables_for_both_engines(variant_table):
     before = _log(variant_table)
-    with pytest.raises(UnsupportedFeatureError) as exc:
-        nothing_to_do(str(variant_table), None, options_from({}))
-    assert "(the native rewrite does not write variant columns)" in str(exc.value)
-    assert str(exc.value).endswith("run it with engine='delta-spark'")
-    # four small files: work for delta-spark, so the worker submits
+    # four small files: work for either engine, so the worker submits
+    assert nothing_to_do(str(variant_table), None, options_from({})) is None
     assert nothing_to_do(str(variant_table), None, options_from({"engine": "delta-spark"})) is None
     assert _log(variant_table) == before
 
 
-def test_the_job_refuses_natively_and_plans_a_dry_run_for_delta_spark(variant_table):
+def test_the_job_plans_a_dry_run_for_either_engine(variant_table):
     before = _log(variant_table)
-    code, m = cli.run(["optimize", str(variant_table), "--json"])
-    assert code == 2 and "engine='delta-spark'" in m["error"]
+    code, m = cli.run(["optimize", str(variant_table), "--json", "--dry-run"])
+    assert code == 0 and m["status"] == "dry_run" and m["plan"]["num_files_to_rewrite"] == 4, m
     code, m = cli.run(["optimize", str(variant_table), "--json", "--dry-run", "--engine", "delta-spark"])
     assert code == 0 and m["status"] == "dry_run" and m["engine"] == "delta-spark"
     assert m["plan"]["num_files_to_rewrite"] == 4 and m["plan"]["predicted_output_files"] == 1

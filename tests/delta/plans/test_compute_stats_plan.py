@@ -171,16 +171,15 @@ def test_bad_columns_fail_before_anything_is_read(tmp_path, columns, message):
 def test_a_refused_feature_names_itself_and_why(tmp_path):
     path = make_table(tmp_path / "t", 1)
 
-    def variant(action):
+    def collations(action):
         if "protocol" in action:
-            action["protocol"] = {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["variantType"],
-                                  "writerFeatures": ["variantType"]}
+            action["protocol"] = {"minReaderVersion": 1, "minWriterVersion": 7, "writerFeatures": ["collations"]}
 
-    rewrite_commit(path, 0, variant)
+    rewrite_commit(path, 0, collations)
     with pytest.raises(UnsupportedFeatureError) as refused:
         nothing_to_do(str(path), None, opts())
-    assert "cannot run compute-stats on this table: it uses reader feature 'variantType'" in str(refused.value)
-    assert "the statistics of variant columns are not computed" in str(refused.value)
+    assert "cannot run compute-stats on this table: it uses writer feature 'collations'" in str(refused.value)
+    assert "the statistics do not follow collations" in str(refused.value)
 
 
 def test_nothing_to_do_says_why_or_stops_at_the_first_file_that_needs_statistics(tmp_path):

@@ -94,11 +94,16 @@ def test_message_names_every_feature_and_the_job():
     p = proto(3, 7, ["deletionVectors", "variantType"],
               ["deletionVectors", "variantType", "rowTracking", "clustering", "typeWidening", "mystery"])
     with pytest.raises(UnsupportedFeatureError) as exc:
+        check_supported(p, "read", meta())
+    message = str(exc.value)
+    for name in ("variantType", "read"):
+        assert name in message
+    with pytest.raises(UnsupportedFeatureError) as exc:
         check_supported(p, "optimize", meta())
     message = str(exc.value)
-    for name in ("variantType", "mystery", "optimize"):
+    for name in ("mystery", "optimize"):
         assert name in message
-    for honoured in ("'deletionVectors'", "rowTracking", "clustering", "typeWidening"):
+    for honoured in ("'deletionVectors'", "variantType", "rowTracking", "clustering", "typeWidening"):
         assert honoured not in message
 
 
@@ -125,21 +130,19 @@ def test_optimize_refuses_writer_features_a_rewrite_cannot_honour(feature):
         check_supported(p, job, meta())
 
 
-@pytest.mark.parametrize("feature", ["variantType", "variantShredding"])
-def test_optimize_refuses_reader_writer_type_features(feature):
+@pytest.mark.parametrize("feature", ["variantType", "variantType-preview", "variantShredding",
+                                     "variantShredding-preview"])
+def test_optimize_and_compute_stats_honour_variant_types(feature):
     p = proto(3, 7, [feature], [feature])
-    with pytest.raises(UnsupportedFeatureError, match=feature):
-        check_supported(p, "optimize", meta())
-    for job in ("vacuum", "compact-log", "checkpoint", "inspect"):
+    for job in ("optimize", "compute-stats", "vacuum", "compact-log", "checkpoint", "inspect",
+                Operation.OPTIMIZE_BY_DELTA_SPARK):
         check_supported(p, job, meta())
+    with pytest.raises(UnsupportedFeatureError, match=feature):  # reading rows does not decode variants
+        check_supported(p, "read", meta())
 
 
 @pytest.mark.parametrize("readers, writers, configuration, why", [
-    (["variantType"], ["variantType"], {}, "does not support (the native rewrite does not write variant columns)"),
-    (["variantShredding-preview", "variantType"], ["variantShredding-preview", "variantType"], {},
-     "reader feature 'variantShredding-preview', reader feature 'variantType', which optimize does not support "
-     "(the native rewrite does not write variant columns);"),
-    ([], ["columnMapping", "icebergCompatV2"], {"delta.enableIcebergCompatV2": "true"}, "enableIcebergCompatV2 enabled"),
+    ([], ["columnMapping", "icebergCompatV1"], {"delta.enableIcebergCompatV1": "true"}, "enableIcebergCompatV1 enabled"),
 ])
 def test_native_optimize_says_why_and_that_delta_spark_honours_it(readers, writers, configuration, why):
     p = proto(3 if readers else 2, 7, readers, writers)
@@ -199,38 +202,36 @@ def test_optimize_allows_identity_columns_and_deletion_vectors_and_ict():
     check_supported(proto(1, 6), "optimize", meta())
 
 
-def test_iceberg_compat_refused_by_optimize_only_while_enabled():
-    p = proto(2, 7, [], ["columnMapping", "icebergCompatV2"])
-    check_supported(p, "optimize", meta(**{"delta.enableIcebergCompatV2": "false"}))
-    with pytest.raises(UnsupportedFeatureError, match="icebergCompatV2.*enabled"):
-        check_supported(p, "optimize", meta(**{"delta.enableIcebergCompatV2": "true"}))
-    with pytest.raises(UnsupportedFeatureError, match="icebergCompatV2"):
+def test_iceberg_compat_v1_refused_by_optimize_only_while_enabled():
+    p = proto(2, 7, [], ["columnMapping", "icebergCompatV1"])
+    check_supported(p, "optimize", meta(**{"delta.enableIcebergCompatV1": "false"}))
+    with pytest.raises(UnsupportedFeatureError, match="icebergCompatV1.*enabled"):
+        check_supported(p, "optimize", meta(**{"delta.enableIcebergCompatV1": "true"}))
+    with pytest.raises(UnsupportedFeatureError, match="icebergCompatV1"):
         check_supported(p, "optimize")  # no metadata: assume the worst
-    check_supported(p, "vacuum", meta(**{"delta.enableIcebergCompatV2": "true"}))
+    check_supported(p, "vacuum", meta(**{"delta.enableIcebergCompatV1": "true"}))
 
 
-def test_iceberg_compat_v3_refused_by_native_optimize_only_while_enabled():
-    p = proto(3, 7, ["columnMapping"], ["columnMapping", "rowTracking", "domainMetadata", "icebergCompatV3"])
-    on = meta(**{"delta.enableIcebergCompatV3": "true"})
-    check_supported(p, "optimize", meta(**{"delta.enableIcebergCompatV3": "false"}))
-    with pytest.raises(UnsupportedFeatureError, match=r"icebergCompatV3' \(delta.enableIcebergCompatV3 enabled\)"):
-        check_supported(p, "optimize", on)
-    for job in ("checkpoint", "compact-log", "cleanup-log", "vacuum", Operation.OPTIMIZE_BY_DELTA_SPARK):
+@pytest.mark.parametrize("readers, writers, key", [
+    ([], ["columnMapping", "icebergCompatV2"], "delta.enableIcebergCompatV2"),
+    (["columnMapping", "deletionVectors"], ["columnMapping", "deletionVectors", "rowTracking", "domainMetadata",
+                                            "icebergCompatV3"], "delta.enableIcebergCompatV3"),
+])
+def test_iceberg_compat_v2_and_v3_honoured_enabled_by_every_job(readers, writers, key):
+    p = proto(3 if readers else 2, 7, readers, writers)
+    on = meta(**{key: "true", "delta.universalFormat.enabledFormats": "iceberg"})
+    for job in ("optimize", "compute-stats", "checkpoint", "compact-log", "cleanup-log", "vacuum",
+                Operation.OPTIMIZE_BY_DELTA_SPARK):
         check_supported(p, job, on)
 
 
-def test_materialized_partition_columns_refused_by_native_optimize_on_partitioned_tables_only():
+def test_materialized_partition_columns_honoured_on_partitioned_tables():
     p = proto(1, 7, [], ["appendOnly", "materializePartitionColumns"])
     partitioned = Metadata(id="t", schema_string="", partition_columns=("p",), configuration={})
-    with pytest.raises(UnsupportedFeatureError, match="materializePartitionColumns' \\(on a partitioned table: "
-                                                      "new files must hold the partition columns\\)") as exc:
-        check_supported(p, "optimize", partitioned)
-    assert "engine='delta-spark'" in str(exc.value)
-    with pytest.raises(UnsupportedFeatureError, match="possibly partitioned"):
-        check_supported(p, "optimize")
-    check_supported(p, "optimize", meta())  # no partition columns: nothing to materialize
-    for job in ("checkpoint", "compact-log", "cleanup-log", "vacuum", Operation.OPTIMIZE_BY_DELTA_SPARK):
+    for job in ("optimize", "compute-stats", "checkpoint", "compact-log", "cleanup-log", "vacuum",
+                Operation.OPTIMIZE_BY_DELTA_SPARK):
         check_supported(p, job, partitioned)
+    check_supported(p, "optimize")  # without metadata too: nothing about it is conditional
 
 
 def test_vacuum_supports_vacuum_protocol_check_and_checks_writer_features():
@@ -278,10 +279,10 @@ CORPUS_EXPECTATIONS = [
     ("golden/type-widening", JOBS, (), None),
     ("golden/collations-table", ("read", "inspect", "checkpoint", "compact-log", "vacuum"),
      ("optimize", Operation.OPTIMIZE_BY_DELTA_SPARK), "collations"),
-    ("golden/table-with-icebegCompatV2Enabled", ("read", "inspect", "checkpoint", "compact-log", "vacuum",
-                                                 Operation.OPTIMIZE_BY_DELTA_SPARK), ("optimize",), "icebergCompatV2"),
-    ("rs/spark-variant-stable-feature-checkpoint", ("inspect", "checkpoint", "compact-log", "vacuum",
-                                                    Operation.OPTIMIZE_BY_DELTA_SPARK), ("read", "optimize"), "variantType"),
+    ("golden/table-with-icebegCompatV2Enabled", JOBS, (), None),
+    ("rs/spark-variant-stable-feature-checkpoint", ("inspect", "checkpoint", "compact-log", "vacuum", "optimize",
+                                                    "compute-stats", Operation.OPTIMIZE_BY_DELTA_SPARK), ("read",),
+     "variantType"),
     # 'liquid' is no feature name the protocol defines: writers refuse it, readers ignore writer-only names.
     ("rs/table_with_liquid_clustering", ("read", "inspect"),
      ("checkpoint", "compact-log", "vacuum", "optimize", Operation.OPTIMIZE_BY_DELTA_SPARK), "liquid"),

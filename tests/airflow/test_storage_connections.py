@@ -276,6 +276,9 @@ def test_sensor_and_trigger_count_commits_with_the_connection(iam_s3, monkeypatc
     sensor = CommitIntervalSensor(task_id="wait", table_uri=uri, min_commits=3, storage_conn_id="lake_s3")
     done = sensor.poke(context={})
     assert done.is_done and done.xcom_value == {"from_version": 1, "to_version": 3, "commits": 3}
+    again = sensor.poke(context={})  # from what the first poke saw: the same answer, with the connection's keys
+    assert again.xcom_value == done.xcom_value
+    assert secret not in repr(vars(sensor._commit_watch))   # a watch remembers versions and the table, no key
     wrong = CommitIntervalSensor(task_id="wait", table_uri=uri, min_commits=3, storage_conn_id="lake_s3_wrong")
     with pytest.raises(AirflowException, match="credentials were rejected"):
         wrong.poke(context={})  # IAM checks on: the secret is what lets the requests through
@@ -291,6 +294,7 @@ def test_sensor_and_trigger_count_commits_with_the_connection(iam_s3, monkeypatc
 
     assert asyncio.run(first_event(trigger)) == {"status": "success", "from_version": 2, "to_version": 3,
                                                  "commits": 2}
+    assert secret not in repr(vars(trigger.commit_watch)) and secret not in json.dumps(trigger.serialize()[1])
     wrong_trigger = CommitIntervalTrigger(uri, 2, storage_conn_id="lake_s3_wrong", poke_interval=0.1)
     event = asyncio.run(first_event(wrong_trigger))
     assert event["status"] == "error" and "credentials were rejected" in event["message"]

@@ -20,7 +20,7 @@ from airflow_delta_maint.delta.log.table_state import TableState
 from airflow_delta_maint.delta.plans import optimize_decision
 from airflow_delta_maint.delta.plans.optimize_decision import auto_decision, plan_from_options
 from airflow_delta_maint.delta.plans.optimize_options import (OptimizeOptions)
-from airflow_delta_maint.delta.protocol.features import Operation, check_supported
+from airflow_delta_maint.delta.protocol.features import check_supported
 from airflow_delta_maint.delta.protocol.uniform_iceberg import check_no_iceberg_metadata
 
 from ..context import JobContext
@@ -74,8 +74,7 @@ def _optimize(ctx: JobContext, options: OptimizeOptions, path: RewriteCadence | 
     snapshot = state.eager()
     ctx.version_read = snapshot.version
     check_supported(snapshot.protocol, options.feature_gate, snapshot.metadata)
-    if options.feature_gate == Operation.OPTIMIZE:
-        check_no_iceberg_metadata(ctx.storage, snapshot.metadata, Operation.OPTIMIZE.value)
+    check_no_iceberg_metadata(ctx.storage, snapshot.metadata, options.feature_gate)
     decision = auto_decision(snapshot, options)
     plan = plan_from_options(snapshot, options, decision)
     return run_plan(ctx, options, snapshot, plan, decision, path=path)

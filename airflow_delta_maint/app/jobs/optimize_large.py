@@ -67,7 +67,7 @@ def _rounds(ctx: JobContext, options: OptimizeOptions, state: StreamedState,
             path: RewriteCadence | None) -> dict[str, Any]:
     ctx.version_read = state.version  # reported with a refusal too
     check_supported(state.protocol, Operation.OPTIMIZE, state.metadata)
-    check_no_iceberg_metadata(ctx.storage, state.metadata, Operation.OPTIMIZE.value)
+    check_no_iceberg_metadata(ctx.storage, state.metadata, Operation.OPTIMIZE)
     outline = streamed_plan_outline(state, options, keep_scan=True)
     assert outline is not None and outline.scan is not None and outline.selected is not None
     if not outline.is_empty and not options.dry_run:

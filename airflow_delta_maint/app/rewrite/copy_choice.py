@@ -31,10 +31,8 @@ from airflow_delta_maint.delta.parquet.key_values import semantics_difference
 from airflow_delta_maint.delta.parquet.row_group_copy import copy_refusal, reference_for_schema
 from airflow_delta_maint.delta.plans.optimize_options import copy_threshold
 from airflow_delta_maint.delta.protocol.geospatial_files import geo_reference
-from airflow_delta_maint.delta.storage.range_reader import RangeReader
-from airflow_delta_maint.delta.storage.store import Storage
 
-from .data_files import RewriteSpec, nullable_schema
+from .data_files import RewriteSpec, footer_source, nullable_schema
 from .rewrite_counts import RewriteCounts
 from .variant_columns import annotate_reference
 
@@ -71,15 +69,6 @@ def input_source(spec: RewriteSpec, add: dict) -> Source:
     """A data file to read by ranges: its local path, or the object read by ranged requests."""
     return footer_source(spec.storage, add)
 
-
-def footer_source(storage: Storage, add: dict) -> Source:
-    """The data file of ``add`` to read by ranges: its local path, or the object read by ranged requests."""
-    key = storage.key_for_path(add["path"])
-    if key is None:
-        raise CorruptLogError(f"data file outside the table root cannot be rewritten: {add['path']}")
-    if storage.is_local:
-        return storage.local_path(key)
-    return RangeReader(storage, key, int(add["size"]))
 
 
 def _footer(spec: RewriteSpec, add: dict) -> Footer | str:

@@ -36,6 +36,7 @@ from airflow_delta_maint.delta.protocol.schema import to_arrow_schema
 from airflow_delta_maint.delta.protocol.stats import StatsCollector, stats_json
 from airflow_delta_maint.delta.protocol.variant_layout import conform_variant, is_variant_struct, variant_group_paths
 from airflow_delta_maint.delta.parquet.variant_groups import annotate_file
+from airflow_delta_maint.delta.storage.range_reader import RangeReader
 from airflow_delta_maint.delta.storage.store import Storage
 
 PREFETCH = 2
@@ -58,6 +59,17 @@ def read_ahead_room(storage: Storage, in_flight: list[int], size: int) -> bool:
 def read_ahead_threads(storage: Storage) -> int:
     """Threads that read a rewrite's inputs ahead (see :func:`read_ahead_room`)."""
     return PREFETCH if storage.is_local else REMOTE_PREFETCH
+
+
+def footer_source(storage: Storage, add: dict) -> str | RangeReader:
+    """The data file of ``add`` to read by ranges (its footer, some columns): its local path, or the object read
+    by ranged requests."""
+    key = storage.key_for_path(add["path"])
+    if key is None:
+        raise CorruptLogError(f"data file outside the table root cannot be rewritten: {add['path']}")
+    if storage.is_local:
+        return storage.local_path(key)
+    return RangeReader(storage, key, int(add["size"]))
 
 
 def file_size(add: dict) -> int:

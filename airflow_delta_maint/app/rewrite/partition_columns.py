@@ -16,9 +16,10 @@ from airflow_delta_maint.delta.log.snapshot import Snapshot
 from airflow_delta_maint.delta.parquet.footer import ParquetFooterError
 from airflow_delta_maint.delta.plans.optimize import OptimizePlan
 from airflow_delta_maint.delta.protocol.iceberg_compat import materializes_partition_columns, partition_columns_of
+from airflow_delta_maint.delta.storage.range_reader import RangeReader
 from airflow_delta_maint.delta.storage.store import Storage
 
-from .copy_choice import footer_source
+from .data_files import footer_source
 
 __all__ = ["files_hold_partition_columns", "writes_partition_columns"]
 
@@ -26,10 +27,14 @@ __all__ = ["files_hold_partition_columns", "writes_partition_columns"]
 def files_hold_partition_columns(storage: Storage, snapshot: Snapshot, add: dict) -> bool:
     """Whether the data file of ``add`` holds every partition column (by physical name), from its footer."""
     physical = set(partition_columns_of(snapshot.metadata))
+    source = footer_source(storage, add)
     try:
-        names = set(pq.read_schema(footer_source(storage, add)).names)
+        names = set(pq.read_schema(source).names)
     except (OSError, ValueError, ParquetFooterError):   # unreadable here: the rewrite reports it as it reads
         return False
+    finally:
+        if isinstance(source, RangeReader):
+            source.close()
     return bool(physical) and physical <= names
 
 

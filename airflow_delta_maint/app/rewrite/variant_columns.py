@@ -21,7 +21,7 @@ from airflow_delta_maint.delta.parquet.variant_groups import annotate
 from airflow_delta_maint.delta.protocol.variant_layout import layout_schema, variant_group_paths, variant_paths
 from airflow_delta_maint.delta.storage.range_reader import RangeReader
 
-from .data_files import RewriteSpec
+from .data_files import RewriteSpec, footer_source
 
 __all__ = ["annotate_reference", "with_variant_layout"]
 
@@ -30,20 +30,14 @@ SCHEMA_READS = 8
 
 
 def _file_schema(spec: RewriteSpec, add: dict) -> pa.Schema:
-    storage = spec.storage
-    key = storage.key_for_path(add["path"])
-    if key is None:
-        raise CorruptLogError(f"data file outside the table root cannot be rewritten: {add['path']}")
-    if storage.is_local:
-        try:
-            return pq.read_schema(storage.local_path(key))
-        except FileNotFoundError:
-            raise CorruptLogError(f"data file referenced by the log is missing: {add['path']}") from None
-    reader = RangeReader(storage, key, int(add["size"]))
+    source = footer_source(spec.storage, add)
     try:
-        return pq.ParquetFile(reader).schema_arrow
+        return pq.read_schema(source)
+    except FileNotFoundError:
+        raise CorruptLogError(f"data file referenced by the log is missing: {add['path']}") from None
     finally:
-        reader.close()
+        if isinstance(source, RangeReader):
+            source.close()
 
 
 def with_variant_layout(spec: RewriteSpec, adds: list[dict]) -> RewriteSpec:

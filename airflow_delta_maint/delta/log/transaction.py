@@ -193,8 +193,7 @@ class Transaction:
     # -- checks ------------------------------------------------------------------------------
     def _check_writable(self) -> None:
         check_supported(self.snapshot.protocol, self.job, self.snapshot.metadata)
-        if self.job in (Operation.OPTIMIZE, Operation.COMPUTE_STATS):
-            check_no_iceberg_metadata(self.storage, self.snapshot.metadata, str(self.job))
+        check_no_iceberg_metadata(self.storage, self.snapshot.metadata, self.job)
         _, writer = table_features(self.snapshot.protocol)
         kinds = {next(iter(a)) for a in self._actions}
         if self._assigns_row_ids:

@@ -69,9 +69,9 @@ from airflow_delta_maint.delta.errors import UnsupportedFeatureError
 from airflow_delta_maint.delta.protocol.actions import Metadata, Protocol
 
 __all__ = [
-    "DELTA_SPARK", "JOBS", "Operation", "KNOWN_READER_WRITER_FEATURES", "KNOWN_WRITER_FEATURES", "MAX_READER_VERSION",
+    "DATA_FILE_OPERATIONS", "DELTA_SPARK", "DELTA_SPARK_ALTERNATIVES", "JOBS", "Operation", "KNOWN_READER_WRITER_FEATURES", "KNOWN_WRITER_FEATURES", "MAX_READER_VERSION",
     "MAX_WRITER_VERSION", "SUPPORTED_READER_FEATURES", "SUPPORTED_WRITER_FEATURES", "UNPARTITIONED_WRITER_FEATURES",
-    "check_checkpoint_allowed", "check_supported", "checkpoint_protection_version", "operation_of", "table_features",
+    "check_checkpoint_allowed", "check_supported", "checkpoint_protection_version", "delta_spark_hint", "operation_of", "table_features",
     "unsupported_features",
 ]
 
@@ -197,6 +197,11 @@ CONDITIONAL_WRITER_FEATURES: dict[str, dict[str, str]] = {
 #: Features a job honours only on a table without partition columns (none now: OPTIMIZE writes the
 #: partition columns into new files where ``materializePartitionColumns`` asks it to).
 UNPARTITIONED_WRITER_FEATURES: dict[str, frozenset[str]] = {}
+
+#: the delta-spark operation that does a native operation's work (a native refusal it would not make says so)
+DELTA_SPARK_ALTERNATIVES: dict[Operation, Operation] = {Operation.OPTIMIZE: Operation.OPTIMIZE_BY_DELTA_SPARK}
+#: the operations this core runs that write or re-add data files (what UniForm's Iceberg metadata would follow)
+DATA_FILE_OPERATIONS: frozenset[Operation] = frozenset({Operation.OPTIMIZE, Operation.COMPUTE_STATS})
 
 _WRITES = frozenset(set(Operation) - {Operation.READ, Operation.INSPECT})
 PROTECTION_PROPERTY = "delta.requireCheckpointProtectionBeforeVersion"
@@ -327,6 +332,15 @@ def check_checkpoint_allowed(protocol: Protocol, metadata: Metadata, version: in
             f"checkpoints before version {protected} ({PROTECTION_PROPERTY})")
 
 
+def delta_spark_hint(job: Operation | str) -> str:
+    """What a refusal of ``job`` adds when delta-spark does that work (empty when it has no delta-spark
+    alternative): ``; delta-spark's OPTIMIZE does: run it with engine='delta-spark'``."""
+    job = operation_of(job)
+    if job not in DELTA_SPARK_ALTERNATIVES:
+        return ""
+    return f"; delta-spark's {job.value.upper()} does: run it with engine='{DELTA_SPARK}'"
+
+
 def check_supported(protocol: Protocol, job: Operation | str, metadata: Metadata | None = None) -> None:
     """Refuse a table that uses a protocol version or feature ``job`` does not implement.
 
@@ -343,9 +357,8 @@ def check_supported(protocol: Protocol, job: Operation | str, metadata: Metadata
     job = operation_of(job)
     problems = unsupported_features(protocol, job, metadata)
     if problems:
-        hint = ""
-        if job is Operation.OPTIMIZE and not unsupported_features(protocol, Operation.OPTIMIZE_BY_DELTA_SPARK, metadata):
-            hint = "; delta-spark's OPTIMIZE does: run it with engine='delta-spark'"
+        alternative = DELTA_SPARK_ALTERNATIVES.get(job)
+        hint = delta_spark_hint(job) if alternative and not unsupported_features(protocol, alternative, metadata) else ""
         raise UnsupportedFeatureError(
             f"cannot run {job} on this table: it uses {', '.join(problems)}, which {job} does not support"
             f"{_reasons(protocol, job)}{hint}")

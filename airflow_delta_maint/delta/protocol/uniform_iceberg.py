@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from airflow_delta_maint.delta.errors import UnsupportedFeatureError
 from airflow_delta_maint.delta.protocol.actions import Metadata
+from airflow_delta_maint.delta.protocol.features import DATA_FILE_OPERATIONS, Operation, delta_spark_hint, operation_of
 from airflow_delta_maint.delta.storage.store import Storage
 from airflow_delta_maint.delta.storage.table_files import ICEBERG_METADATA_FOLDER
 
@@ -32,15 +33,16 @@ def iceberg_metadata_present(storage: Storage) -> bool:
     return any(f.key.endswith(".metadata.json") for f in storage.list_from(f"{ICEBERG_METADATA_FOLDER}/"))
 
 
-def check_no_iceberg_metadata(storage: Storage, metadata: Metadata, job: str) -> None:
-    """Refuse ``job`` (``optimize`` or ``compute-stats``) on a UniForm Iceberg table whose Iceberg metadata
-    exists; lists ``metadata/`` only on a UniForm Iceberg table.
+def check_no_iceberg_metadata(storage: Storage, metadata: Metadata, job: Operation | str) -> None:
+    """Refuse ``job``, an operation that writes or re-adds data files (:data:`~.features.DATA_FILE_OPERATIONS`;
+    any other passes), on a UniForm Iceberg table whose Iceberg metadata exists; lists ``metadata/`` only on a
+    UniForm Iceberg table.
 
     Raises:
         UnsupportedFeatureError: one line naming the case.
     """
-    if uniform_iceberg_enabled(metadata) and iceberg_metadata_present(storage):
-        hint = "; delta-spark's OPTIMIZE does: run it with engine='delta-spark'" if job == "optimize" else ""
+    job = operation_of(job)
+    if job in DATA_FILE_OPERATIONS and uniform_iceberg_enabled(metadata) and iceberg_metadata_present(storage):
         raise UnsupportedFeatureError(
             f"cannot run {job} on this table: it is a UniForm Iceberg table with Iceberg metadata under "
-            f"{ICEBERG_METADATA_FOLDER}/, which {job} does not convert to Iceberg{hint}")
+            f"{ICEBERG_METADATA_FOLDER}/, which {job} does not convert to Iceberg{delta_spark_hint(job)}")

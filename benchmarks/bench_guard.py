@@ -20,6 +20,13 @@ under ``benchmarks/out/guard/``; the first run builds them, a few minutes more).
   files (``DeltaTable`` + ``get_add_actions``). Each a fresh process, timed after its imports.
 - ``checkpoint_1m``: writing a checkpoint of that log (ours in this process, the large-table path:
   Spark tasks write the parts); delta-rs ``create_checkpoint`` in a fresh process, after its import.
+- ``optimize_copy``: bin-packing with row groups copied (``copy_row_groups`` ``auto``): the medium table of
+  ``bench_optimize_copy.py`` (24 files of 40 MiB, one row group each, 960 MiB) into one file toward 1 GiB, ours
+  on the warm session; ``optimize_copy_mixed``: its mixed table (12 of those files and 479 of 1 MiB);
+  ``optimize_copy_worker``: the medium table's whole task as ``execution="auto"`` runs it on the worker (a fresh
+  process choosing and running it on its threads, no Spark) against delta-rs's fresh process, import
+  included. delta-rs ``optimize.compact`` with snappy, the inputs' codec (its default, zstd, costs it half as
+  much again).
 - ``s3_vacuum_full``, ``s3_optimize``, ``s3_worker_check_100k``: on S3 (moto) behind 20 ms a request
   (``bench_store_latency.py``, whose servers start once for the guard): a full VACUUM of 20,000 objects
   (10,000 orphans), our whole ``delta-maint vacuum`` process against delta-rs's; the OPTIMIZE table above
@@ -68,10 +75,10 @@ FILES_PER_PARTITION = 100
 OPTIMIZE_SOURCE = ["optimize"]
 MEASURES = ("optimize", "optimize_with_start", "zorder", "zorder_with_start", "vacuum_full",
             "vacuum_full_with_start", "worker_check_1m", "checkpoint_1m", "s3_vacuum_full", "s3_optimize",
-            "s3_worker_check_100k")
+            "s3_worker_check_100k", "optimize_copy", "optimize_copy_mixed", "optimize_copy_worker")
 #: the goals against delta-rs (ours ÷ delta-rs), where one is set
 GOALS = {"optimize": 0.6, "zorder": 0.45, "vacuum_full": 0.6, "s3_vacuum_full": 0.5, "s3_optimize": 0.8,
-         "s3_worker_check_100k": 0.5}
+         "s3_worker_check_100k": 0.5, "optimize_copy_mixed": 0.4, "optimize_copy_worker": 0.6}
 #: the S3 measures and the job of ``bench_store_latency`` that measures each
 S3_JOBS = {"s3_vacuum_full": "vacuum", "s3_optimize": "optimize", "s3_worker_check_100k": "worker_check"}
 S3_LATENCY_MS = 20
@@ -134,13 +141,22 @@ _DELTA_RS = {
     "vacuum_full": "dt.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False, full=True)",
     "checkpoint": "dt.create_checkpoint()",
     "load": "dt.get_add_actions(flatten=True).num_rows",
+    "compact_snappy": "dt.optimize.compact(target_size={target}, writer_properties=WriterProperties(compression='SNAPPY'))",
 }
+#: the row-group copy's target size: each table into one file
+COPY_TARGET = 1 << 30
+#: the whole task on the worker: ``execution="auto"``'s choice, then the run in this process
+WORKER_RUN = ("import sys\nfrom airflow_delta_maint.app.execution import choose_execution, run_in_process\n"
+              "where, why = choose_execution('auto', 'optimize', {'target_file_size': int(sys.argv[2])}, sys.argv[1])\n"
+              "assert where == 'local', why\n"
+              "code, m = run_in_process('optimize', sys.argv[1], ['--target-file-size', sys.argv[2]])\n"
+              "assert code == 0 and m['status'] == 'committed', m\n")
 
 
-def delta_rs(job: str, table: Path) -> tuple[float, float]:
+def delta_rs(job: str, table: Path, target: int = TARGET) -> tuple[float, float]:
     """delta-rs's ``job`` in a fresh process: (seconds after its import, process wall seconds)."""
-    code = ("import time\nfrom deltalake import DeltaTable\nt = time.perf_counter()\n"
-            f"dt = DeltaTable({str(table)!r})\n{_DELTA_RS[job].format(target=TARGET)}\n"
+    code = ("import time\nfrom deltalake import DeltaTable, WriterProperties\nt = time.perf_counter()\n"
+            f"dt = DeltaTable({str(table)!r})\n{_DELTA_RS[job].format(target=target)}\n"
             "print(time.perf_counter() - t)\n")
     started = time.perf_counter()
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
@@ -180,6 +196,39 @@ def rewrite_round(results: dict[str, list[tuple[float, float]]], job: str, ours_
     results.setdefault(f"{job}_with_start", []).append((ours_wall, rs_wall))
     print(f"{job}: ours {ours:.2f} s (with start {ours_wall:.2f} s), delta-rs {rs_in:.2f} s "
           f"(with start {rs_wall:.2f} s)", flush=True)
+
+
+def copy_source(kind: str) -> Path:
+    """The row-group copy's ``medium`` or ``mixed`` table, built on first use."""
+    from benchmarks.bench_optimize_copy import build
+
+    return build(OUT / "optimize_copy", 24, 40, 1)[kind]  # shared with bench_optimize_copy.py
+
+
+def worker_process(table: Path) -> float:
+    """The whole task as ``execution="auto"`` runs it on the worker, in a fresh process: wall seconds."""
+    started = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", WORKER_RUN, str(table), str(COPY_TARGET)], capture_output=True,
+                          text=True, cwd=REPO)
+    took = time.perf_counter() - started
+    if proc.returncode:
+        raise RuntimeError(f"the worker's run: {proc.stderr[-1000:]}")
+    return took
+
+
+def copy_round(results: dict[str, list[tuple[float, float]]]) -> None:
+    """The medium table (on the warm session, and as the worker's whole task), then the mixed one."""
+    for key, kind in (("optimize_copy", "medium"), ("optimize_copy_mixed", "mixed")):
+        src = copy_source(kind)
+        rs_in, rs_wall = delta_rs("compact_snappy", fresh_copy(src, "rs"), COPY_TARGET)
+        ours = ours_in_process(["optimize", str(fresh_copy(src, "ours")), "--target-file-size", str(COPY_TARGET)])
+        results.setdefault(key, []).append((ours, rs_in))
+        line = f"{key}: ours {ours:.2f} s, delta-rs {rs_in:.2f} s (with its import {rs_wall:.2f} s)"
+        if kind == "medium":
+            worker = worker_process(fresh_copy(src, "ours"))
+            results.setdefault("optimize_copy_worker", []).append((worker, rs_wall))
+            line += f"; ours on the worker, whole task {worker:.2f} s"
+        print(line, flush=True)
 
 
 def vacuum_round(results: dict[str, list[tuple[float, float]]], with_start: bool) -> None:
@@ -281,7 +330,8 @@ def best_ratios(results: dict[str, list[tuple[float, float]]]) -> dict[str, tupl
 
 
 #: the job (a step of the guard) that measures each measure
-STEP_OF = {key: key.removesuffix("_with_start") for key in MEASURES}
+STEP_OF = {key: "optimize_copy" if key.startswith("optimize_copy") else key.removesuffix("_with_start")
+           for key in MEASURES}
 
 
 def looks_worse(results: dict[str, list[tuple[float, float]]], baseline: dict[str, float],
@@ -332,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat-zorder", type=int, default=1)
     parser.add_argument("--repeat-s3-check", type=int, default=1, help="rounds of s3_worker_check_100k")
     parser.add_argument("--only", nargs="+", choices=("optimize", "zorder", "vacuum_full", "worker_check_1m",
-                                                      "checkpoint_1m", *S3_JOBS))
+                                                      "checkpoint_1m", "optimize_copy", *S3_JOBS))
     parser.add_argument("--tolerance", type=float, default=0.15)
     parser.add_argument("--files-per-partition", type=int, default=FILES_PER_PARTITION,
                         help="OPTIMIZE's and Z-order's table: this many files in each of 8 partitions (250: the "
@@ -343,7 +393,8 @@ def main(argv: list[str] | None = None) -> int:
     import logging
 
     logging.basicConfig(level=logging.WARNING)
-    wanted = set(args.only or ("optimize", "zorder", "vacuum_full", "worker_check_1m", "checkpoint_1m", *S3_JOBS))
+    wanted = set(args.only or ("optimize", "zorder", "vacuum_full", "worker_check_1m", "checkpoint_1m", "optimize_copy",
+                               *S3_JOBS))
     if args.files_per_partition != FILES_PER_PARTITION:
         OPTIMIZE_SOURCE[0] = f"optimize-{args.files_per_partition}"
     for name in ("optimize", "vacuum_full", "log_1m"):  # built before the clock runs
@@ -354,6 +405,8 @@ def main(argv: list[str] | None = None) -> int:
             source(name)
     if "s3_optimize" in wanted:
         source("optimize")
+    if "optimize_copy" in wanted:
+        copy_source("medium")
     if "s3_worker_check_100k" in wanted:
         from benchmarks.bench_store_latency import worker_check_log
 
@@ -365,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
 
         spark = get_spark("local[2]", "bench-guard")
         spark.range(1).count()
-        if wanted & {"optimize", "zorder", "vacuum_full", "checkpoint_1m", "s3_optimize"}:  # Python workers start here
+        if wanted & {"optimize", "zorder", "vacuum_full", "checkpoint_1m", "s3_optimize", "optimize_copy"}:  # Python workers start
             ours_in_process(["optimize", str(fresh_copy(source(OPTIMIZE_SOURCE[0]), "warm")), "--target-file-size",
                              str(TARGET)])
         steps: list[tuple[str, int, Callable[[], None]]] = [
@@ -377,6 +430,7 @@ def main(argv: list[str] | None = None) -> int:
             ("vacuum_full", args.repeat, lambda: vacuum_round(results, with_start[0])),
             ("worker_check_1m", args.repeat, lambda: worker_check_round(results)),
             ("checkpoint_1m", args.repeat, lambda: checkpoint_round(results)),
+            ("optimize_copy", args.repeat, lambda: copy_round(results)),
             ("s3_vacuum_full", args.repeat, lambda: s3_round(results, "s3_vacuum_full")),
             ("s3_optimize", args.repeat, lambda: s3_round(results, "s3_optimize")),
             ("s3_worker_check_100k", args.repeat_s3_check, lambda: s3_round(results, "s3_worker_check_100k")),

@@ -12,7 +12,7 @@
   on one loop), for ``--polls`` poll intervals of ``--poke-interval`` seconds. Measured: that process's peak
   RSS (Airflow and the provider imported, as in the triggerer), and the store calls per table by kind (the
   store-call counter, each check counting its own), of a first check and of a later one (``list`` must stay at
-  most 1 per check).
+  most 1 per check). The same watchers in a real ``airflow triggerer`` are measured by ``bench_lake_triggerer``.
 
 Usage: ``.venv/bin/python -m benchmarks.bench_lake_scale [--tables 1000] [--part plan|triggers|both]``; prints a
 JSON object and writes it to ``benchmarks/out/lake_scale.json``.

@@ -22,6 +22,7 @@ from .common_flags import HISTORY_URI
 from .context import JobContext
 from .job_definitions import JobDefinition, definition
 from .jobs import execute_job
+from .rewrite.copy_estimate import PlannedRewrite
 from .settings import Settings
 
 
@@ -116,6 +117,16 @@ LOCAL_MAX_LOG_BYTES = 16 << 20
 #: whatever the size: a bin streams through one row group (about 270 MiB per thread, measured).
 LOCAL_MAX_REWRITE_BYTES = 1 << 30
 
+#: "auto" also keeps a bin-packing plan past LOCAL_MAX_REWRITE_BYTES on the worker when its inputs' footers say
+#: that at least this share of its bytes would be copied row groups, byte for byte (``app/rewrite/copy_estimate.py``),
+#: the rest staying within LOCAL_MAX_REWRITE_BYTES: copying costs I/O, not CPU (2.0 CPU s per GiB against 8.3
+#: for a re-encoding rewrite, docs/benchmarks.md), so Spark's start is not won back on it either
+LOCAL_MIN_COPY_SHARE = 0.9
+
+#: ... and while the plan holds at most this many bytes: at the copy's speed on the worker (about 100 MiB/s of
+#: input on two cores, statistics included) some 80 s of work, where a cluster would spread the bins
+LOCAL_MAX_COPY_BYTES = 8 << 30
+
 EXECUTIONS = ("spark", "local", "auto")
 
 
@@ -155,19 +166,22 @@ class Looked:
 
     log_bytes: int
     rewrite_bytes: int | None
+    #: the rewrite the plan does, for the copy estimate (None: not planned, or the plan needs Spark)
+    rewrite: PlannedRewrite | None = None
 
 
 def choose_execution(requested: str, job: str, params: Mapping[str, Any], table: str,
                      storage_options: Mapping[str, str] | None = None,
                      max_log_bytes: int = LOCAL_MAX_LOG_BYTES,
-                     max_rewrite_bytes: int = LOCAL_MAX_REWRITE_BYTES,
+                     max_rewrite_bytes: int | None = None,
                      looked: Looked | None = None) -> tuple[str, str]:
     """Where a run goes: ``("local" | "spark", why)``.
 
     ``spark`` always submits; ``local`` runs in this process and refuses what only Spark runs
     (Z-order, liquid clustering); ``auto`` runs locally a driver-only job, a full VACUUM, or an
-    OPTIMIZE by bin-packing of at most ``max_rewrite_bytes``, while the log the job reads holds
-    at most ``max_log_bytes``; else it submits.
+    OPTIMIZE by bin-packing of at most ``max_rewrite_bytes`` (default :data:`LOCAL_MAX_REWRITE_BYTES`)
+    or one that would copy nearly all its bytes (:func:`rewrite_execution`), while the log the job
+    reads holds at most ``max_log_bytes``; else it submits.
 
     ``looked``: what the worker's look at the log found (:func:`look_before_choosing`); the log is not read
     again for it.
@@ -195,17 +209,36 @@ def choose_execution(requested: str, job: str, params: Mapping[str, Any], table:
     if size > max_log_bytes:
         return "spark", f"the log holds {size} bytes, more than {max_log_bytes} for a run on the worker"
     if defined.rewrites_data(params):
-        planned = looked.rewrite_bytes if looked is not None else \
-            defined.planned_rewrite_bytes(table, storage_options, params)
-        return _rewrite_execution(planned, size, max_rewrite_bytes)
+        planned = looked.rewrite if looked is not None and looked.rewrite is not None else \
+            _planned(looked, defined, table, storage_options, params)
+        budget = LOCAL_MAX_REWRITE_BYTES if max_rewrite_bytes is None else max_rewrite_bytes
+        return rewrite_execution(planned, size, budget)
     return "local", f"{defined.local_kind(params)}, the log holds {size} bytes (at most {max_log_bytes})"
 
 
-def _rewrite_execution(planned: int | None, size: int, max_rewrite_bytes: int) -> tuple[str, str]:
-    """``auto`` for a job that rewrites data files: weigh the bytes its plan (made on the worker from the log
-    alone) would rewrite; None: the plan needs Spark."""
+def _planned(looked: Looked | None, defined: JobDefinition, table: str, storage_options: Mapping[str, str] | None,
+             params: Mapping[str, Any]) -> PlannedRewrite | None:
+    """The plan's rewrite: its bytes as the worker's look found them, else planned here from the log."""
+    if looked is None:
+        return defined.planned_rewrite(table, storage_options, params)  # type: ignore[no-any-return]
+    return None if looked.rewrite_bytes is None else PlannedRewrite(looked.rewrite_bytes)
+
+
+def rewrite_execution(planned: PlannedRewrite | None, size: int, max_rewrite_bytes: int) -> tuple[str, str]:
+    """``auto`` for a job that rewrites data files, from its plan made on the worker from the log alone (None:
+    the plan needs Spark): local up to ``max_rewrite_bytes``; past that local too when the plan holds at most
+    :data:`LOCAL_MAX_COPY_BYTES` and its inputs' footers say at least :data:`LOCAL_MIN_COPY_SHARE` of it would be
+    copied, the rest within ``max_rewrite_bytes``; else Spark."""
     if planned is None:
         return "spark", "liquid clustering needs Spark"
-    if planned > max_rewrite_bytes:
-        return "spark", f"{planned} bytes to rewrite, more than {max_rewrite_bytes} for a run on the worker"
-    return "local", f"{planned} bytes to rewrite (at most {max_rewrite_bytes}), the log holds {size} bytes"
+    total = planned.bytes
+    if total <= max_rewrite_bytes:
+        return "local", f"{total} bytes to rewrite (at most {max_rewrite_bytes}), the log holds {size} bytes"
+    if total > LOCAL_MAX_COPY_BYTES or not planned.candidates():
+        return "spark", f"{total} bytes to rewrite, more than {max_rewrite_bytes} for a run on the worker"
+    copied = planned.copied_bytes()
+    if copied >= LOCAL_MIN_COPY_SHARE * total and total - copied <= max_rewrite_bytes:
+        return "local", (f"{total} bytes to rewrite, {copied} of them copied row groups (at least "
+                         f"{LOCAL_MIN_COPY_SHARE:.0%}), the log holds {size} bytes")
+    return "spark", (f"{total} bytes to rewrite, {total - copied} of them re-encoded: more than {max_rewrite_bytes} "
+                     f"for a run on the worker, or copies under {LOCAL_MIN_COPY_SHARE:.0%} of it")

@@ -33,6 +33,7 @@ from .job_definitions import definition
 from .context import JobContext
 from .jobs import execute_job
 from .metrics import base_metrics, finish
+from .run_cpu import cpu_outside_process
 from .settings import Settings
 
 log = logging.getLogger("delta_maint")
@@ -218,7 +219,8 @@ def merge(spec: FleetSpec, decision: Decision, ran: Sequence[Mapping[str, Any]])
 @dataclass
 class Spent:
     """What a run has spent of its budget: this process's CPU-seconds since it started (its jobs, their records in
-    the history, everything between), the Spark tasks' its jobs measured, the wall clock."""
+    the history, everything between), what its jobs measured outside it (their Spark tasks' Python workers and
+    executors), the wall clock."""
 
     budget: Mapping[str, float]
     started: float
@@ -294,7 +296,7 @@ def run_table(t: FleetTable, context: Callable[[FleetTable], Any], spent: Spent,
         args = parse_job_args(j.job, j.args)
         ctx = context(t)
         _, metrics = execute_job(j.job, definition(j.job).module(), args, ctx, expect=j.expect)
-        spent.tasks_cpu_s += float(metrics.get("tasks_cpu_s") or 0.0)
+        spent.tasks_cpu_s += cpu_outside_process(metrics)
         jobs.append(metrics)
         if not args.history_uri:
             ran.append(metrics)

@@ -30,7 +30,7 @@ from .job_definitions import definition
 
 log = logging.getLogger("delta_maint")
 
-__all__ = ["LakeHistory", "budgeted", "lake_history", "table_inputs"]
+__all__ = ["LakeHistory", "budget_limits", "budgeted", "lake_history", "table_inputs"]
 
 
 def table_inputs(table: str, storage_options: Mapping[str, str]) -> EstimateInputs:
@@ -77,9 +77,18 @@ def nights_waiting(runs: list[dict[str, Any]]) -> dict[tuple[str, str], int]:
     return waiting
 
 
-def _deferred(planned: Planned) -> dict[str, Any]:
+def budget_limits(budget: Budget) -> dict[str, float]:
+    """The limits a budget sets (``cores`` only beside ``deadline_s``), as recorded with each run the plan weighed."""
+    limits = {k: v for k, v in budget.as_dict().items() if v is not None and k != "cores"}
+    if budget.deadline_s is not None:
+        limits["cores"] = budget.cores
+    return limits
+
+
+def _deferred(planned: Planned, limits: Mapping[str, float]) -> dict[str, Any]:
     c = planned.candidate
     return skipped_metrics(c.job, c.table, planned.reason, deferred=True, nights_waiting=c.nights_waiting + 1,
+                           budget=dict(limits),
                            predicted_cpu_s=round(c.cpu_s, 3), gain_value=round(c.value, 3),
                            estimate=c.estimate.as_dict() if c.estimate is not None else None)
 
@@ -180,15 +189,16 @@ def budgeted(spec: FleetSpec, decision: Decision, budget: Budget,
             candidates.append(Candidate(t.table, j.job, estimate, history.waiting.get((t.table, j.job), 0),
                                         scale=history.model.scale(j.job, engine), unestimated_cpu_s=rates.fixed_s))
     planning = time.process_time() - started + spent_cpu_s
+    limits = budget_limits(budget)  # as given: what the history shows each night was allowed
     if budget.cpu_s is not None:  # what the checks and the estimates spent is the night's too
         budget = dataclasses.replace(budget, cpu_s=max(0.0, budget.cpu_s - planning))
     plan = plan_lake(candidates, budget)
-    return _cut(spec, decision, plan), plan
+    return _cut(spec, decision, plan, limits), plan
 
 
-def _cut(spec: FleetSpec, decision: Decision, plan: LakePlan) -> Decision:
-    """The decision with only the chosen jobs to run (each with what the plan expects of it, and the budget the run
-    keeps), and the deferred ones known."""
+def _cut(spec: FleetSpec, decision: Decision, plan: LakePlan, limits: Mapping[str, float]) -> Decision:
+    """The decision with only the chosen jobs to run (each with what the plan expects of it and the night's budget
+    ``limits``, and the budget the run keeps), and the deferred ones known."""
     chosen = {(p.candidate.table, p.candidate.job): p for p in plan.chosen}
     deferred = {(p.candidate.table, p.candidate.job): p for p in plan.deferred}
     to_run: list[tuple[int, FleetTable]] = []
@@ -198,11 +208,11 @@ def _cut(spec: FleetSpec, decision: Decision, plan: LakePlan) -> Decision:
         merged = []
         for j, m in zip(t.jobs, results):
             if m is None and (t.table, j.job) in deferred:
-                m = _deferred(deferred[(t.table, j.job)])
+                m = _deferred(deferred[(t.table, j.job)], limits)
             elif m is None and (t.table, j.job) in chosen:
                 c = chosen[(t.table, j.job)].candidate
                 kept.append(FleetJob(j.job, j.args, {"predicted_cpu_s": round(c.cpu_s, 3),
-                                                     "prediction_scale": round(c.scale, 4)}))
+                                                     "prediction_scale": round(c.scale, 4), "budget": dict(limits)}))
             merged.append(m)
         known.append(merged)
         if kept:

@@ -55,6 +55,9 @@ def get_spark(master: str | None = None, app_name: str = "delta-maint", conf: Ma
             builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    from airflow_delta_maint.app.runners.executor_cpu import warm_status_api
+
+    warm_status_api(spark)  # where runs read their executors' CPU, when the UI is on
     return spark
 
 

@@ -165,7 +165,7 @@ class MaintenanceTask:
                                                 plan_bytes=plan_bytes)
                 self.seen_version = version
                 if self.looked is not None and plan_bytes:
-                    self.looked = Looked(self.looked.log_bytes, planned)
+                    self.looked = Looked(self.looked.log_bytes, None if planned is None else planned.bytes, planned)
             else:
                 self.log_reads += 1
                 reason = self.nothing_to_do(options)

@@ -148,6 +148,10 @@ def test_jobs_through_spark_connect(connect_server, connect_conn, tmp_path, capf
     assert zorder["status"] == "committed" and zorder["numRemovedFiles"] == 14, zorder
     assert zorder["numAddedFiles"] > 2, zorder
     assert rows(table) == before
+    # the tasks' Python CPU comes back with their results; the server's task metrics are not the client's to read
+    for run in (metrics, zorder):
+        assert run["cpu_tasks_s"] > 0 and run["cpu_s"] >= run["cpu_driver_s"] + run["cpu_tasks_s"] - 0.001, run
+        assert "cpu_executors_s" not in run and "Spark Connect" in run["cpu_missing"]["cpu_executors_s"]
 
     vacuum = VacuumOperator(task_id="vacuum", table_uri=str(table), conn_id=CONN_ID, retention_hours=0,
                             ignore_retention_check=True).execute(context={})

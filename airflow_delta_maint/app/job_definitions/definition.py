@@ -121,6 +121,11 @@ class JobDefinition:
         """Bytes of data files the run would rewrite, planned from the log alone (None: the plan needs Spark)."""
         return self.module().local_rewrite_bytes(table, storage_options, params)
 
+    def planned_rewrite(self, table: str, storage_options: Mapping[str, str] | None, params: Params) -> Any:
+        """The rewrite the run would do, planned from the log alone (the runner's ``local_rewrite``: its bytes
+        and what the copy estimate reads; None: the plan needs Spark)."""
+        return self.module().local_rewrite(table, storage_options, params)
+
     def parse(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """Every option's value from ``values`` (defaults for the rest); a bad one raises naming the option."""
         return self.options.parse(values, self.name)

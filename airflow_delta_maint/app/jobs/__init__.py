@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-import time
 import traceback
 from collections.abc import Mapping
 from typing import Any
@@ -29,6 +28,7 @@ from airflow_delta_maint.delta.storage.store_calls import counting
 from ..context import JobContext
 from ..environment_errors import ERROR_TYPE, describe
 from ..metrics import base_metrics, finish
+from ..run_cpu import RunCpu
 from ..run_history import record_run
 from ..settings import running
 
@@ -42,10 +42,11 @@ def execute_job(job: str, module: Any, args: argparse.Namespace, ctx: JobContext
     Returns (exit code, metrics): 0, 2 for bad input or a refused table (``DeltaError``), 1 for an
     unexpected error; a failed run's metrics carry ``status: failed`` and ``error``. The run is
     appended to the maintenance history when ``args.history_uri`` is set. ``expect``: what a plan expected of
-    the run (``predicted_cpu_s``, ...), recorded beside what it measured.
+    the run (``predicted_cpu_s``, ...), recorded beside what it measured (``cpu_s`` and its parts,
+    :mod:`..run_cpu`).
     """
     metrics = base_metrics(job, ctx.table)
-    cpu_at_start = time.process_time()
+    cpu = RunCpu()
     if getattr(args, "engine", None) is not None:  # the jobs that take engine say which one ran
         metrics["engine"] = str(args.engine).strip().lower()
     code = 0
@@ -68,8 +69,8 @@ def execute_job(job: str, module: Any, args: argparse.Namespace, ctx: JobContext
         code = 1
     if metrics.get("version_read") is None:
         metrics["version_read"] = ctx.version_read
-    # this process's CPU (every thread: a run in the worker's process, or the driver's part of a Spark run)
-    metrics["cpu_s"] = round(time.process_time() - cpu_at_start, 3)
+    # the run's CPU: this process's (every thread), its Spark tasks' Python workers', its executors' JVM
+    metrics.update(cpu.measure(ctx.started_spark))
     metrics.update(expect or {})
     metrics["storeCalls"] = ctx.store_calls.counts()
     metrics.update(planned_again(getattr(args, "seen_version", None), metrics.get("version_read")))

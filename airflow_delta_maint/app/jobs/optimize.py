@@ -18,9 +18,11 @@ from typing import Any, Mapping
 from airflow_delta_maint.delta.log.state_stream import StreamedState
 from airflow_delta_maint.delta.log.table_state import TableState
 from airflow_delta_maint.delta.plans import optimize_decision
-from airflow_delta_maint.delta.plans.optimize_decision import auto_decision, plan_from_options
+from airflow_delta_maint.delta.plans.optimize_decision import PlanOutline, auto_decision, plan_from_options
 from airflow_delta_maint.delta.plans.optimize_options import (OptimizeOptions)
 from airflow_delta_maint.delta.protocol.features import check_supported
+from airflow_delta_maint.delta.protocol.row_tracking import row_tracking
+from airflow_delta_maint.delta.storage.store import Storage
 from airflow_delta_maint.delta.protocol.uniform_iceberg import check_no_iceberg_metadata
 
 from ..context import JobContext
@@ -29,6 +31,7 @@ from ..engines import DELTA_SPARK, check_engine
 from ..state_reading import read_state
 from .optimize_execution import run_plan
 from .optimize_large import run_in_rounds
+from airflow_delta_maint.app.rewrite.copy_estimate import PlannedRewrite
 from airflow_delta_maint.app.rewrite.rewrite_cadence import RewriteCadence
 
 #: the job's sub-command (and the metrics' ``operation``)
@@ -96,7 +99,15 @@ def format_human(m: dict[str, Any]) -> str:
 
 def local_rewrite_bytes(table: str, storage_options: Mapping[str, str] | None, params: Mapping[str, Any]) -> int | None:
     """Bytes of data files an OPTIMIZE with these options would rewrite, planned on this machine
-    from the log alone; None when the plan needs Spark (Z-order, liquid clustering).
+    from the log alone; None when the plan needs Spark (Z-order, liquid clustering) (see :func:`local_rewrite`)."""
+    planned = local_rewrite(table, storage_options, params)
+    return None if planned is None else planned.bytes
+
+
+def local_rewrite(table: str, storage_options: Mapping[str, str] | None,
+                  params: Mapping[str, Any]) -> PlannedRewrite | None:
+    """The rewrite an OPTIMIZE with these options would do, planned on this machine from the log alone:
+    its bytes and its bins' files (for the copy estimate); None when the plan needs Spark.
 
     Reads the log streamed (``streamed_plan_outline``): per-partition aggregates for the auto
     policy, and the candidate files' rows only (small files, deletion vectors past the ratio) for
@@ -104,45 +115,53 @@ def local_rewrite_bytes(table: str, storage_options: Mapping[str, str] | None, p
     ``target_files``, ``rewrite_type_widened``, a distrusted checkpoint). It runs only once the log
     is found to hold at most ``LOCAL_MAX_LOG_BYTES``, which also bounds the candidates it keeps.
     Before that the execution choice reads nothing but the log's listing (its size)."""
-    from airflow_delta_maint.delta.log.state_stream import StreamedState
     from airflow_delta_maint.delta.log.table_state import read_table
-    from airflow_delta_maint.delta.storage.store import Storage
-
-    from airflow_delta_maint.delta.plans.optimize_decision import (auto_decision, plan_from_options,
-                                                                   streamed_plan_outline)
+    from airflow_delta_maint.delta.plans.optimize_decision import outline_of
 
     options = options_from(params)
+    storage = Storage(table, dict(storage_options or {}))
 
-    def planned(state: TableState) -> int | None:
-        if isinstance(state, StreamedState):
-            outline = streamed_plan_outline(state, options, candidates=True)
-            if outline is not None:
-                return outline.input_bytes if outline.layout == "binpack" else None
-            state = state.eager()  # what the stream does not plan: the plan of the whole state
-        plan = plan_from_options(state, options, auto_decision(state, options))
-        return plan.input_bytes if plan.layout in ("binpack", "even") else None
+    def planned(state: TableState) -> PlannedRewrite | None:
+        outline = outline_of(state, options.purged(), candidates=True)
+        if outline is None:  # what the stream does not plan: the plan of the whole state
+            outline = outline_of(state.eager(), options.purged())
+        assert outline is not None
+        return planned_rewrite(state, outline, options, storage)
 
-    return read_table(Storage(table, dict(storage_options or {})), planned, what="the execution choice")
+    return read_table(storage, planned, what="the execution choice")
+
+
+def planned_rewrite(state: TableState, outline: PlanOutline, options: OptimizeOptions,
+                    storage: Storage) -> PlannedRewrite | None:
+    """The rewrite of a plan's outline with its bytes (None: the plan needs Spark): bin-packing and even
+    splits run on the worker too; only bin-packing copies row groups, never on tables whose rewrite
+    materializes row tracking."""
+    if outline.layout not in ("binpack", "even") or outline.input_bytes is None:
+        return None
+    if outline.layout != "binpack" or options.copy_row_groups == "never" or outline.bin_files is None:
+        return PlannedRewrite(outline.input_bytes)
+    hidden = row_tracking(state.protocol, state.metadata, state.domains).hidden_columns
+    return PlannedRewrite(outline.input_bytes, storage, options, outline.bin_files, copies=not hidden)
 
 
 def look(table: str, storage_options: Mapping[str, str] | None, options: OptimizeOptions, *,
-         plan_bytes: bool) -> tuple[str | None, int, int | None]:
+         plan_bytes: bool) -> tuple[str | None, int, PlannedRewrite | None]:
     """The worker's one read of the log for a task: why the job would do nothing (None: it has work), the
-    version it saw and, with ``plan_bytes``, the bytes its plan rewrites (None: the plan needs Spark, or
-    they were not asked for). ``plan_bytes`` keeps the plan's candidate files: ask for it only once the log
+    version it saw and, with ``plan_bytes``, the rewrite its plan does (:func:`planned_rewrite`; None: the
+    plan needs Spark, or it was not asked for). ``plan_bytes`` keeps the plan's candidate files: ask for it only once the log
     is known to be small (the execution choice's bound)."""
     from airflow_delta_maint.delta.log.table_state import read_table
     from airflow_delta_maint.delta.plans.optimize_decision import outline_of, skip_reason
-    from airflow_delta_maint.delta.storage.store import Storage
 
     purged = options.purged()
+    storage = Storage(table, dict(storage_options or {}))
 
-    def seen(state: TableState) -> tuple[str | None, int, int | None]:
+    def seen(state: TableState) -> tuple[str | None, int, PlannedRewrite | None]:
         outline = outline_of(state, purged, candidates=plan_bytes)
         if outline is None:  # what the stream does not plan: the plan of the whole state
             outline = outline_of(state.eager(), purged)
         assert outline is not None
-        planned = outline.input_bytes if plan_bytes and outline.layout in ("binpack", "even") else None
+        planned = planned_rewrite(state, outline, options, storage) if plan_bytes else None
         return skip_reason(outline, purged), outline.version, planned
 
-    return read_table(Storage(table, dict(storage_options or {})), seen, what="OPTIMIZE's check")
+    return read_table(storage, seen, what="OPTIMIZE's check")

@@ -248,6 +248,7 @@ body{font-family:system-ui,sans-serif;margin:1.5em;color:#212121}
 table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ddd;padding:3px 8px;font-size:13px;text-align:left}
 th{background:#f5f5f5}.failed{color:#c62828;font-weight:bold}.committed{color:#2e7d32}
 .score{font-size:1.4em;font-weight:bold}img{max-width:100%;margin:.3em}section{margin-bottom:2em}
+td[data-col=night],td[data-col=budget]{white-space:nowrap}
 """
 
 

@@ -3,9 +3,12 @@ is exact (:mod:`.copy_choice` decides) and the other inputs read and re-encoded 
 row groups, in one output file.
 
 The output keeps the inputs' live rows in the bin's order (a rebase onto concurrent deletion vectors
-counts on it): rows waiting to be re-encoded are written before the next copied input. Its statistics
-are merged from the footers, reading back only the columns they cannot prove
-(:mod:`~airflow_delta_maint.delta.protocol.copied_stats`), so they are those a full rewrite gives. It
+counts on it): rows waiting to be re-encoded are written before the next copied input. Full row groups of
+them are encoded on threads of the bin (ENCODE_THREADS at once) while the next inputs are read, and written
+in their order. Its statistics are merged from the footers; the float and double values the footers cannot
+prove are gathered from every row on its way in (the re-encoded tables as they are encoded, each copied
+input's columns read from it on a thread while the next is copied), and only what is still unknown is read
+back (:mod:`~airflow_delta_maint.delta.protocol.copied_stats`), so they are those a full rewrite gives. It
 is written as a stream (a multipart upload on object stores), its copied inputs read by ranges. A
 column chunk whose pages do not match its metadata discards the output and the bin is re-encoded.
 Pure pyarrow and the core: runs in a Spark task, a thread of the worker or a test.
@@ -14,18 +17,22 @@ Pure pyarrow and the core: runs in a Spark task, a thread of the worker or a tes
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import time
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Iterator, NamedTuple
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from airflow_delta_maint.delta.parquet.chunks import CorruptChunkError
 from airflow_delta_maint.delta.parquet.footer import Footer
 from airflow_delta_maint.delta.parquet.row_group_copy import CopyRefused, RowGroupCopyWriter
-from airflow_delta_maint.delta.protocol.copied_stats import copied_file_stats_reading
-from airflow_delta_maint.delta.protocol.stats import stats_json
+from airflow_delta_maint.delta.protocol.copied_stats import copied_file_stats_gathered
+from airflow_delta_maint.delta.protocol.schema import PrimitiveType
+from airflow_delta_maint.delta.protocol.stats import StatsCollector, stats_json
 from airflow_delta_maint.delta.storage.range_reader import RangeReader
 from airflow_delta_maint.delta.storage.stream_write import open_stream
 
@@ -80,31 +87,57 @@ def _reencode(spec: RewriteSpec, adds: list[dict], partition_values: dict[str, s
     return BinRewrite(out, counts)
 
 
-class _Pending:
-    """Rows waiting to be re-encoded into the output, written as one row group once they hold
-    ``row_group_bytes`` of Arrow data (or before the next copied input, or at the end)."""
+#: tables of rows waiting to be re-encoded that are encoded at once, each on a thread of the bin, while the bin
+#: reads on (each holds up to ``row_group_bytes`` of Arrow data and its encoded bytes until its turn to be written)
+ENCODE_THREADS = 2
 
-    def __init__(self, writer: RowGroupCopyWriter, row_group_bytes: int, counts: RewriteCounts,
-                 spec: RewriteSpec, partition_values: dict[str, str | None]):
-        self.writer, self.row_group_bytes, self.counts = writer, row_group_bytes, counts
+
+class _Pending:
+    """Rows waiting to be re-encoded into the output, encoded as one row group once they hold
+    ``row_group_bytes`` of Arrow data (or before the next copied input, or at the end) on a thread of
+    ``pool``, and written in their order; their float values go to ``stats`` as they are encoded."""
+
+    def __init__(self, writer: RowGroupCopyWriter, counts: RewriteCounts, spec: RewriteSpec,
+                 partition_values: dict[str, str | None], stats: StatsCollector, pool: ThreadPoolExecutor):
+        self.writer, self.counts, self.stats, self.pool = writer, counts, stats, pool
         self.spec, self.partition_values = spec, partition_values
         self.tables: list[pa.Table] = []
         self.nbytes = 0
+        self.encoding: deque[Future] = deque()
 
     def add(self, table: pa.Table) -> None:
         if table.num_rows:
             self.tables.append(table)
             self.nbytes += table.nbytes
-        if self.nbytes >= self.row_group_bytes:
+        if self.nbytes >= self.spec.row_group_bytes:
             self.flush()
 
     def flush(self) -> None:
+        """Hand the waiting rows to an encoding thread (once fewer than ENCODE_THREADS are at work)."""
         if not self.tables:
             return
         data = pa.concat_tables(self.tables) if len(self.tables) > 1 else self.tables[0]
         self.tables, self.nbytes = [], 0
+        while len(self.encoding) >= ENCODE_THREADS:
+            self._write_next()
+        self.encoding.append(self.pool.submit(self._encode, self.spec.with_partitions(data, self.partition_values)))
+
+    def _encode(self, data: pa.Table) -> tuple[io.BytesIO, Footer] | None:
+        self.stats.update(data)
+        return self.writer.encode(data)
+
+    def drain(self) -> None:
+        """Write every waiting row, in order: before a copied input, and at the end."""
+        self.flush()
+        while self.encoding:
+            self._write_next()
+
+    def _write_next(self) -> None:
+        encoded = self.encoding.popleft().result()
+        if encoded is None:
+            return
         before = len(self.writer.row_groups)
-        self.writer.add_table(self.spec.with_partitions(data, self.partition_values))
+        self.writer.add_file(*encoded)
         self.counts.row_groups_reencoded += len(self.writer.row_groups) - before
         self.counts.bytes_reencoded += _compressed(self.writer, before)
 
@@ -129,28 +162,52 @@ def _inputs(spec: RewriteSpec, adds: list[dict], footers: list[Footer | None]
             yield (add, footer, None) if footer is not None else (add, None, pending.pop(i).result())
 
 
+def _gather(spec: RewriteSpec, add: dict, stats: StatsCollector) -> None:
+    """A copied input's float and double values, read from the input (its bytes are the output's), to ``stats``."""
+    names = list(dict.fromkeys(c.physical_path[0] for c in stats.cols
+                               if isinstance(c.type, PrimitiveType) and c.type.name in ("float", "double")))
+    if not names:
+        return
+    source = input_source(spec, add)
+    try:
+        parquet = pq.ParquetFile(source)
+        present = [n for n in names if n in parquet.schema_arrow.names]
+        if present:
+            stats.update(parquet.read(columns=present, use_threads=False))
+    finally:
+        if isinstance(source, RangeReader):
+            source.close()
+
+
 def _write(spec: RewriteSpec, adds: list[dict], choice: CopyChoice, sink: object,
-           partition_values: dict[str, str | None]) -> RowGroupCopyWriter:
+           partition_values: dict[str, str | None], stats: StatsCollector) -> RowGroupCopyWriter:
+    """The bin written into ``sink``: re-encoded rows encoded on threads while the next inputs are read, each
+    copied input's float values read on a thread while the next is copied; all of them given to ``stats``."""
     assert choice.reference is not None
     writer = RowGroupCopyWriter(sink, choice.reference, spec.compression)  # type: ignore[arg-type]
     counts = choice.counts
-    pending = _Pending(writer, spec.row_group_bytes, counts, spec, partition_values)
-    for add, footer, table in _inputs(spec, adds, choice.footers):
-        if footer is None:
-            assert table is not None
-            pending.add(table)
-            continue
-        pending.flush()  # the rows before this input go first: the bin's order is kept
-        before = len(writer.row_groups)
-        source = input_source(spec, add)
-        try:
-            writer.add_file(source, footer)
-        finally:
-            if isinstance(source, RangeReader):
-                source.close()
-        counts.row_groups_copied += len(writer.row_groups) - before
-        counts.bytes_copied += _compressed(writer, before)
-    pending.flush()
+    with ThreadPoolExecutor(max_workers=ENCODE_THREADS + 1) as pool:
+        pending = _Pending(writer, counts, spec, partition_values, stats, pool)
+        gathering: list[Future] = []
+        for add, footer, table in _inputs(spec, adds, choice.footers):
+            if footer is None:
+                assert table is not None
+                pending.add(table)
+                continue
+            pending.drain()  # the rows before this input go first: the bin's order is kept
+            before = len(writer.row_groups)
+            source = input_source(spec, add)
+            try:
+                writer.add_file(source, footer)
+            finally:
+                if isinstance(source, RangeReader):
+                    source.close()
+            counts.row_groups_copied += len(writer.row_groups) - before
+            counts.bytes_copied += _compressed(writer, before)
+            gathering.append(pool.submit(_gather, spec, add, stats))
+        pending.drain()
+        for done in gathering:
+            done.result()
     return writer
 
 
@@ -161,14 +218,15 @@ def _copy_bin(spec: RewriteSpec, adds: list[dict], partition_values: dict[str, s
     key = storage.key_for_path(rel_path)
     if key is None:
         raise ValueError(f"{rel_path} is not inside the table {storage.root}")
+    collector = StatsCollector(spec.metadata)
     with open_stream(storage, key) as sink:
-        result = _write(spec, adds, choice, sink, partition_values).close()
+        result = _write(spec, adds, choice, sink, partition_values, collector).close()
     try:
         if result.num_rows == 0:
             storage.delete(key)
             return BinRewrite([], choice.counts)
         output = storage.local_path(key) if storage.is_local else RangeReader(storage, key, result.size)
-        stats = copied_file_stats_reading(result, spec.metadata, output, tight_bounds=spec.tight_bounds)
+        stats = copied_file_stats_gathered(result, collector, output, tight_bounds=spec.tight_bounds)
     except BaseException:
         with contextlib.suppress(Exception):
             storage.delete(key)

@@ -14,6 +14,7 @@ path was taken and why (``rewritePath``).
 
 from __future__ import annotations
 
+import contextvars
 import math
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -112,7 +113,9 @@ def rewrite_and_commit(bins: Sequence[Bin], groups: list[list[int]], rewrite: Ca
     try:
         while True:
             while started < len(groups) and len(futures) < min(max(1, concurrency()), _MAX_THREADS):
-                futures[pool.submit(run, started)] = started
+                # each group in a copy of this thread's context: the job's settings, and the store-call counter its
+                # Spark tasks' calls come back to, reach the group's thread
+                futures[pool.submit(contextvars.copy_context().run, run, started)] = started
                 started += 1
             if not futures:
                 return

@@ -26,7 +26,8 @@ from typing import Any, Callable, Iterable, Iterator, Sequence, Tuple, TypeVar
 import pyarrow as pa
 
 from airflow_delta_maint.app.runners.connect_tasks import is_connect, slice_calls, use_shipped_environment
-from airflow_delta_maint.app.runners.store_call_tasks import TaskCalls, take_task_calls, with_task_calls
+from airflow_delta_maint.app.runners.store_call_tasks import (TaskCalls, process_token, take_task_calls,
+                                                              with_task_calls)
 from airflow_delta_maint.app.runners.tasks import raise_worker_error, split_slices
 
 T = TypeVar("T")
@@ -45,7 +46,7 @@ CALLS_GROUP = -1
 def _split(payload: bytes, slices: list[bytes], batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     for _, rows in slice_calls(payload, slices, batches):
         for row in rows:
-            if isinstance(row, TaskCalls):  # the slice's store calls: to the group that sends them back as results
+            if isinstance(row, TaskCalls):  # the slice's store calls and CPU: to the group that sends them back
                 group, key, blob = CALLS_GROUP, 0, pickle.dumps(row)
             else:
                 group, key, blob = row
@@ -54,13 +55,13 @@ def _split(payload: bytes, slices: list[bytes], batches: Iterator[pa.RecordBatch
 
 def _group_writer(payload: bytes) -> Callable[..., Iterator[pa.RecordBatch]]:
     """The function ``applyInArrow`` calls per group (its type hints choose the iterator form)."""
+    driver = process_token()  # this process: a group written here reports no CPU of its own
 
     def write(group: Tuple[pa.Scalar, ...], batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         use_shipped_environment()
         from pyspark import cloudpickle
 
-        from airflow_delta_maint.app.runners.store_call_tasks import TaskCalls  # this worker's own counter
-        from airflow_delta_maint.delta.storage.store_calls import PROCESS_CALLS
+        from airflow_delta_maint.app.runners.store_call_tasks import spent_since, task_mark  # this worker's own
 
         fn = cloudpickle.loads(payload)
         gid = group[0].as_py()
@@ -70,12 +71,12 @@ def _group_writer(payload: bytes) -> Callable[..., Iterator[pa.RecordBatch]]:
                 yield from zip(batch.column("key").to_pylist(), batch.column("blob").to_pylist())
 
         def results() -> Iterator[bytes]:
-            if gid == CALLS_GROUP:  # the split tasks' store calls, as they were sent
+            if gid == CALLS_GROUP:  # the split tasks' store calls and CPU, as they were sent
                 yield from (blob for _, blob in records())
                 return
-            before = PROCESS_CALLS.counts()
+            mark = task_mark()
             yield from (pickle.dumps(result) for result in fn(gid, records()))
-            yield pickle.dumps(TaskCalls(PROCESS_CALLS.since(before)))
+            yield pickle.dumps(spent_since(mark, driver))
 
         for seq, result in enumerate(results()):
             yield pa.RecordBatch.from_pydict({"group": [gid], "seq": [seq], "result": [result]}, schema=_RESULTS)

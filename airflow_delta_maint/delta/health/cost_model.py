@@ -1,7 +1,8 @@
 """The cost model learns from the maintenance history: how far each job's CPU-seconds were from the model's.
 
 Every run a plan chose records ``predicted_cpu_s`` (what the plan expected), ``prediction_scale`` (the scale
-the plan applied to the default rates) and ``cpu_s`` (what it measured). The default rates of
+the plan applied to the default rates) and ``cpu_s`` (what it measured, wherever it ran: its process, its Spark
+tasks' Python workers, its executors). The default rates of
 :class:`~.estimates.CpuRates` are this machine's; a lake's machines, engines and tables differ. So each (job,
 engine) gets a scale: the median, over its last :data:`WINDOW` measured runs, of measured ÷ the default
 rates' prediction. The median keeps one slow night (a busy cluster, a cold cache) from moving the next

@@ -44,7 +44,7 @@ from airflow_delta_maint.delta.storage.write_once import put_once
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "ADDED_COLUMNS", "MAINTAIN_EVERY", "RUN_LOG_SCHEMA", "AppendResult", "append_runs", "create_run_log", "maintain_run_log",
+    "ADDED_COLUMNS", "CPU_COLUMNS", "MAINTAIN_EVERY", "RUN_LOG_SCHEMA", "AppendResult", "append_runs", "create_run_log", "maintain_run_log",
     "read_runs", "run_record",
 ]
 
@@ -57,6 +57,9 @@ MAX_RETRIES = 100
 
 _UTC_US = pa.timestamp("us", tz="UTC")
 
+#: the run's CPU-seconds (``cpu_s``, the whole; its parts: the process's, its Spark tasks' Python, its executors'
+#: JVM) and what a plan predicted, copied from the metrics into columns of their own (null where not measured)
+CPU_COLUMNS = ("cpu_s", "cpu_driver_s", "cpu_tasks_s", "cpu_executors_s", "predicted_cpu_s")
 #: the run log's columns, in order
 RUN_LOG_SCHEMA = pa.schema([
     pa.field("record_id", pa.string(), nullable=False),
@@ -78,10 +81,11 @@ RUN_LOG_SCHEMA = pa.schema([
     pa.field("spark_app_id", pa.string()),
     pa.field("engine", pa.string()),
     pa.field("store_calls", pa.string()),
+    *(pa.field(name, pa.float64()) for name in CPU_COLUMNS),
 ])
 #: columns added after the first run logs were written: a run log without them is still read (they are null)
 #: and appended to in its own columns (the whole metrics, these values included, are in ``metrics`` anyway)
-ADDED_COLUMNS = frozenset({"store_calls"})
+ADDED_COLUMNS = frozenset({"store_calls", *CPU_COLUMNS})
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,10 @@ def _parse_time(value: Any) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
 
 
+def _float(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
 def _int(value: Any) -> int | None:
     if value is None or value == "":
         return None
@@ -128,7 +136,7 @@ def run_record(metrics: Mapping[str, Any], *, dag_id: str | None = None, dag_run
     Args:
         metrics: the run's metrics (``operation``, ``table``, ``status``, ``started_at``, ...);
             stored whole as JSON in ``metrics``, except a ``history`` entry; its ``storeCalls`` also in
-            ``store_calls`` (JSON).
+            ``store_calls`` (JSON), its CPU-seconds also in :data:`CPU_COLUMNS`.
         dag_id, dag_run_id, task_id, map_index, try_number: the Airflow task instance, when known.
         spark_app_id: the Spark application id, when Spark ran.
         ended_at: when the run ended (default: ``started_at + duration_s``, else now).
@@ -165,6 +173,7 @@ def run_record(metrics: Mapping[str, Any], *, dag_id: str | None = None, dag_run
         "try_number": _int(try_number),
         "spark_app_id": spark_app_id or None,
         "store_calls": None if metrics.get("storeCalls") is None else json.dumps(metrics["storeCalls"], sort_keys=True),
+        **{name: _float(metrics.get(name)) for name in CPU_COLUMNS},
         # who did the data work: ours, or another engine run by ours (the metrics' "engine")
         "engine": default_engine_info() if metrics.get("engine") in (None, "native")
         else f"{metrics['engine']} via {default_engine_info()}",

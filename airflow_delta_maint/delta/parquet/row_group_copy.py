@@ -181,8 +181,16 @@ class RowGroupCopyWriter:
         Raises:
             CopyRefused: pyarrow's file of ``table`` has another physical schema than the reference.
         """
+        encoded = self.encode(table, row_group_rows)
+        if encoded is not None:
+            self.add_file(*encoded)
+
+    def encode(self, table: pa.Table, row_group_rows: int | None = None) -> tuple[io.BytesIO, Footer] | None:
+        """``table`` encoded as :meth:`add_table` encodes it, into memory, with its footer, ready for
+        :meth:`add_file` (None: no rows). Touches nothing of the writer: several tables may be encoded at
+        once on other threads, then added in their order."""
         if table.num_rows == 0:
-            return
+            return None
         buf = io.BytesIO()
         pq.write_table(table, buf, compression=_pyarrow_codec(CODECS[self.codec]), use_dictionary=True,
                        write_statistics=True, write_page_index=self.page_index,
@@ -193,7 +201,7 @@ class RowGroupCopyWriter:
             footer.metadata["schema"] = geo
         adopt_annotations(footer, self.reference)  # pyarrow cannot write the VARIANT logical type
         buf.seek(0)  # read where it was written: no copy of the encoded bytes
-        self.add_file(buf, footer)
+        return buf, footer
 
     def _copy(self, f: IO[bytes], footer: Footer) -> None:
         same_order = [encode(o) for o in footer.metadata.get("column_orders") or []] == self._orders

@@ -89,6 +89,9 @@ class PlanOutline:
     decision: AutoDecision | None
     #: the bytes the bins rewrite (known when asked for)
     input_bytes: int | None = None
+    #: with ``input_bytes``: each bin's files as (path, size, deletion vector or not), for the execution
+    #: choice's estimate of what the row-group copy takes byte for byte
+    bin_files: list[list[tuple[str, int, bool]]] | None = None
     #: with ``keep_scan``: the streamed per-partition aggregates, the partitions the plan selects,
     #: the plan's own aggregate (liquid clustering's) and the modification time young files are after
     scan: Any = None
@@ -100,7 +103,13 @@ class PlanOutline:
 def plan_outline(plan: OptimizePlan, decision: AutoDecision | None) -> PlanOutline:
     """The outline of a plan built from the whole snapshot."""
     return PlanOutline(plan.version, plan.is_empty, plan.layout, plan.min_file_size, plan.left_out, decision,
-                       input_bytes=plan.input_bytes)
+                       input_bytes=plan.input_bytes, bin_files=bin_files(plan))
+
+
+def bin_files(plan: OptimizePlan) -> list[list[tuple[str, int, bool]]]:
+    """Each bin's files as (path, size, deletion vector or not)."""
+    return [[(str(f["path"]), int(f.get("size") or 0), bool(f.get("deletionVector"))) for f in b.files]
+            for b in plan.bins]
 
 
 def outline_of(state: TableState, options: OptimizeOptions, candidates: bool = False) -> PlanOutline | None:
@@ -216,7 +225,8 @@ def streamed_plan_outline(state: StreamedState, options: OptimizeOptions, candid
         outline.scan, outline.selected, outline.work = scan, selected, work
         outline.young_after_ms = now - int(min_age * 1000) if min_age else None
     if candidates and not zorder:
-        outline.input_bytes = scan.input_bytes(selected)
+        outline.bin_files = scan.bins(selected)
+        outline.input_bytes = sum(size for files in outline.bin_files for _, size, _ in files)
     return outline
 
 

@@ -145,28 +145,34 @@ class PartitionScan:
 
     def input_bytes(self, selected: Any) -> int:
         """The bytes the bin-packing plan over the partitions ``selected(key)`` accepts rewrites
-        (needs ``collect``): per partition the candidates sorted by (size, path) are packed
-        greedily into bins of at most ``target_file_size``, as the plan packs them; a bin of one file
-        counts only when that file has a deletion vector."""
+        (needs ``collect``): the sizes of :meth:`bins`' files."""
+        return sum(size for files in self.bins(selected) for _, size, _ in files)
+
+    def bins(self, selected: Any) -> list[list[tuple[str, int, bool]]]:
+        """The bins of the bin-packing plan over the partitions ``selected(key)`` accepts, each its files'
+        (path, size, deletion vector or not) (needs ``collect``): per partition the candidates sorted by
+        (size, path) are packed greedily into bins of at most ``target_file_size``, as the plan packs them;
+        a bin of one file is one only when that file has a deletion vector."""
         if not self.candidate_rows:
-            return 0
+            return []
         wanted = [i for i, key in enumerate(self.keys) if selected(key)]
         table = pa.concat_tables(self.candidate_rows)
         table = table.filter(pc.is_in(table.column("gid"), value_set=pa.array(wanted, pa.int64())))
         table = table.sort_by([("gid", "ascending"), ("size", "ascending"), ("path", "ascending")])
-        total = 0
-        current_gid, count, current, first_dv = None, 0, 0, False
-        for g, size, dv in zip(table.column("gid").to_pylist(), table.column("size").to_pylist(),
-                               table.column("dv").to_pylist()):
-            if g != current_gid or (count and current + size > self.target_file_size):
-                if count > 1 or (count == 1 and first_dv):
-                    total += current
-                current_gid, count, current, first_dv = g, 0, 0, dv
-            count += 1
+        out: list[list[tuple[str, int, bool]]] = []
+        current_gid, current = None, 0
+        files: list[tuple[str, int, bool]] = []
+        for g, size, dv, path in zip(table.column("gid").to_pylist(), table.column("size").to_pylist(),
+                                     table.column("dv").to_pylist(), table.column("path").to_pylist()):
+            if g != current_gid or (files and current + size > self.target_file_size):
+                if len(files) > 1 or (len(files) == 1 and files[0][2]):
+                    out.append(files)
+                current_gid, current, files = g, 0, []
+            files.append((path, size, bool(dv)))
             current += size
-        if count > 1 or (count == 1 and first_dv):
-            total += current
-        return total
+        if len(files) > 1 or (len(files) == 1 and files[0][2]):
+            out.append(files)
+        return out
 
 
 class _Grow:

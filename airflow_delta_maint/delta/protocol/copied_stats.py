@@ -19,9 +19,9 @@ from airflow_delta_maint.delta.parquet.bounds_view import delta_bounds_view
 from airflow_delta_maint.delta.parquet.footer import Source
 from airflow_delta_maint.delta.parquet.row_group_copy import CopyResult
 from airflow_delta_maint.delta.protocol.actions import Metadata
-from airflow_delta_maint.delta.protocol.stats import columns_needing_data, file_stats
+from airflow_delta_maint.delta.protocol.stats import StatsCollector, columns_needing_data, file_stats
 
-__all__ = ["copied_columns_needing_data", "copied_file_stats", "copied_file_stats_reading"]
+__all__ = ["copied_columns_needing_data", "copied_file_stats", "copied_file_stats_gathered", "copied_file_stats_reading"]
 
 
 def copied_columns_needing_data(result: CopyResult, metadata: Metadata,
@@ -47,3 +47,14 @@ def copied_file_stats_reading(result: CopyResult, metadata: Metadata, output: So
     if need:
         table = pq.ParquetFile(output, coerce_int96_timestamp_unit="us").read(columns=need, use_threads=False)
     return file_stats(view, metadata, table=table, tight_bounds=tight_bounds)
+
+
+def copied_file_stats_gathered(result: CopyResult, collector: StatsCollector, output: Source,
+                               tight_bounds: bool | None = None) -> dict:
+    """The copied file's statistics, the float and double values taken from ``collector`` (every row of
+    the file given to its ``update``: the tables re-encoded into it, the watched columns of each copied
+    input), and only the columns the footers and the collector cannot prove read from ``output``."""
+    def read(need: list[str]) -> pa.Table:
+        return pq.ParquetFile(output, coerce_int96_timestamp_unit="us").read(columns=need, use_threads=False)
+
+    return collector.footer_stats(delta_bounds_view(result), read, tight_bounds)

@@ -20,9 +20,10 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import threading
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import IO, Any, Sequence, Union
+from typing import IO, Any, Callable, Sequence, Union
 
 import numpy as np
 import pyarrow as pa
@@ -514,29 +515,31 @@ class StatsCollector:
         self._watch = [i for i, c in enumerate(self.cols)
                        if _eligible(c) and c.type.name in ("float", "double")]  # type: ignore[union-attr]
         self._leaves: dict[int, _LeafStats] = {}
+        self._lock = threading.Lock()
 
     def update(self, table: pa.Table) -> None:
-        """Account for one piece of the data, in the file's physical column names."""
-        for i in self._watch:
-            if _column_data(table, self.cols[i]) is None:
-                continue
-            leaf = _data_leaf(table, self.cols[i])
-            self._leaves[i] = leaf if i not in self._leaves else _merge_leaf(self._leaves[i], leaf)
+        """Account for one piece of the data, in the file's physical column names (from any thread)."""
+        leaves = {i: _data_leaf(table, self.cols[i]) for i in self._watch
+                  if _column_data(table, self.cols[i]) is not None}
+        with self._lock:
+            for i, leaf in leaves.items():
+                self._leaves[i] = leaf if i not in self._leaves else _merge_leaf(self._leaves[i], leaf)
 
     def file_stats(self, source: ParquetSource, tight_bounds: bool | None = None) -> dict:
-        """The file's statistics: its footer, the gathered values, and (should anything still be
-        unknown) the columns that cover it read from the file."""
+        """The file's statistics: its footer, the gathered values, what is still unknown read from the file."""
         pf = source if isinstance(source, pq.ParquetFile) else pq.ParquetFile(source, coerce_int96_timestamp_unit="us")
-        md = pf.metadata
-        stats = _footer_stats(md, self.cols)
+        return self.footer_stats(pf.metadata, lambda need: pf.read(columns=need), tight_bounds)
+
+    def footer_stats(self, md: pq.FileMetaData, read: Callable[[list[str]], pa.Table],
+                     tight_bounds: bool | None = None) -> dict:
+        """:meth:`file_stats` of the footer (or view) ``md``, every row given to :meth:`update`, and ``read(names)``."""
         stats = [self._leaves[i] if _needs_data(c, ls) and i in self._leaves else ls
-                 for i, (c, ls) in enumerate(zip(self.cols, stats))]
-        need: list[str] = []
-        for c, ls in zip(self.cols, stats):
-            if _needs_data(c, ls) and c.physical_path[0] not in need and c.physical_path[0] in pf.schema_arrow.names:
-                need.append(c.physical_path[0])
+                 for i, (c, ls) in enumerate(zip(self.cols, _footer_stats(md, self.cols)))]
+        names = md.schema.to_arrow_schema().names
+        need = list(dict.fromkeys(c.physical_path[0] for c, ls in zip(self.cols, stats)
+                                  if _needs_data(c, ls) and c.physical_path[0] in names))
         if need:
-            table = pf.read(columns=need)
+            table = read(need)
             stats = [_data_leaf(table, c) if _needs_data(c, ls) and _column_data(table, c) is not None else ls
                      for c, ls in zip(self.cols, stats)]
         return _assemble(md.num_rows, self.cols, stats, tight_bounds)

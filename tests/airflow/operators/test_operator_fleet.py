@@ -167,7 +167,7 @@ def test_fleet_maintains_the_others_and_names_the_failed_tables(tmp_path, record
     remote = by_table[str(twins["via_spark"])]["jobs"]
     for spark_metrics, local_metrics in zip(remote, local):
         assert set(spark_metrics) == set(local_metrics)
-        volatile = {"table", "started_at", "duration_s", "cpu_s", "timestamp", "path", "checkpoint", "log",
+        volatile = {"table", "started_at", "duration_s", "cpu_s", "cpu_driver_s", "timestamp", "path", "checkpoint", "log",
                     "last_modified", "windows_written"}
         assert _stable(spark_metrics, volatile, str(twins["via_spark"])) == \
             _stable(local_metrics, volatile, str(twins["via_local"]))
@@ -192,7 +192,7 @@ def test_local_and_spark_execution_give_the_same_compact_log_metrics(tmp_path, r
                                       execution="local").execute(context={})
     assert len(recorded["submits"]) == 1  # no second application
     assert set(via_spark) == set(via_local)
-    volatile = {"table", "started_at", "duration_s", "cpu_s"}
+    volatile = {"table", "started_at", "duration_s", "cpu_s", "cpu_driver_s"}
     windows = [(w["start"], w["end"], w["numActions"]) for w in via_spark["windows_written"]]
     assert windows == [(w["start"], w["end"], w["numActions"]) for w in via_local["windows_written"]]
     assert via_spark["checkpoint"]["version"] == via_local["checkpoint"]["version"] == 10

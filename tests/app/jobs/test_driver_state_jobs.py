@@ -19,7 +19,8 @@ from airflow_delta_maint.delta.storage.store import Storage
 from tests.app.jobs.test_vacuum import aged_table, make_old, make_young, rows
 
 pytestmark = pytest.mark.spark
-VOLATILE = ("started_at", "duration_s", "cpu_s", "finished_at", "cutoff_timestamp")
+VOLATILE = ("started_at", "duration_s", "cpu_s", "cpu_driver_s", "cpu_tasks_s", "cpu_executors_s", "cpu_missing",
+            "finished_at", "cutoff_timestamp")
 
 
 def _stable(m: dict) -> dict:

@@ -71,6 +71,6 @@ def test_inspect_job_streams_large_tables(tmp_path, monkeypatch):
     code2, b = run(["inspect", str(other), "--json"])
     assert code == code2 == 0 and used == ["Snapshot", "StreamedState"]
     for m in (a, b):
-        for k in ("table", "started_at", "duration_s", "cpu_s"):
+        for k in ("table", "started_at", "duration_s", "cpu_s", "cpu_driver_s"):
             m.pop(k, None)
     assert a == b and a["num_files"] == 89

@@ -7,6 +7,7 @@ Spark."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import shutil
@@ -124,6 +125,29 @@ def test_auto_keeps_the_bins_order_of_rows_around_copied_files(tmp_path: Path) -
     md = pq.ParquetFile(path / out[0]["path"]).metadata
     assert [md.row_group(i).num_rows for i in range(md.num_row_groups)] == [BIG_ROWS, SMALL_ROWS, BIG_ROWS, SMALL_ROWS]
     assert (counts.row_groups_copied, counts.row_groups_reencoded, counts.fallbacks) == (2, 2, {"smallRowGroups": 2})
+
+
+def test_row_groups_encoded_on_threads_keep_the_bins_order(tmp_path: Path) -> None:
+    """A run of small inputs that fills more row groups than are encoded at once, before a copied input: the
+    output holds the bin's rows in the bin's order, its statistics those of a full rewrite."""
+    from airflow_delta_maint.app.rewrite import bin_copy, data_files
+
+    path = tmp_path / "t"
+    make_table(path, big=2, small=40)
+    snap = Snapshot.load(str(path))
+    by_size = sorted(snap.add_actions(), key=lambda a: (a["size"], a["path"]))
+    small, big = by_size[:40], by_size[40:]
+    order = small[:36] + big[:1] + small[36:] + big[1:]
+    spec = RewriteSpec(snap.storage, snap.metadata.to_action(), row_group_bytes=ROW_GROUP_BYTES, run_token="0badc0de")
+    out, counts = rewrite_bin(spec, order, {})
+    expected = [i for a in order for i in pq.read_table(path / a["path"], columns=["id"]).column("id").to_pylist()]
+    assert pq.read_table(path / out[0]["path"]).column("id").to_pylist() == expected
+    md = pq.ParquetFile(path / out[0]["path"]).metadata
+    groups = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
+    assert groups.index(BIG_ROWS) > bin_copy.ENCODE_THREADS  # the first run's row groups, then the copied input
+    assert (counts.row_groups_copied, counts.row_groups_reencoded) == (2, len(groups) - 2)
+    full = data_files.rewrite_bin(dataclasses.replace(spec, run_token="0badc0df"), order, {})
+    assert json.loads(out[0]["stats"]) == json.loads(full[0]["stats"])
 
 
 @pytest.mark.spark

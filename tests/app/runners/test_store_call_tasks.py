@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pickle
 
-from airflow_delta_maint.app.runners.store_call_tasks import (StoreCallsParam, TaskCalls, count_into,
+from airflow_delta_maint.app.runners.store_call_tasks import (TaskCalls, TaskCallsParam, count_into,
                                                               take_task_calls, with_task_calls)
 from airflow_delta_maint.delta.storage.store_calls import PROCESS_CALLS, StoreCalls, counting, empty_counts
 
@@ -30,8 +30,8 @@ def test_slice_results_carry_the_calls_and_the_driver_takes_them_out():
 
 class _Accumulator:
     def __init__(self) -> None:
-        self.param = StoreCallsParam()
-        self.value = self.param.zero(empty_counts())
+        self.param = TaskCallsParam()
+        self.value = self.param.zero(TaskCalls(empty_counts()))
 
     def add(self, term) -> None:
         self.value = self.param.addInPlace(self.value, term)
@@ -51,5 +51,6 @@ def test_an_accumulator_gets_each_task_s_calls_even_when_it_fails():
         list(count_into(failing, acc)(iter([])))
     except RuntimeError:
         pass
-    assert acc.value["get"] == {"calls": 1, "bytes": 5, "objects": 0}
-    assert acc.value["put"] == {"calls": 1, "bytes": 9, "objects": 0}
+    assert acc.value.counts["get"] == {"calls": 1, "bytes": 5, "objects": 0}
+    assert acc.value.counts["put"] == {"calls": 1, "bytes": 9, "objects": 0}
+    assert acc.value.cpu_s == 0.0  # the functions ran in this process: their CPU is this process's own

@@ -205,3 +205,28 @@ def test_spark_reads_the_run_log(tmp_path, spark):
     assert {r["status"] for r in got.values()} == {"committed", "skipped", "dry_run", "failed"}
     assert all(r["version_read"] == 3 and r["duration_s"] == 2.5 for r in got.values())
     assert dict(df.dtypes)["started_at"] == "timestamp" and dict(df.dtypes)["try_number"] == "int"
+
+
+def test_the_run_s_cpu_seconds_have_columns_of_their_own_and_older_run_logs_keep_theirs(tmp_path, monkeypatch):
+    """``cpu_s``, its parts and the prediction beside it are columns (null where a run did not measure one); a run log
+    written before they were added is read with them null and appended to in its own columns."""
+    from airflow_delta_maint.delta.health import run_log
+
+    measured = {"operation": "optimize", "table": "/t", "status": "committed", "started_at": "2026-11-28T01:00:00Z",
+                "cpu_s": 7.5, "cpu_driver_s": 0.5, "cpu_tasks_s": 5.0, "cpu_executors_s": 2.0, "predicted_cpu_s": 6.0}
+    fresh = tmp_path / "fresh"
+    append_runs(str(fresh), [run_record(measured), run_record({**measured, "started_at": "2026-11-28T02:00:00Z",
+                                                               "cpu_executors_s": None, "predicted_cpu_s": None,
+                                                               "cpu_tasks_s": True})])
+    first, second = read_runs(str(fresh)).to_pylist()
+    assert [first[c] for c in run_log.CPU_COLUMNS] == [7.5, 0.5, 5.0, 2.0, 6.0]
+    assert [second[c] for c in run_log.CPU_COLUMNS] == [7.5, 0.5, None, None, None]
+    old = pa.schema([f for f in RUN_LOG_SCHEMA if f.name not in run_log.CPU_COLUMNS])  # with store_calls
+    history = tmp_path / "history"
+    with monkeypatch.context() as patch:
+        patch.setattr(run_log, "RUN_LOG_SCHEMA", old)
+        append_runs(str(history), [run_record(measured)])
+    append_runs(str(history), [run_record(measured)], maintain_every=0)
+    assert set(rows_read_by_delta_rs(history).column_names) == set(old.names)
+    rows = read_runs(str(history)).to_pylist()
+    assert [r["cpu_s"] for r in rows] == [None, None] and [json.loads(r["metrics"])["cpu_s"] for r in rows] == [7.5, 7.5]

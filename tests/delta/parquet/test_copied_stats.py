@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -22,7 +23,7 @@ from airflow_delta_maint.delta.parquet.footer import read_footer
 from airflow_delta_maint.delta.parquet.row_group_copy import RowGroupCopyWriter, copy_files, copy_refusal
 from airflow_delta_maint.delta.protocol.actions import Metadata
 from airflow_delta_maint.delta.protocol.copied_stats import (copied_columns_needing_data, copied_file_stats,
-                                                             copied_file_stats_reading)
+                                                             copied_file_stats_gathered, copied_file_stats_reading)
 from airflow_delta_maint.delta.protocol.schema import from_arrow_schema
 from airflow_delta_maint.delta.protocol.stats import StatsCollector, stats_json, table_stats
 from tests.conftest import corpus_path, load_manifest
@@ -96,6 +97,31 @@ def test_a_mixed_file_of_copied_and_encoded_row_groups_has_the_stats_of_its_rows
     ours = copied_file_stats_reading(result, metadata, str(out))
     theirs = rewrite_stats(pa.concat_tables([big, small]), metadata, tmp_path / "rewrite.parquet")
     assert stats_json(ours) == stats_json(theirs)
+
+
+def test_stats_gathered_while_copying_equal_those_read_back(tmp_path):
+    """Tables encoded on other threads (``encode``, then added in order) and copied inputs' float values given to
+    a collector: the statistics are those read back from the output, and those of a rewrite of its rows."""
+    big = many_types(300, seed=3).select(STATS_COLUMNS)
+    smalls = [many_types(12, seed=s).select(STATS_COLUMNS) for s in (4, 5)]
+    metadata = metadata_for(big.schema)
+    pq.write_table(big, tmp_path / "big.parquet", compression="snappy")
+    collector = StatsCollector(metadata)
+    out = tmp_path / "out.parquet"
+    with open(out, "wb") as sink, ThreadPoolExecutor(2) as pool:
+        writer = RowGroupCopyWriter(sink, read_footer(str(tmp_path / "big.parquet")), "snappy")
+        encoded = list(pool.map(lambda t: (collector.update(t), writer.encode(t))[1], smalls))
+        assert writer.row_groups == [] and writer.encode(smalls[0].slice(0, 0)) is None  # encoding writes nothing
+        writer.add_file(*encoded[0])
+        writer.add_file(str(tmp_path / "big.parquet"))
+        collector.update(pq.read_table(tmp_path / "big.parquet", columns=["f64", "f32"]))
+        writer.add_file(*encoded[1])
+        result = writer.close()
+    gathered = copied_file_stats_gathered(result, collector, str(out))
+    assert stats_json(gathered) == stats_json(copied_file_stats_reading(result, metadata, str(out)))
+    rows = pa.concat_tables([smalls[0], big, smalls[1]])
+    assert pq.read_table(out).equals(rows)
+    assert stats_json(gathered) == stats_json(rewrite_stats(rows, metadata, tmp_path / "rewrite.parquet"))
 
 
 # -- the rules -------------------------------------------------------------------------------------

@@ -45,6 +45,9 @@ class MatrixJob:
     kept: Callable[[int, int], list[int]] = lambda before, after: [before, after]
     restorable: bool = True   # RESTORE to the version before the job still works afterwards
     pre: tuple[str, ...] = ()  # a job run first, as a user would (cleanup-log after a checkpoint)
+    # on a copy of its own of the table as delta-spark wrote it, outside the chain (the jobs before it would
+    # leave it nothing to do)
+    own_copy: bool = False
 
 
 def _zorder(table: DeltaSparkTable, path: Path, version: int) -> list[str]:
@@ -61,6 +64,9 @@ JOBS: list[MatrixJob] = [
     MatrixJob("inspect", "inspect", lambda t, p, v: ["inspect", str(p)]),
     MatrixJob("optimize", "OPTIMIZE (bin-packing; clustering on clustered tables)", lambda t, p, v: ["optimize", str(p)]),
     MatrixJob("zorder", "OPTIMIZE ZORDER BY two columns (OPTIMIZE FULL on clustered tables)", _zorder),
+    MatrixJob("copy", "OPTIMIZE --copy-row-groups always (every row group copied where it is exact, on the table as "
+              "delta-spark wrote it)",
+              lambda t, p, v: ["optimize", str(p), "--copy-row-groups", "always"], own_copy=True),
     MatrixJob("dv-purge", "OPTIMIZE purging every deletion vector (--dv-ratio 0)",
               lambda t, p, v: ["optimize", str(p), "--dv-ratio", "0"]),
     MatrixJob("target-files", "OPTIMIZE --target-files 2", lambda t, p, v: ["optimize", str(p), "--target-files", "2"]),
@@ -93,7 +99,7 @@ JOBS: list[MatrixJob] = [
 # the order of a table's chain: each job runs on what the ones before it left, as in a nightly DAG; the rewrites
 # first (the DV purge before the others take the deletion vectors away), then the log files, then the deletes
 CHAIN = [next(j for j in JOBS if j.name == name) for name in (
-    "inspect", "dv-purge", "auto", "optimize", "zorder", "target-files", "compute-stats", "compact-log", "checkpoint",
+    "inspect", "copy", "dv-purge", "auto", "optimize", "zorder", "target-files", "compute-stats", "compact-log", "checkpoint",
     "vacuum-keep", "vacuum-lite", "vacuum-inventory", "vacuum-full", "cleanup-log")]
 assert sorted(j.name for j in CHAIN) == sorted(j.name for j in JOBS)
 JOB_NAMES = [j.name for j in JOBS]

@@ -343,6 +343,12 @@ class DeltaMaintHook(JobSubmission, SparkSubmitHook):
                 last = now
             yield line
 
+    @property
+    def submit_exit_code(self) -> int | None:
+        """spark-submit's exit code of the last submission; None before one was started or while it runs."""
+        process = self._submit_sp
+        return None if process is None else process.returncode
+
     # -- killing ------------------------------------------------------------------------------
     def _snapshot_tree(self) -> list[psutil.Process]:
         return note_tree(self._submit_sp, self._process_tree)

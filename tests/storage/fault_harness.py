@@ -1,21 +1,27 @@
-"""What the fault tests share: a fault proxy process in front of a store, a small table written straight to
-the store, and the checks a table must pass after a job ran through the proxy (rows, referenced files,
-commits)."""
+"""What the fault tests share: a fault proxy process in front of a store, a small table written by delta-rs
+(once a process, on local disk) and copied to the store, and the checks a table must pass after a job ran
+through the proxy (the rows as delta-rs and DuckDB read them, referenced files, commits)."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import functools
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -26,6 +32,7 @@ from deltalake import DeltaTable, write_deltalake
 from airflow_delta_maint.app.execution import run_in_process
 from airflow_delta_maint.delta.storage.store import Storage
 from tests.storage.conftest import Store
+from tests.storage.duckdb_reader import duckdb_rows
 from tests.storage.servers import REPO, free_port, wait_for_port
 
 #: the faults a seeded run draws, spread evenly over every request kind (timeouts are tested on their own)
@@ -34,6 +41,8 @@ RANDOM_FAULTS = ("slowdown", "internal", "reset", "reset_body", "lost_reply")
 RATE = 0.05
 COMMITS = 12
 ROWS = 10
+#: the partition column of the tables :func:`append` writes (its value: the row's id modulo 2)
+PARTITION = "part"
 
 
 @dataclass
@@ -97,7 +106,9 @@ def storage_args(options: dict[str, str]) -> list[str]:
 @contextlib.contextmanager
 def delta_rs_env(store: Store) -> Iterator[None]:
     """The emulator variables delta-rs 1.6.0 needs to list Azurite right, for the length of a delta-rs call
-    only: obstore would send the jobs' requests to the emulator's own URL, around the proxy."""
+    only: obstore would send the jobs' requests to the emulator's own URL, around the proxy. DuckDB's delta
+    extension needs them too: it reads Azurite's log with object_store in emulator mode (set for the account
+    ``devstoreaccount1`` whatever the secret says), whose address comes from ``AZURITE_BLOB_STORAGE_URL`` only."""
     if store.name != "azure":
         yield
         return
@@ -113,19 +124,33 @@ def delta_rs_env(store: Store) -> Iterator[None]:
                 os.environ[key] = value
 
 
-def write_table(store: Store, uri: str, commits: int = COMMITS) -> None:
-    """delta-rs appends ``commits`` times to two partitions: 2 * ``commits`` small files."""
-    with delta_rs_env(store):
-        for i in range(commits):
-            append(uri, store.options, i)
+@functools.cache
+def local_table(commits: int, strip: tuple[int, ...], days: int | None) -> Path:
+    """delta-rs appends ``commits`` times to two partitions (2 * ``commits`` small files) in a local folder, and
+    its log is rewritten (:func:`rewrite_log`); written once a process, copied to the store for each new table."""
+    folder = Path(tempfile.mkdtemp(prefix="delta-maint-fault-table-"))
+    atexit.register(shutil.rmtree, folder, True)
+    for i in range(commits):
+        append(str(folder), {}, i)
+    rewrite_log(str(folder), {}, commits, strip, days)
+    return folder
+
+
+def upload(folder: Path, uri: str, options: dict[str, str]) -> None:
+    """Every file of a local table to the table at ``uri``, put in parallel: the objects delta-rs would have
+    written there, without its round of requests per commit."""
+    storage = Storage(uri, options)
+    files = [f for f in sorted(folder.rglob("*")) if f.is_file()]
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda f: storage.put(f.relative_to(folder).as_posix(), f.read_bytes()), files))
 
 
 def append(uri: str, options: dict[str, str], i: int) -> None:
     """delta-rs appends the ``i``-th batch of ``ROWS`` rows (two files, one per partition)."""
     ids = list(range(i * ROWS, (i + 1) * ROWS))
-    write_deltalake(uri, pa.table({"id": pa.array(ids, pa.int64()), "part": pa.array([x % 2 for x in ids]),
+    write_deltalake(uri, pa.table({"id": pa.array(ids, pa.int64()), PARTITION: pa.array([x % 2 for x in ids]),
                                    "value": pa.array([f"v{x}" for x in ids])}),
-                    mode="append", partition_by=["part"], storage_options=options)
+                    mode="append", partition_by=[PARTITION], storage_options=options)
 
 
 def rewrite_log(uri: str, options: dict[str, str], commits: int, strip: tuple[int, ...], days: int | None) -> None:
@@ -176,6 +201,18 @@ def rows(store: Store, uri: str) -> tuple[int, Counter]:
         for row in pq.read_table(io.BytesIO(storage.read(key))).to_pylist():
             counter[tuple(sorted(row.items()))] += 1
     return version, counter
+
+
+def duckdb_counter(store: Store, uri: str) -> Counter:
+    """The rows DuckDB reads (:func:`~tests.storage.duckdb_reader.duckdb_rows`) as :func:`rows` counts them: the
+    columns of the data files, once each partition value is checked against the row's id."""
+    counter: Counter = Counter()
+    with delta_rs_env(store):
+        read = duckdb_rows(store, uri)
+    for row in read:
+        assert row.pop(PARTITION) == row["id"] % 2, row
+        counter[tuple(sorted(row.items()))] += 1
+    return counter
 
 
 def data_files(uri: str, options: dict[str, str]) -> set[str]:
@@ -230,6 +267,10 @@ def clean_env(monkeypatch) -> None:
             monkeypatch.delenv(key)
 
 
+#: how a job runs: (job, table, arguments, storage options) -> (exit code, metrics)
+Runner = Callable[[str, str, list[str], dict[str, str]], tuple[int, dict]]
+
+
 @dataclass
 class Table:
     """A table under test: reached straight (``store.options``) and through the proxy (``faulty``)."""
@@ -238,6 +279,8 @@ class Table:
     proxy: Proxy
     uri: str
     before: Counter
+    #: the version the last check read
+    version: int
     stats: dict[str, Any] = field(default_factory=dict)
     removed: set[str] = field(default_factory=set)
 
@@ -250,24 +293,28 @@ class Table:
         return through(self.store, self.proxy)
 
     def run(self, job: str, argv: list[str], seed: int | None = None, options: dict[str, str] | None = None,
-            **faults: Any) -> tuple[int, dict]:
-        """Run ``job`` in this process through the proxy (``options`` added to its storage options), with
-        seeded random faults (at :data:`RATE`) or ``faults``; faults are off again afterwards."""
+            runner: Runner | None = None, **faults: Any) -> tuple[int, dict]:
+        """Run ``job`` through the proxy (``options`` added to its storage options), in this process or with
+        ``runner`` (e.g. :func:`~tests.storage.fault_submit.submit`'s spark-submit), with seeded random faults
+        (at :data:`RATE`, and ``faults`` besides, e.g. a script) or ``faults`` only; faults are off again
+        afterwards."""
         if seed is not None:
             faults = {"seed": seed, "rates": {"*": {f: RATE / len(RANDOM_FAULTS) for f in RANDOM_FAULTS}},
-                      "latency_ms": 20}
+                      "latency_ms": 20, **faults}
         self.proxy.configure(**faults)
         try:
-            return run_in_process(job, self.uri, argv, {**self.faulty, **(options or {})})
+            return (runner or run_in_process)(job, self.uri, argv, {**self.faulty, **(options or {})})
         finally:
             self.stats = self.proxy.stats()
             self.proxy.configure()
 
     def check(self) -> int:
-        """The rows are the same and every live file is there (a missing one fails the read); the version."""
-        version, now = rows(self.store, self.uri)
+        """The rows are the same, read by delta-rs and by DuckDB, and every live file is there (a missing one fails
+        either read); the version."""
+        self.version, now = rows(self.store, self.uri)
         assert now == self.before
-        return version
+        assert duckdb_counter(self.store, self.uri) == now
+        return self.version
 
     def live(self) -> set[str]:
         return set(live_files(self.store, self.uri)[1])
@@ -277,7 +324,6 @@ def new_table(store: Store, proxy: Proxy, path: str, days: int | None = 3) -> Ta
     """A fresh table of 24 files, four of them without statistics, its commits ``days`` old (so compute-stats
     and cleanup-log have work; None: delta-rs's own timestamps, and delta-rs can still write to it)."""
     uri = store.uri(path)
-    write_table(store, uri)
-    rewrite_log(uri, store.options, COMMITS, strip=(0, 1), days=days)
-    _, before = rows(store, uri)
-    return Table(store, proxy, uri, before)
+    upload(local_table(COMMITS, (0, 1), days), uri, store.options)
+    version, before = rows(store, uri)
+    return Table(store, proxy, uri, before, version)

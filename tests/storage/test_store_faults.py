@@ -1,26 +1,31 @@
 """Every job through a fault-injecting proxy in front of moto's S3 and Azurite (``fault_proxy.py``).
 
-Each seed runs the jobs in turn on a small table (24 files in two partitions, written straight to the
-store by delta-rs) with about 5% of requests of every kind failing: 503 and 500 answers in the store's
+Each seed runs the jobs in turn on a small table (24 files in two partitions, written by delta-rs and
+copied to the store) with about 5% of requests of every kind failing: 503 and 500 answers in the store's
 format, connections reset before the answer or in its body, and lost replies (applied, then dropped).
-After each run, whatever it ended with (success or a clean one-line failure), delta-rs reads the same
-rows straight from the store (every live file is there), no commit is duplicated, and a rerun without
-faults ends the work. The default run takes a few seeds; ``DELTA_MAINT_FAULT_SEEDS=20`` sweeps twenty.
+After each run, whatever it ended with (success or a clean one-line failure), delta-rs and DuckDB read the
+same rows straight from the store (every live file is there), no commit is duplicated, and a rerun without
+faults ends the work. The jobs that fan out to Spark tasks also run through a real spark-submit
+(``fault_submit.py``). The default run takes two seeds and one spark-submit case; ``make test-faults`` sweeps
+twenty (``DELTA_MAINT_FAULT_SEEDS``) and two (``DELTA_MAINT_FAULT_SUBMIT_SEEDS``).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
+import re
 from collections import Counter
 
 import pytest
 
-from airflow_delta_maint.app.execution import run_in_process
+from airflow_delta_maint.app.execution import needs_spark, parse_job_args, run_in_process
 from airflow_delta_maint.delta.storage.store import Storage
-from tests.storage.fault_harness import (Table, clean_env, commits, data_files, new_table, proxied, removed_files,
-                                         through)
+from tests.storage.fault_harness import (COMMITS, Runner, Table, clean_env, commits, data_files, new_table, proxied,
+                                         removed_files, through)
+from tests.storage.fault_submit import CONN_ID, CONNECTION, submit
 
 __all__ = ["clean_env", "proxied"]  # fixtures
 
@@ -28,6 +33,9 @@ pytestmark = pytest.mark.timeout(600)
 log = logging.getLogger(__name__)
 
 SEEDS = list(range(1, 1 + int(os.environ.get("DELTA_MAINT_FAULT_SEEDS", "2"))))
+#: (store fixture, seed) of the runs through spark-submit, the stores in turn: one in the default run
+SUBMIT_CASES = [(("s3_store", "azure_store")[(seed - 1) % 2], seed)
+                for seed in range(1, 1 + int(os.environ.get("DELTA_MAINT_FAULT_SUBMIT_SEEDS", "1")))]
 RETENTION = ["--retention-hours", "0", "--ignore-retention-check"]
 #: (job, options, most new versions one run may commit)
 JOBS: list[tuple[str, list[str], int]] = [
@@ -38,8 +46,13 @@ JOBS: list[tuple[str, list[str], int]] = [
     ("optimize", [], 1),
     ("vacuum", ["--mode", "lite", *RETENTION], 2),
     ("vacuum", ["--mode", "full", *RETENTION], 2),
-    ("cleanup-log", ["--retention", "0 hours"], 0),
+    ("cleanup-log", ["--retention-hours", "0"], 0),
 ]
+#: besides the seeded faults of a submitted run: the answer to its first whole read of a data file (OPTIMIZE's
+#: inputs, read in Spark tasks; the driver reads footers by range) is cut short
+TASK_READ_CUT = {"path": r"/part(=|%3D)\d/[^/]+\.parquet$", "kind": "GET", "fault": "reset_body", "nth": 1}
+#: the jobs that fan their work out to Spark tasks (compute-stats, OPTIMIZE, full VACUUM): the ones submitted
+SUBMITTED_JOBS = [(job, argv, most) for job, argv, most in JOBS if needs_spark(job, vars(parse_job_args(job, argv)))]
 
 
 def assert_clean_failure(job: str, code: int, m: dict) -> None:
@@ -59,7 +72,7 @@ def is_done(table: Table, job: str, argv: list[str]) -> None:
     elif job == "checkpoint":
         storage = Storage(uri, options)
         hint = json.loads(storage.read("_delta_log/_last_checkpoint"))
-        assert hint["version"] == table.check()
+        assert hint["version"] == table.version  # as the rerun left it
         assert storage.exists(f"_delta_log/{hint['version']:020d}.checkpoint.parquet")
     elif job == "cleanup-log":
         code, m = run_in_process(job, uri, argv, options)
@@ -73,22 +86,23 @@ def is_done(table: Table, job: str, argv: list[str]) -> None:
             assert not left & table.removed, left & table.removed
 
 
-def run_with_faults(table: Table, job: str, argv: list[str], most: int, seed: int) -> tuple[Counter, int]:
-    """One job with faults, then without; the table checked after each. Returns the faults drawn and the
-    faulty run's exit code."""
-    version = table.check()
+def run_with_faults(table: Table, job: str, argv: list[str], most: int, seed: int, runner: Runner | None = None,
+                    script: list[dict] | None = None) -> tuple[Counter, int]:
+    """One job with seeded faults (and ``script``), in this process or with ``runner``, then without, in this
+    process; the table checked after each. Returns the faults drawn and the faulty run's exit code."""
+    version = table.version  # as the last check read it
     if job == "vacuum":
         table.removed = removed_files(table.uri, table.options)
         if "full" in argv:
             Storage(table.uri, table.options).put("part=0/part-00000-orphan.parquet", b"not referenced")
-    code, m = table.run(job, argv, seed=seed)
+    code, m = table.run(job, argv, seed=seed, runner=runner, script=script or [])
     faults = Counter(table.stats["faults"])
     if code != 0:
         assert_clean_failure(job, code, m)
     after = table.check()
     assert after - version <= most, (job, after - version, m)
-    code, m = table.run(job, argv)  # no faults: the rerun ends the work
-    assert code == 0, (job, m)
+    again, m = table.run(job, argv)  # no faults: the rerun ends the work
+    assert again == 0, (job, m)
     final = table.check()
     mine = commits(table.uri, table.options, version)
     assert len(mine) == final - version and len({c["txnId"] for c in mine}) == len(mine), mine
@@ -99,22 +113,48 @@ def run_with_faults(table: Table, job: str, argv: list[str], most: int, seed: in
     return faults, code
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_every_job_on_a_failing_store(proxied, clean_env, seed):
-    """Every job with ~5% seeded faults; the table keeps its rows and files, and a clean rerun ends each job.
-    The faults drawn and the runs that failed are logged (``--log-cli-level=INFO`` shows them)."""
-    store, proxy = proxied
-    table = new_table(store, proxy, f"faults/seed-{seed}")
+def run_jobs(table: Table, jobs: list[tuple[str, list[str], int]], seed: int, runner: Runner | None = None,
+             script: list[dict] | None = None) -> None:
+    """:func:`run_with_faults` for each job in turn; the faults drawn and the runs that failed are logged
+    (``--log-cli-level=INFO`` shows them)."""
     drawn: Counter = Counter()
     failed = []
-    for i, (job, argv, most) in enumerate(JOBS):
-        faults, code = run_with_faults(table, job, argv, most, seed * 100 + i)
+    for i, (job, argv, most) in enumerate(jobs):
+        faults, code = run_with_faults(table, job, argv, most, seed * 100 + i, runner, script)
         drawn += faults
         if code:
             failed.append(f"{job} {' '.join(argv[:2])}".strip())
-    log.info("%s seed %d: faults %s; runs that failed: %s", store.name, seed, json.dumps(dict(drawn), sort_keys=True),
-             ", ".join(failed) or "none")
+    log.info("%s seed %d%s: faults %s; runs that failed: %s", table.store.name, seed, " (spark-submit)" if runner else "",
+             json.dumps(dict(drawn), sort_keys=True), ", ".join(failed) or "none")
     assert sum(drawn.values()) > 0, "no fault was drawn: the test proves nothing"
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_every_job_on_a_failing_store(proxied, clean_env, seed):
+    """Every job with ~5% seeded faults; the table keeps its rows and files, and a clean rerun ends each job."""
+    store, proxy = proxied
+    run_jobs(new_table(store, proxy, f"faults/seed-{seed}"), JOBS, seed)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("proxied,seed", SUBMIT_CASES, indirect=["proxied"],
+                         ids=[f"{store[:-len('_store')]}-{seed}" for store, seed in SUBMIT_CASES])
+def test_spark_jobs_submitted_on_a_failing_store(proxied, clean_env, seed, monkeypatch, tmp_path_factory):
+    """The jobs that fan out to Spark tasks, each through a real spark-submit of the bundled application with ~5%
+    seeded faults on the driver's and the tasks' requests; the same checks, and the rerun in this process."""
+    store, proxy = proxied
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", CONNECTION)
+    table = new_table(store, proxy, f"faults/submitted-{seed}")
+    cache = tmp_path_factory.getbasetemp() / "spark-submit"  # the bundle and the driver's class archive, kept
+    runner = functools.partial(submit, cache_dir=cache)
+    # a store that answers every whole read of a data file 503, without retries: a task's read fails the run, and
+    # the hook's error is the application's one line naming the request and the store's answer; nothing changed
+    code, m = table.run("optimize", [], runner=runner, options={"max_retries": "0"},
+                        script=[{**TASK_READ_CUT, "fault": "slowdown", "nth": 0}])
+    assert_clean_failure("optimize", code, m)
+    assert re.search(r"GET http://127\.0\.0\.1:\d+/\S+\.parquet answered HTTP 503 \w+", m["error"]), m["error"]
+    assert table.check() == COMMITS - 1
+    run_jobs(table, SUBMITTED_JOBS, seed, runner, script=[TASK_READ_CUT])
 
 
 # -- the store calls a run counts, against the requests the proxy saw ----------------------------------------------

@@ -99,6 +99,11 @@ class PlanOutline:
     work: Any = None
     young_after_ms: int | None = None
 
+    def set_bins(self, bins: list[list[tuple[str, int, bool]]]) -> None:
+        """The bins' files (``bin_files``) and the bytes they rewrite (``input_bytes``)."""
+        self.bin_files = bins
+        self.input_bytes = sum(size for files in bins for _, size, _ in files)
+
 
 def plan_outline(plan: OptimizePlan, decision: AutoDecision | None) -> PlanOutline:
     """The outline of a plan built from the whole snapshot."""
@@ -225,8 +230,7 @@ def streamed_plan_outline(state: StreamedState, options: OptimizeOptions, candid
         outline.scan, outline.selected, outline.work = scan, selected, work
         outline.young_after_ms = now - int(min_age * 1000) if min_age else None
     if candidates and not zorder:
-        outline.bin_files = scan.bins(selected)
-        outline.input_bytes = sum(size for files in outline.bin_files for _, size, _ in files)
+        outline.set_bins(scan.bins(selected))
     return outline
 
 

@@ -14,20 +14,16 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from types import SimpleNamespace
 
 import pytest
+import ui_browser
 
-from delta_maint_testing import BIN, REPO, airflow_env, dags_test, task_results, write_appends
-
-sys.path.insert(0, str(REPO / "tests" / "storage"))
-from servers import free_port  # noqa: E402
+from delta_maint_testing import REPO, dags_test, task_results, write_appends
 
 from airflow_delta_maint.app.cli import run  # noqa: E402
 from airflow_delta_maint.delta.health.run_log import create_run_log, read_runs  # noqa: E402
@@ -35,7 +31,6 @@ from airflow_delta_maint.delta.health.run_log import create_run_log, read_runs  
 pytestmark = pytest.mark.e2e
 DAG_ID = "delta_maintenance_nightly"
 PLOTS = {"health", "file_sizes", "over_time", "bytes", "durations"}
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
 
 @pytest.fixture(scope="module")
@@ -134,45 +129,9 @@ def test_report_of_an_empty_history(tmp_path):
 @pytest.fixture(scope="module")
 def api_server(lake, tmp_path_factory):
     """``airflow api-server`` on 127.0.0.1 with the simple auth manager (one admin user), stopped by its pid."""
-    work = tmp_path_factory.mktemp("api")
-    password = "pw-" + os.urandom(6).hex()
-    (work / "passwords.json").write_text(json.dumps({"admin": password}))
-    port = free_port()
-    env = airflow_env(lake.home, AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="admin:admin",
-                      AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE=str(work / "passwords.json"),
-                      AIRFLOW__DELTA_MAINT__HISTORY_URI=str(lake.history))
-    log = open(work / "api-server.log", "wb")
-    proc = subprocess.Popen([str(BIN / "airflow"), "api-server", "--host", "127.0.0.1", "--port", str(port),
-                             "--workers", "1"], env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 240
-        while True:
-            assert proc.poll() is None, (work / "api-server.log").read_text()[-4000:]
-            try:
-                urllib.request.urlopen(base + "/api/v2/version", timeout=5)
-                break
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                assert time.monotonic() < deadline, "api-server did not start"
-                time.sleep(1)
-        yield SimpleNamespace(base=base, password=password)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
-        log.close()
-
-
-def _token(server) -> str:
-    request = urllib.request.Request(server.base + "/auth/token", method="POST",
-                                     data=json.dumps({"username": "admin", "password": server.password}).encode(),
-                                     headers={"Content-Type": "application/json"})
-    return json.load(urllib.request.urlopen(request, timeout=30))["access_token"]
+    with ui_browser.api_server(lake.home, tmp_path_factory.mktemp("api"),
+                               AIRFLOW__DELTA_MAINT__HISTORY_URI=str(lake.history)) as server:
+        yield server
 
 
 def test_the_page_needs_airflow_authentication(api_server):
@@ -185,32 +144,18 @@ def test_the_page_needs_airflow_authentication(api_server):
                                                       headers={"Authorization": "Bearer not-a-token"}), timeout=30)
     assert err.value.code in (401, 403)
     plugins = json.load(urllib.request.urlopen(urllib.request.Request(
-        api_server.base + "/api/v2/plugins", headers={"Authorization": f"Bearer {_token(api_server)}"}), timeout=30))
+        api_server.base + "/api/v2/plugins", headers={"Authorization": f"Bearer {ui_browser.token(api_server)}"}),
+        timeout=30))
     ours = [p for p in plugins["plugins"] if p["name"] == "delta_maintenance"]
     assert ours and ours[0]["external_views"][0]["href"] == "/delta-maint/"
 
 
 def test_the_page_in_a_browser(api_server, lake, tmp_path):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    assert os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER), \
-        "install Debian's chromium and chromium-driver (make test does, as root)"
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                f"--user-data-dir={tmp_path / 'chromium-profile'}", "--window-size=1400,1000"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
-    try:
-        driver.get(api_server.base + "/api/v2/version")
-        driver.add_cookie({"name": "_token", "value": _token(api_server), "path": "/"})  # the UI's session cookie
-        driver.get(api_server.base + "/plugin/delta-maintenance")  # the nav link's route: the page in a frame
-        frame = WebDriverWait(driver, 120).until(lambda d: d.find_elements(By.TAG_NAME, "iframe"))[0]
-        driver.switch_to.frame(frame)
+    with ui_browser.chromium(tmp_path / "chromium-profile") as driver:
+        frame = ui_browser.open_plugin_page(driver, api_server)
         row = WebDriverWait(driver, 120).until(
             lambda d: d.find_elements(By.CSS_SELECTOR, f'tr[data-table="{lake.table}"]'))[0]
         score = int(row.find_element(By.CSS_SELECTOR, "td.score").text)
@@ -235,5 +180,3 @@ def test_the_page_in_a_browser(api_server, lake, tmp_path):
         assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         if os.environ.get("DELTA_MAINT_UPDATE_SCREENSHOT"):  # refresh the one in the docs
             shutil.copy(shot, REPO / "docs" / "img" / "delta-maintenance-ui.png")
-    finally:
-        driver.quit()

@@ -30,7 +30,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -49,6 +48,8 @@ sys.path.insert(0, str(REPO / "tests" / "storage"))
 from benchmarks.bench_lake_scale import commit_bytes, write_s3_lake  # noqa: E402
 from fault_proxy import Config, FaultState, make_handler, request_kind  # noqa: E402
 from servers import start_moto  # noqa: E402
+
+from tests.airflow.delta_maint_testing import stop_process_group  # noqa: E402
 
 OUT = REPO / "benchmarks" / "out"
 BIN = Path(sys.executable).parent
@@ -193,13 +194,7 @@ def _start(home: Path, env: dict[str, str], name: str) -> subprocess.Popen:
 
 def _stop(proc: subprocess.Popen) -> None:
     """Stop one component and its children (its own session), by its process id."""
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+    stop_process_group(proc)
 
 
 def _query(db: Path, sql: str, *args: Any) -> list[tuple]:

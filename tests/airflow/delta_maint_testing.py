@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -127,3 +128,15 @@ class ProcessSampler:
                     except (psutil.Error, OSError):
                         pass  # gone or changing under the read: the next round reads it again if it is still there
             self._stop.wait(0.05)
+
+
+def stop_process_group(proc: subprocess.Popen) -> None:
+    """Stop a process started in a session of its own, and every process it started, by its process id: TERM,
+    then KILL after 30 s."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)

@@ -5,9 +5,7 @@ loop, and a restarted triggerer does not fire again for the same commits."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
 import socket
 import sqlite3
 import subprocess
@@ -15,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from delta_maint_testing import BIN, airflow_env, write_appends
+from delta_maint_testing import BIN, airflow_env, stop_process_group, write_appends
 
 pytestmark = pytest.mark.e2e
 
@@ -78,13 +76,7 @@ def _start(home: Path, env: dict, name: str, *args: str, log_name: str | None = 
 
 def _stop(proc: subprocess.Popen) -> None:
     """Stop one component and the processes it started (its own session), by its process id."""
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+    stop_process_group(proc)
 
 
 def test_dag_runs_once_per_crossing(tmp_path):

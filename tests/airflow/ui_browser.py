@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import time
 import urllib.error
@@ -17,7 +16,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from delta_maint_testing import BIN, airflow_env
+from delta_maint_testing import BIN, airflow_env, stop_process_group
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
@@ -57,13 +56,7 @@ def api_server(home: Path, work: Path, **env: str) -> Iterator[SimpleNamespace]:
                 time.sleep(1)
         yield SimpleNamespace(base=base, password=password, log=log_path)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
+        stop_process_group(proc)
 
 
 def token(server: SimpleNamespace) -> str:

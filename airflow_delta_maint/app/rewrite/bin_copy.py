@@ -17,7 +17,6 @@ Pure pyarrow and the core: runs in a Spark task, a thread of the worker or a tes
 from __future__ import annotations
 
 import contextlib
-import io
 import logging
 import time
 from collections import deque
@@ -122,7 +121,7 @@ class _Pending:
             self._write_next()
         self.encoding.append(self.pool.submit(self._encode, self.spec.with_partitions(data, self.partition_values)))
 
-    def _encode(self, data: pa.Table) -> tuple[io.BytesIO, Footer] | None:
+    def _encode(self, data: pa.Table) -> tuple[pa.BufferReader, Footer] | None:
         self.stats.update(data)
         return self.writer.encode(data)
 

@@ -5,6 +5,7 @@ checked against the pages before they are carried over."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import IO, Callable
 
@@ -15,11 +16,14 @@ from airflow_delta_maint.delta.parquet.format import (BLOOM_FILTER_HEADER, COLUM
                                                       DICTIONARY_PAGE, OFFSET_INDEX, PAGE_HEADER)
 
 __all__ = ["BLOCK_BYTES", "CorruptChunkError", "IndexBytes", "PageWalk", "copy_chunk", "read_bloom_filter", "read_page_index",
-           "rebase_offset_index"]
+           "rebase_offset_index", "walk_chunk_headers"]
 
 #: a column chunk is read and written in pieces of at most this many bytes
 BLOCK_BYTES = 8 << 20
 _MAX_HEADER = 1 << 20
+#: bytes read first at a page header's offset when the headers are read alone (more, up to _MAX_HEADER, for a
+#: longer one: a page's statistics may hold long strings)
+_HEADER_PROBE = 16 << 10
 
 
 class CorruptChunkError(DeltaError):
@@ -92,6 +96,46 @@ def copy_chunk(source: IO[bytes], start: int, length: int, write: Callable[[byte
         next_header, carry = _walk_block(walk, view, view_start, next_header, done >= length)
     if next_header != length:
         raise CorruptChunkError(f"the pages of the chunk at {start} end at {next_header}, its metadata says {length}")
+    return walk
+
+
+def _header_at(fd: int, at: int, left: int) -> tuple[Struct, int]:
+    """The page header at file offset ``at`` of ``fd`` (at most ``left`` bytes before the chunk's end) and its
+    encoded size."""
+    probe = min(_HEADER_PROBE, left)
+    while True:
+        window = os.pread(fd, probe, at)
+        if len(window) < probe:
+            raise CorruptChunkError(f"the file ends inside a column chunk (at {at + len(window)})")
+        try:
+            return decode(window, PAGE_HEADER)
+        except ThriftDecodeError:
+            if probe >= min(_MAX_HEADER, left):
+                raise CorruptChunkError(f"no page header at file offset {at}") from None
+            probe = min(probe * 8, _MAX_HEADER, left)
+
+
+def walk_chunk_headers(fd: int, start: int, length: int) -> PageWalk:
+    """The pages of the ``length`` bytes at ``start`` of the open file ``fd``, only their headers read (the
+    pages' own bytes are moved by the caller, in the kernel).
+
+    Raises:
+        CorruptChunkError: the bytes are not whole pages filling the range.
+    """
+    walk = PageWalk()
+    at = 0
+    while at < length:
+        header, size = _header_at(fd, start + at, length - at)
+        try:
+            page = header["compressed_page_size"]
+        except KeyError:
+            raise CorruptChunkError(f"no page header at chunk offset {at}") from None
+        if page < 0:
+            raise CorruptChunkError(f"a page of negative size at chunk offset {at}")
+        _account(walk, header, at)
+        at += size + page
+    if at != length:
+        raise CorruptChunkError(f"the pages of the chunk at {start} end at {at}, its metadata says {length}")
     return walk
 
 

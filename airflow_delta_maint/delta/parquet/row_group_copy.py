@@ -29,9 +29,11 @@ import pyarrow.parquet as pq
 from airflow_delta_maint import __version__
 from airflow_delta_maint.delta.errors import DeltaError
 from airflow_delta_maint.delta.parquet.bounds import statistics_for_copy
-from airflow_delta_maint.delta.parquet.chunks import (CorruptChunkError, IndexBytes, copy_chunk, read_bloom_filter,
-                                                      read_page_index, rebase_offset_index)
+from airflow_delta_maint.delta.parquet.chunks import (CorruptChunkError, IndexBytes, PageWalk, copy_chunk,
+                                                      read_bloom_filter, read_page_index, rebase_offset_index,
+                                                      walk_chunk_headers)
 from airflow_delta_maint.delta.parquet.compact import Struct, encode
+from airflow_delta_maint.delta.parquet.file_copy import copy_file_range, file_descriptor
 from airflow_delta_maint.delta.parquet.eligibility import chunk_range, codec_number, refusal
 from airflow_delta_maint.delta.parquet.footer import (MAGIC, Footer, ParquetFooterError, Source, file_bytes, open_source,
                                                       read_footer)
@@ -143,6 +145,7 @@ class RowGroupCopyWriter:
         self._leaves = reference.leaf_columns()
         self._orders = [encode(o) for o in reference.metadata.get("column_orders") or []]
         self._closed = False
+        self._kernel_copy = True
         self._write(MAGIC)
 
     def _write(self, data: bytes) -> None:
@@ -185,22 +188,24 @@ class RowGroupCopyWriter:
         if encoded is not None:
             self.add_file(*encoded)
 
-    def encode(self, table: pa.Table, row_group_rows: int | None = None) -> tuple[io.BytesIO, Footer] | None:
+    def encode(self, table: pa.Table, row_group_rows: int | None = None) -> tuple[pa.BufferReader, Footer] | None:
         """``table`` encoded as :meth:`add_table` encodes it, into memory, with its footer, ready for
         :meth:`add_file` (None: no rows). Touches nothing of the writer: several tables may be encoded at
-        once on other threads, then added in their order."""
+        once on other threads, then added in their order. The bytes go to Arrow's own buffer: a Python
+        file object would take the interpreter's lock for every page the encoder writes."""
         if table.num_rows == 0:
             return None
-        buf = io.BytesIO()
-        pq.write_table(table, buf, compression=_pyarrow_codec(CODECS[self.codec]), use_dictionary=True,
+        out = pa.BufferOutputStream()
+        pq.write_table(table, out, compression=_pyarrow_codec(CODECS[self.codec]), use_dictionary=True,
                        write_statistics=True, write_page_index=self.page_index,
                        row_group_size=max(1, row_group_rows or table.num_rows))
+        buf = pa.BufferReader(out.getvalue())
         footer = read_footer(buf)
         geo = adopt_geo_types(footer.schema, self.reference.schema)
         if geo is not None:  # pyarrow leaves a default CRS or edge algorithm out: the reference's spells it out
             footer.metadata["schema"] = geo
         adopt_annotations(footer, self.reference)  # pyarrow cannot write the VARIANT logical type
-        buf.seek(0)  # read where it was written: no copy of the encoded bytes
+        buf.seek(0)
         return buf, footer
 
     def _copy(self, f: IO[bytes], footer: Footer) -> None:
@@ -223,7 +228,7 @@ class RowGroupCopyWriter:
         meta = cc["meta_data"]
         start, length = chunk_range(cc)
         new_start = self.pos
-        walk = copy_chunk(f, start, length, self._write)
+        walk = self._copy_in_kernel(f, start, length) or copy_chunk(f, start, length, self._write)
         if walk.values != meta["num_values"]:
             raise CorruptChunkError(f"the chunk at {start} holds {walk.values} values, its metadata says "
                                     f"{meta['num_values']}")
@@ -250,6 +255,24 @@ class RowGroupCopyWriter:
             if bloom is not None:
                 blooms.append((moved, bloom))
         return chunk
+
+    def _copy_in_kernel(self, f: IO[bytes], start: int, length: int) -> PageWalk | None:
+        """The chunk copied from a local file into a local file by the kernel, its page headers walked, or None
+        when either is not a local file or the kernel cannot copy between them (the caller copies it then)."""
+        source, sink = file_descriptor(f), file_descriptor(self.sink)
+        if source is None or sink is None or not self._kernel_copy:
+            return None
+        walk = walk_chunk_headers(source, start, length)
+        self.sink.flush()
+        try:
+            copied = copy_file_range(source, sink, start, length)
+        except OSError as exc:
+            raise CorruptChunkError(f"the chunk at {start} cannot be copied: {exc}") from None
+        if not copied:
+            self._kernel_copy = False
+            return None
+        self.pos += length
+        return walk
 
     def _row_group(self, rg: Struct, columns: list[Struct]) -> Struct:
         out = Struct(ROW_GROUP)

@@ -14,6 +14,7 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
@@ -367,3 +368,50 @@ def test_any_split_of_rows_copies_back_to_the_same_rows(tmp_path_factory, sizes,
     assert same_rows(rows(out), rows(paths))
     assert chunk_bytes(out) == [b for p in paths for b in chunk_bytes(p)]
     check_offsets(out)
+
+
+def test_a_lying_chunk_stops_the_copy_between_local_files_too(tmp_path):
+    """Between two local files the chunks move in the kernel, their page headers read alone: a chunk whose pages
+    do not fill it as its metadata says still stops the copy."""
+    path = inputs(tmp_path, 1)[0]
+    footer = read_footer(path)
+    meta = footer.row_groups[0]["columns"][3]["meta_data"]
+    data = Path(path).read_bytes()
+    meta["num_values"] += 1
+    (tmp_path / "lying.parquet").write_bytes(data[:-8 - footer.length] + file_bytes(footer.metadata))
+    meta["num_values"] -= 1
+    meta["total_compressed_size"] -= 1
+    (tmp_path / "short.parquet").write_bytes(data[:-8 - footer.length] + file_bytes(footer.metadata))
+    for name, match in (("lying.parquet", "values"), ("short.parquet", "end")):
+        with open(tmp_path / "out.parquet", "wb") as sink, pytest.raises(CorruptChunkError, match=match):
+            RowGroupCopyWriter(sink, read_footer(path)).add_file(str(tmp_path / name))
+
+
+def test_local_chunks_are_copied_in_the_kernel_and_read_back_equal(tmp_path, monkeypatch):
+    """File to file, no chunk passes through the interpreter (the copy through Python is never called), page
+    headers longer than the first probe are read whole, and the rows and page indexes read back equal."""
+    from airflow_delta_maint.delta.parquet import chunks, row_group_copy
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a local chunk was copied through the interpreter")
+
+    monkeypatch.setattr(row_group_copy, "copy_chunk", refuse)
+    monkeypatch.setattr(chunks, "_HEADER_PROBE", 5)  # every header needs a longer second read
+    paths = inputs(tmp_path, 3, write_page_index=True)
+    out, result = copy(tmp_path, paths)
+    assert rows(out).equals(rows(paths))
+    assert result.metadata == decode_file_metadata(read_footer(out).raw)
+    filtered = pq.read_table(out, filters=[("i64", ">=", 0)])  # the page indexes, where pyarrow reads them
+    everything = rows(out)
+    assert filtered.num_rows == everything.filter(pc.greater_equal(everything["i64"], 0)).num_rows > 0
+
+
+def test_where_the_kernel_cannot_copy_the_chunks_go_through_the_interpreter(tmp_path, monkeypatch):
+    from airflow_delta_maint.delta.parquet import row_group_copy
+
+    calls = []
+    monkeypatch.setattr(row_group_copy, "copy_file_range", lambda *args: calls.append(args) or False)
+    paths = inputs(tmp_path, 2)
+    out, _ = copy(tmp_path, paths)
+    assert rows(out).equals(rows(paths))
+    assert len(calls) == 1  # refused once: the writer stops asking

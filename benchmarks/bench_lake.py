@@ -69,6 +69,8 @@ class Night:
     gains: dict[str, int]  # the debts before the maintenance minus after
     predictions: list[tuple[float, float]] = field(default_factory=list)
     max_nights_waiting: int = 0
+    #: the budgeted plan's runs by job: chosen, chosen for having waited, deferred, predicted CPU-s chosen
+    plan_by_job: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def make_lake(n: int, seed: int) -> list[LakeTable]:
@@ -209,6 +211,8 @@ def run_policy(policy: str, work: Path, tables: list[LakeTable], nights: int, bu
 
     from deltalake import DeltaTable, QueryBuilder
 
+    from airflow_delta_maint.delta.health.lake_budget import STARVATION_NIGHTS
+
     root = work / policy
     history = str(work / f"{policy}-history")
     writers = copy.deepcopy(tables)
@@ -226,9 +230,20 @@ def run_policy(policy: str, work: Path, tables: list[LakeTable], nights: int, bu
                     if m.get("status") == "committed" and key in predicted and m.get("cpu_s"):
                         predictions.append((predicted[key], float(m["cpu_s"])))
         waiting = max((p.candidate.nights_waiting for p in plan.entries), default=0) if plan else 0
+        by_job: dict[str, dict[str, float]] = {}
+        for p in plan.entries if plan else ():
+            row = by_job.setdefault(p.candidate.job, {"chosen": 0, "waited": 0, "deferred": 0, "predicted_cpu_s": 0.0})
+            if p.chosen:
+                row["chosen"] += 1
+                row["waited"] += p.candidate.nights_waiting >= STARVATION_NIGHTS
+                row["predicted_cpu_s"] = round(row["predicted_cpu_s"] + p.candidate.cpu_s, 3)
+            else:
+                row["deferred"] += 1
         after = measure(root, writers)
-        out.append(Night(policy, night, cpu, after, _gains(before, after, entries), predictions, waiting))
+        out.append(Night(policy, night, cpu, after, _gains(before, after, entries), predictions, waiting, by_job))
         progress(f"{policy} night {night}: {cpu:.1f} CPU-s, {out[-1].gains['runs']} runs, {out[-1].measures}")
+        if by_job:
+            progress("  " + ", ".join(f"{j}: {v}" for j, v in by_job.items()))
     expected = expected_rows(tables, nights)
     for t in writers:
         # delta-rs's SQL reader applies deletion vectors (its pyarrow reader refuses them)

@@ -29,6 +29,7 @@ from airflow_delta_maint.delta.errors import DeltaError, InvalidArgumentError
 
 from .engines import check_engine
 from .execution import needs_spark, parse_job_args
+from .history_batch import HistoryBatch
 from .job_definitions import definition
 from .context import JobContext
 from .jobs import execute_job
@@ -265,20 +266,23 @@ def run_fleet(spec: FleetSpec, master: str | None = None, *, spark_allowed: bool
         return JobContext(table=table.table, storage_options=dict(table.storage_options), master=master,
                           spark_allowed=spark_allowed, settings=settings, spark_conf=conf)
 
-    for n, t in enumerate(spec.tables, 1):
-        entry = run_table(t, context, spent, spec.history_uri)
-        entries.append(entry)
-        log.info("table %d/%d %s: %s (%.1f s into the run)", n, len(spec.tables), t.table, entry["status"],
-                  time.monotonic() - t0)
+    history = HistoryBatch(spec.history_uri)
+    try:
+        for n, t in enumerate(spec.tables, 1):
+            entry = run_table(t, context, spent, history)
+            entries.append(entry)
+            log.info("table %d/%d %s: %s (%.1f s into the run)", n, len(spec.tables), t.table, entry["status"],
+                     time.monotonic() - t0)
+    finally:
+        history.flush()
     return entries
 
 
 def run_table(t: FleetTable, context: Callable[[FleetTable], Any], spent: Spent,
-              history_uri: str | None) -> dict[str, Any]:
-    """One table's jobs in order (none after a failure, none once the budget is spent); the runs are recorded in
-    the history in one append after the table's last."""
+              history: HistoryBatch) -> dict[str, Any]:
+    """One table's jobs in order (none after a failure, none once the budget is spent); the runs join
+    ``history``'s next append."""
     from .jobs import application_id
-    from .run_history import record_runs
 
     jobs: list[dict[str, Any]] = []
     ran: list[dict[str, Any]] = []
@@ -303,8 +307,5 @@ def run_table(t: FleetTable, context: Callable[[FleetTable], Any], spent: Spent,
         if metrics.get("status") == "failed":
             failed = j.job
             log.error("%s: %s failed: %s", t.table, j.job, metrics.get("error"))
-    if history_uri and ran:
-        recorded = record_runs(history_uri, ran, spark_app_id=application_id(ctx.started_spark if ctx else None))
-        for metrics in ran:
-            metrics["history"] = recorded
+    history.add(ran, application_id(ctx.started_spark if ctx else None))
     return table_entry(t.table, jobs)

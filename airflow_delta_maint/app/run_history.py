@@ -34,12 +34,14 @@ def record_run(uri: str, metrics: Mapping[str, Any], *, storage_options: Mapping
 
 
 def record_runs(uri: str, runs: Sequence[Mapping[str, Any]], *, storage_options: Mapping[str, str] | None = None,
-                spark_app_id: str | None = None, ids: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """:func:`record_run` for several runs, in one append (a fleet's table: one commit to the history, not one a
-    job)."""
+                spark_app_id: str | None = None, ids: Mapping[str, Any] | None = None,
+                app_ids: Sequence[str | None] | None = None) -> dict[str, Any]:
+    """:func:`record_run` for several runs, in one append (a fleet's tables: one commit to the history, not one a
+    job). ``app_ids``: each run's Spark application, when they differ (else ``spark_app_id`` for all)."""
     try:
         found = dict(ids if ids is not None else airflow_ids())
-        rows = [run_record(metrics, spark_app_id=spark_app_id, **found) for metrics in runs]
+        apps = list(app_ids) if app_ids is not None else [spark_app_id] * len(runs)
+        rows = [run_record(metrics, spark_app_id=app, **found) for metrics, app in zip(runs, apps)]
         result = append_runs(uri, rows, storage_options)
     except Exception as exc:  # the maintenance itself has happened: report, do not fail
         error = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]

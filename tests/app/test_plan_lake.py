@@ -170,20 +170,59 @@ def test_each_run_records_its_prediction_beside_its_measure_and_the_model_learns
     assert planned["prediction_scale"] == round(model.scale("optimize"), 4) != 1.0
 
 
-def test_a_fleet_records_each_tables_runs_in_one_append(tmp_path):
-    from airflow_delta_maint.app.fleet import FleetSpec, run_fleet
+def _fleet_and_history(tmp_path):
+    from airflow_delta_maint.app.fleet import FleetSpec
 
     tables = lake(tmp_path / "lake", {"one": 6, "two": 6})
     history = tmp_path / "history"
     spec = FleetSpec.from_json({"tables": [{"table": t, "jobs": [{"job": "optimize"}, {"job": "checkpoint"}]}
                                            for t in tables], "history_uri": str(history)})
+    return tables, history, spec
+
+
+def test_a_fleet_records_its_runs_in_one_append(tmp_path):
+    from airflow_delta_maint.app.fleet import run_fleet
+
+    tables, history, spec = _fleet_and_history(tmp_path)
     entries = run_fleet(spec, spark_allowed=False)
     recorded = read_runs(str(history)).to_pylist()
     assert sorted((r["table_uri"], r["operation"], r["status"]) for r in recorded) == sorted(
         (t, job, "committed") for t in tables for job in ("optimize", "checkpoint"))
     commits = sorted(p.name for p in (history / "_delta_log").glob("*.json"))
-    assert len(commits) == 3  # the history's creation, then one append a table
-    assert {m["history"]["version"] for e in entries for m in e["jobs"]} == {1, 2}
+    assert len(commits) == 2  # the history's creation, then one append for the fleet's runs
+    assert [m["history"]["version"] for e in entries for m in e["jobs"]] == [1, 1, 1, 1]
+
+
+def test_a_long_fleet_appends_once_the_batch_has_waited_its_time(tmp_path, monkeypatch):
+    from airflow_delta_maint.app import history_batch
+    from airflow_delta_maint.app.fleet import run_fleet
+
+    monkeypatch.setattr(history_batch, "FLUSH_S", 0.0)  # every table's runs have waited long enough
+    tables, history, spec = _fleet_and_history(tmp_path)
+    entries = run_fleet(spec, spark_allowed=False)
+    assert [m["history"]["version"] for e in entries for m in e["jobs"]] == [1, 1, 2, 2]
+    assert len(read_runs(str(history))) == 4
+
+
+def test_a_fleet_that_fails_part_way_still_records_what_ran(tmp_path, monkeypatch):
+    from airflow_delta_maint.app import fleet
+
+    tables, history, spec = _fleet_and_history(tmp_path)
+    real = fleet.run_table
+    calls = []
+
+    def second_fails(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt("stopped")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fleet, "run_table", second_fails)
+    with pytest.raises(KeyboardInterrupt):
+        fleet.run_fleet(spec, spark_allowed=False)
+    recorded = read_runs(str(history)).to_pylist()
+    assert sorted((r["table_uri"], r["operation"]) for r in recorded) == [(tables[0], "checkpoint"),
+                                                                          (tables[0], "optimize")]
 
 
 def test_the_report_shows_each_nights_budget_and_what_waits(tmp_path):

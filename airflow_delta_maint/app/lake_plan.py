@@ -197,8 +197,8 @@ def budgeted(spec: FleetSpec, decision: Decision, budget: Budget,
 
 
 def _cut(spec: FleetSpec, decision: Decision, plan: LakePlan, limits: Mapping[str, float]) -> Decision:
-    """The decision with only the chosen jobs to run (each with what the plan expects of it and the night's budget
-    ``limits``, and the budget the run keeps), and the deferred ones known."""
+    """The decision with only the chosen jobs to run (each with what the plan expects of it, its estimate and the
+    night's budget ``limits``, and the budget the run keeps), and the deferred ones known."""
     chosen = {(p.candidate.table, p.candidate.job): p for p in plan.chosen}
     deferred = {(p.candidate.table, p.candidate.job): p for p in plan.deferred}
     to_run: list[tuple[int, FleetTable]] = []
@@ -211,8 +211,11 @@ def _cut(spec: FleetSpec, decision: Decision, plan: LakePlan, limits: Mapping[st
                 m = _deferred(deferred[(t.table, j.job)], limits)
             elif m is None and (t.table, j.job) in chosen:
                 c = chosen[(t.table, j.job)].candidate
-                kept.append(FleetJob(j.job, j.args, {"predicted_cpu_s": round(c.cpu_s, 3),
-                                                     "prediction_scale": round(c.scale, 4), "budget": dict(limits)}))
+                expect: dict[str, Any] = {"predicted_cpu_s": round(c.cpu_s, 3), "prediction_scale": round(c.scale, 4),
+                                          "budget": dict(limits)}
+                if c.estimate is not None:  # the score the plan saw and expects after, for the lake's health
+                    expect["estimate"] = c.estimate.as_dict()
+                kept.append(FleetJob(j.job, j.args, expect))
             merged.append(m)
         known.append(merged)
         if kept:

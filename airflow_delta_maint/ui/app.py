@@ -18,6 +18,7 @@ from fastapi import Depends, FastAPI, Query
 from fastapi.responses import HTMLResponse
 
 from airflow_delta_maint.app.report.budget import budget_section_html
+from airflow_delta_maint.app.report.lake_health import lake_health_section_html
 from airflow_delta_maint.app.report.page import (dag_run_link, html_document, load_runs, summarize_tables,
                                                  table_detail, table_section_html)
 from airflow_delta_maint.delta.errors import DeltaError
@@ -107,7 +108,7 @@ def create_app() -> FastAPI:
                 "<th>DAG</th></tr>" + "".join(rows) + "</table>")
         if not rows:
             body += "<p>No maintenance runs recorded yet.</p>"
-        return _page("Delta maintenance", body + budget_section_html(runs))
+        return _page("Delta maintenance", body + budget_section_html(runs) + lake_health_section_html(runs))
 
     @app.get("/table", response_class=HTMLResponse)
     def table(uri: str = Query(..., description="the table, as recorded in the history")) -> HTMLResponse:

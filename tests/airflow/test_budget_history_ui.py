@@ -57,6 +57,18 @@ def _append(uri: str, appends: int, options: dict[str, str]) -> None:
                         mode="append", partition_by=["part"], storage_options=options)
 
 
+def _core_score(uri: str, options: dict[str, str]) -> int:
+    """The table's health score now, by the core's own score of its snapshot."""
+    from airflow_delta_maint.app.jobs.inspect import DEFAULT_SMALL_FILE_BYTES
+    from airflow_delta_maint.delta.health.score import health_inputs, health_score
+    from airflow_delta_maint.delta.log.history import log_state
+    from airflow_delta_maint.delta.log.snapshot import Snapshot
+    from airflow_delta_maint.delta.storage.store import Storage
+
+    snapshot = Snapshot.load(Storage(uri, options))
+    return int(health_score(health_inputs(snapshot, DEFAULT_SMALL_FILE_BYTES, log_state(snapshot.storage)))["score"])
+
+
 @pytest.fixture(scope="module")
 def nights(airflow_home, tmp_path_factory):
     """The four nights recorded in a history; yields the server's lake, the history and each night's results."""
@@ -84,6 +96,7 @@ def nights(airflow_home, tmp_path_factory):
             recorded = []
             for night, budget, busy_appends in NIGHTS:
                 _append("s3://lake/busy", busy_appends, options)
+                scores = {uri: _core_score(uri, options) for uri in TABLES}  # as the night's plan will see them
                 clock = (f"{night}T03:{m // 60:02d}:{m % 60:02d}.000Z" for m in itertools.count())
                 mp.setattr(metrics, "now_iso", lambda: next(clock))
                 ti = NightTI(night)
@@ -96,7 +109,7 @@ def nights(airflow_home, tmp_path_factory):
                                             budget=budget, execution="auto")
                 results = op.execute(context={"ti": ti})
                 recorded.append(SimpleNamespace(night=night, budget=budget, results=results,
-                                                plan=ti.pushed["lake_plan"]))
+                                                plan=ti.pushed["lake_plan"], scores=scores))
         reader = {"AWS_ENDPOINT_URL": moto.endpoint, "AWS_ALLOW_HTTP": "true", "AWS_REGION": "us-east-1",
                   "AWS_ACCESS_KEY_ID": UI_KEY_ID, "AWS_SECRET_ACCESS_KEY": UI_SECRET}
         yield SimpleNamespace(history=history, nights=recorded, reader=reader, work=work, home=airflow_home)
@@ -177,3 +190,57 @@ def test_the_budget_section_in_a_browser(api_server, nights, tmp_path):
         driver.save_screenshot(str(tmp_path / "budget.png"))
         for secret in (SECRET, KEY_ID, UI_SECRET, UI_KEY_ID):
             assert secret not in page and secret not in driver.page_source
+
+
+def _lake_health(night: SimpleNamespace) -> dict[str, float]:
+    """What the lake-health row of a night must say: each table's score by the core just before the night, and after
+    it what its committed run's estimate predicted (its score before when nothing was committed)."""
+    from airflow_delta_maint.app.report.lake_health import UNHEALTHY_BELOW
+
+    before = [night.scores[t] for t in TABLES]
+    after = [e["jobs"][0]["estimate"]["gain"]["score_after"] if e["jobs"][0]["status"] == "committed"
+             else night.scores[e["table"]] for e in night.results]
+    return {"tables": len(TABLES), "median-before": statistics.median(before), "min-before": min(before),
+            "median-after": statistics.median(after), "below-before": sum(s < UNHEALTHY_BELOW for s in before),
+            "below-after": sum(s < UNHEALTHY_BELOW for s in after)}
+
+
+def test_each_plan_saw_the_scores_the_core_gives(nights):
+    """Every run a plan weighed, chosen or not, carries the estimate of the table as the core scores it."""
+    for night in nights.nights:
+        for entry in night.results:
+            (job,) = entry["jobs"]
+            assert job["estimate"]["gain"]["score_before"] == night.scores[entry["table"]], (night.night, job)
+    first = nights.nights[0].results[0]["jobs"][0]
+    assert first["status"] == "committed" and first["estimate"]["gain"]["score_after"] > nights.nights[0].scores["s3://lake/busy"]
+
+
+def test_the_lake_health_section_in_a_browser_and_in_the_report(api_server, nights, tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from airflow_delta_maint.app.report.page import write_report
+
+    want = {n.night: _lake_health(n) for n in nights.nights}
+    with chromium(tmp_path / "profile") as driver:
+        open_plugin_page(driver, api_server)
+        rows = WebDriverWait(driver, 120).until(
+            lambda d: d.find_elements(By.CSS_SELECTOR, "#lake-health tr[data-night]"))
+        assert [r.get_attribute("data-night") for r in rows] == [n.night for n in reversed(nights.nights)]
+        shown = {r.get_attribute("data-night"): {k: float(v) for k, v in _cells(r).items() if k != "night"}
+                 for r in rows}
+        assert driver.find_element(By.XPATH, "//h2[text()='Lake health over time']").is_displayed()
+        assert not driver.find_elements(By.CSS_SELECTOR, "img[data-plot=lake_health]")  # the page draws no plot
+    assert shown == want
+    # the night that could buy nothing leaves the lake as it was; the last one's two runs leave it healthier
+    assert want["2026-11-25"]["median-after"] == want["2026-11-25"]["median-before"]
+    assert want["2026-11-26"]["median-after"] > want["2026-11-26"]["median-before"]
+    report = write_report(str(nights.history), str(tmp_path / "report.html"), storage_options=nights.reader)
+    text = open(report, encoding="utf-8").read()
+    assert "<h2>Lake health over time</h2>" in text and 'data-plot="lake_health"' in text
+    rows_in_report = re.findall(r'<tr data-night="([^"]+)">((?:<td data-col="[^"]+">[^<]*</td>)+)</tr>',
+                                text.split('id="lake-health"')[1].split("</table>")[0])
+    assert {night: {k: float(v) for k, v in re.findall(r'data-col="([^"]+)">([^<]*)<', cells) if k != "night"}
+            for night, cells in rows_in_report} == want
+    for secret in (SECRET, KEY_ID, UI_SECRET, UI_KEY_ID):
+        assert secret not in text

@@ -9,7 +9,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["budget_nights", "budget_section_html", "budget_text", "budget_used", "waiting_now"]
+__all__ = ["budget_nights", "budget_section_html", "budget_text", "budget_used", "html_row", "night_of", "run_metrics",
+           "waiting_now"]
 
 #: nights shown, newest first
 NIGHTS_SHOWN = 14
@@ -17,13 +18,14 @@ NIGHTS_SHOWN = 14
 LIMITS = ("cpu_s", "bytes_rewritten", "max_tables", "deadline_s", "cores")
 
 
-def _metrics(row: Mapping[str, Any]) -> dict[str, Any]:
+def run_metrics(row: Mapping[str, Any]) -> dict[str, Any]:
     """A row's metrics (the history's JSON text, or already parsed as the report's ``load_runs`` gives them)."""
     metrics = row.get("metrics") or {}
     return dict(metrics) if isinstance(metrics, Mapping) else json.loads(metrics)
 
 
-def _night(row: Mapping[str, Any]) -> str:
+def night_of(row: Mapping[str, Any]) -> str:
+    """A row's night: the UTC date of its ``started_at`` (``2026-11-23``)."""
     return str(row.get("started_at") or "")[:10]
 
 
@@ -51,8 +53,8 @@ def budget_nights(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     ``bytes_rewritten``, ``duration_s``)."""
     nights: dict[str, dict[str, Any]] = {}
     for row in runs:
-        m = _metrics(row)
-        night = nights.setdefault(_night(row), _new_night(_night(row)))
+        m = run_metrics(row)
+        night = nights.setdefault(night_of(row), _new_night(night_of(row)))
         if isinstance(m.get("budget"), Mapping):
             night["budget"] = dict(m["budget"])
         if row.get("status") == "committed":
@@ -107,7 +109,7 @@ def waiting_now(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         newest[(str(row.get("table_uri")), str(row.get("operation")))] = row
     out = []
     for (table, job), row in sorted(newest.items()):
-        m = _metrics(row)
+        m = run_metrics(row)
         if row.get("status") == "skipped" and m.get("deferred"):
             out.append({"table": table, "job": job, "reason": m.get("reason"),
                         "nights_waiting": m.get("nights_waiting"), "predicted_cpu_s": m.get("predicted_cpu_s")})
@@ -131,20 +133,21 @@ def budget_section_html(runs: Sequence[Mapping[str, Any]]) -> str:
         cells = {"night": n["night"], "runs": n["committed"], "deferred": n["deferred"], "left": n["left"],
                  "cpu": f"{n['cpu_s']:g}", "predicted-measured": f"{n['predicted_cpu_s']:g} / {n['measured_cpu_s']:g}",
                  "error": error, "budget": budget_text(n["budget"]), "used": budget_used(n)}
-        out.append(_row("night", n["night"], cells))
+        out.append(html_row("night", n["night"], cells))
     out.append("</table>")
     waiting = waiting_now(runs)
     if waiting:
         out.append("<h3>Waiting for the next night</h3><table id=\"budget-waiting\"><tr><th>table</th><th>job</th>"
                    "<th>nights waited</th><th>predicted CPU-s</th><th>why</th></tr>")
         for w in waiting:
-            out.append(_row("table", w["table"], {"table": w["table"], "job": w["job"], "nights": w["nights_waiting"],
-                                                  "predicted": w["predicted_cpu_s"], "reason": w["reason"]}))
+            cells = {"table": w["table"], "job": w["job"], "nights": w["nights_waiting"],
+                     "predicted": w["predicted_cpu_s"], "reason": w["reason"]}
+            out.append(html_row("table", w["table"], cells))
         out.append("</table>")
     return "".join(out)
 
 
-def _row(key: str, value: Any, cells: Mapping[str, Any]) -> str:
+def html_row(key: str, value: Any, cells: Mapping[str, Any]) -> str:
     """A table row whose ``data-<key>`` and cells' ``data-col`` name what they hold (escaped)."""
     return (f"<tr data-{key}=\"{_e(value)}\">"
             + "".join(f"<td data-col=\"{_e(col)}\">{_e(text)}</td>" for col, text in cells.items()) + "</tr>")

@@ -27,10 +27,12 @@ from airflow_delta_maint.delta.storage.store import Storage
 
 from airflow_delta_maint.app.jobs.inspect import DEFAULT_SMALL_FILE_BYTES, inspect_table, size_histogram
 from airflow_delta_maint.app.report.budget import budget_section_html
+from airflow_delta_maint.app.report.lake_health import UNHEALTHY_BELOW, lake_health_nights, lake_health_section_html
 
 log = logging.getLogger("delta_maint")
 
-__all__ = ["html_document", "load_runs", "render_report", "summarize_tables", "table_detail", "write_report"]
+__all__ = ["html_document", "lake_health_plot", "load_runs", "render_report", "summarize_tables", "table_detail",
+           "write_report"]
 
 #: versions sampled for the over-time plots, at most
 MAX_SAMPLES = 30
@@ -197,6 +199,28 @@ def _plots(report: Mapping[str, Any] | None, optimized: list[dict[str, Any]] | N
     return plots
 
 
+def lake_health_plot(runs: Sequence[Mapping[str, Any]]) -> str | None:
+    """The lake's health over the nights as a PNG data URI (None without a night that has estimates)."""
+    nights = lake_health_nights(runs)[::-1]  # oldest first, left to right
+    if not nights:
+        return None
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(max(6, 0.6 * len(nights)), 3))
+    ax = fig.subplots()
+    x = np.arange(len(nights))
+    ax.plot(x, [n["median_before"] for n in nights], marker="o", label="median before")
+    ax.plot(x, [n["median_after"] for n in nights], marker="o", linestyle="--", label="median predicted after")
+    ax.plot(x, [n["min_before"] for n in nights], marker=".", color="#c62828", label="lowest before")
+    ax.axhline(UNHEALTHY_BELOW, color="#9e9e9e", linewidth=0.8)
+    ax.set_ylim(0, 100)
+    ax.set_ylabel("health score")
+    ax.set_xticks(x, [n["night"] for n in nights], rotation=30, ha="right", fontsize=7)
+    ax.set_title("the lake's health per night (UTC)")
+    ax.legend(fontsize=8, loc="lower right")
+    return _png(fig)
+
+
 def _num(value: Any) -> float:
     try:
         return float(value or 0)
@@ -328,6 +352,7 @@ def render_report(history_uri: str, tables: Sequence[str] | None = None,
                        f"{_e(_short_time(last.get('started_at')))}</td></tr>")
         out.append("</table>")
         out.append(budget_section_html(runs))
+        out.append(lake_health_section_html(runs, lake_health_plot(runs)))
     for name in names:
         if name in by_table:
             out.append(table_section_html(table_detail(name, by_table[name], storage_options, small_file_bytes),

@@ -226,19 +226,67 @@ def _planned(looked: Looked | None, defined: JobDefinition, table: str, storage_
 
 def rewrite_execution(planned: PlannedRewrite | None, size: int, max_rewrite_bytes: int) -> tuple[str, str]:
     """``auto`` for a job that rewrites data files, from its plan made on the worker from the log alone (None:
-    the plan needs Spark): local up to ``max_rewrite_bytes``; past that local too when the plan holds at most
-    :data:`LOCAL_MAX_COPY_BYTES` and its inputs' footers say at least :data:`LOCAL_MIN_COPY_SHARE` of it would be
-    copied, the rest within ``max_rewrite_bytes``; else Spark."""
+    the plan needs Spark), by :func:`rewrites_execution`; ``size``: the bytes of the log it reads."""
     if planned is None:
         return "spark", "liquid clustering needs Spark"
-    total = planned.bytes
-    if total <= max_rewrite_bytes:
-        return "local", f"{total} bytes to rewrite (at most {max_rewrite_bytes}), the log holds {size} bytes"
-    if total > LOCAL_MAX_COPY_BYTES or not planned.candidates():
-        return "spark", f"{total} bytes to rewrite, more than {max_rewrite_bytes} for a run on the worker"
+    where, why = rewrites_execution([planned], max_rewrite_bytes)
+    return where, f"{why}, the log holds {size} bytes" if where == "local" else why
+
+
+@dataclass(frozen=True)
+class RewriteWeight:
+    """A plan's bytes as ``auto`` weighs them (:func:`weigh_rewrite`): all of them and, of them, the row groups
+    its inputs' footers say would be copied byte for byte (0: none, or the footers were not read)."""
+
+    bytes: int
+    copied: int = 0
+    #: the copy counts: at least :data:`LOCAL_MIN_COPY_SHARE` of the plan copied, the plan within
+    #: :data:`LOCAL_MAX_COPY_BYTES`; else every byte counts as re-encoded
+    counted: bool = False
+
+    @property
+    def reencoded(self) -> int:
+        """The bytes the plan decodes and encodes again, as the execution choice counts them."""
+        return self.bytes - self.copied if self.counted else self.bytes
+
+
+def weigh_rewrite(planned: PlannedRewrite) -> RewriteWeight:
+    """One plan's weight: its copy counts when it holds at most :data:`LOCAL_MAX_COPY_BYTES` and its inputs'
+    footers say at least :data:`LOCAL_MIN_COPY_SHARE` of its bytes would be copied (footers read only for a plan
+    within that bound that has candidates)."""
+    if planned.bytes > LOCAL_MAX_COPY_BYTES or not planned.candidates():
+        return RewriteWeight(planned.bytes)
     copied = planned.copied_bytes()
-    if copied >= LOCAL_MIN_COPY_SHARE * total and total - copied <= max_rewrite_bytes:
+    return RewriteWeight(planned.bytes, copied, counted=copied >= LOCAL_MIN_COPY_SHARE * planned.bytes)
+
+
+def rewrites_execution(plans: Sequence[PlannedRewrite], max_rewrite_bytes: int | None = None) -> tuple[str, str]:
+    """``auto`` for the rewrites of one task (one table, or a whole fleet: Spark's start is paid once for all),
+    ``("local" | "spark", why)``.
+
+    Local when all the plans together rewrite at most ``max_rewrite_bytes`` (default
+    :data:`LOCAL_MAX_REWRITE_BYTES`; no footer is read); past that local too when they hold at most
+    :data:`LOCAL_MAX_COPY_BYTES` and what they re-encode (:func:`weigh_rewrite`: a plan copying under
+    :data:`LOCAL_MIN_COPY_SHARE` of its bytes counts whole) stays within ``max_rewrite_bytes``; else Spark.
+    Footers are read plan by plan, and no more once the re-encoded bytes are past the budget.
+    """
+    budget = LOCAL_MAX_REWRITE_BYTES if max_rewrite_bytes is None else max_rewrite_bytes
+    total = sum(p.bytes for p in plans)
+    if total <= budget:
+        return "local", f"{total} bytes to rewrite (at most {budget})"
+    if total > LOCAL_MAX_COPY_BYTES:
+        return "spark", (f"{total} bytes to rewrite, more than {budget} for a run on the worker and more than "
+                         f"{LOCAL_MAX_COPY_BYTES} to copy")
+    reencoded = copied = 0
+    for planned in plans:
+        weight = weigh_rewrite(planned)
+        reencoded += weight.reencoded
+        copied += weight.bytes - weight.reencoded
+        if reencoded > budget:
+            break
+    if reencoded <= budget:
         return "local", (f"{total} bytes to rewrite, {copied} of them copied row groups (at least "
-                         f"{LOCAL_MIN_COPY_SHARE:.0%}), the log holds {size} bytes")
-    return "spark", (f"{total} bytes to rewrite, {total - copied} of them re-encoded: more than {max_rewrite_bytes} "
-                     f"for a run on the worker, or copies under {LOCAL_MIN_COPY_SHARE:.0%} of it")
+                         f"{LOCAL_MIN_COPY_SHARE:.0%} of each plan that copies), {reencoded} re-encoded "
+                         f"(at most {budget})")
+    return "spark", (f"{total} bytes to rewrite, {reencoded} of them re-encoded: more than {budget} for a run on the "
+                     f"worker (a plan copying under {LOCAL_MIN_COPY_SHARE:.0%} of its bytes counts whole)")

@@ -11,12 +11,13 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_delta_maint.app.client_logs import quieted_client_loggers
-from airflow_delta_maint.app.execution import (LOCAL_MAX_LOG_BYTES, LOCAL_MAX_REWRITE_BYTES, log_bytes, parse_job_args,
-                                               reads_older_commits, spark_only)
+from airflow_delta_maint.app.execution import (LOCAL_MAX_LOG_BYTES, log_bytes, parse_job_args, reads_older_commits,
+                                               rewrites_execution, spark_only)
 from airflow_delta_maint.app.job_definitions import definition, fleet_defaults
 from airflow_delta_maint.app.job_definitions.definition import NATIVE
 from airflow_delta_maint.app.fleet import Decision, FleetJob, FleetSpec, FleetTable, decide, merge, run_fleet
 from airflow_delta_maint.app.lake_plan import LakeLook, budgeted, decide_by_estimates, lake_history, look_at_lake
+from airflow_delta_maint.app.rewrite.copy_estimate import PlannedRewrite
 from airflow_delta_maint.delta.errors import DeltaError
 from airflow_delta_maint.delta.health.lake_budget import Budget
 from airflow_delta_maint.hooks.catalogs import CatalogError, ResolvedTable
@@ -294,26 +295,32 @@ class MaintainTablesOperator(BaseOperator):
                     check_catalog_allows(resolved, job.job, options)
         return credentials
 
-    def _runs_locally(self, spec: FleetSpec) -> bool:
-        """True when ``execution="auto"`` keeps the whole fleet on this worker: no job needs Spark
-        (Z-order, liquid clustering), every log is small, and all OPTIMIZEs together rewrite at
-        most what one table may (Spark's start is paid once for the whole fleet)."""
-        budget = LOCAL_MAX_REWRITE_BYTES
+    def where_to_run(self, spec: FleetSpec) -> tuple[str, str]:
+        """Where ``execution="auto"`` runs the fleet, ``("local" | "spark", why)``: on this worker when no job needs
+        Spark (Z-order, liquid clustering), every log is small, and all OPTIMIZEs together fit as one table's OPTIMIZE
+        must (:func:`~airflow_delta_maint.app.execution.rewrites_execution`: re-encoded bytes within the budget, a
+        plan that nearly only copies row groups weighed by what it re-encodes; Spark's start is paid once for the
+        whole fleet)."""
+        plans: list[PlannedRewrite] = []
         for t in spec.tables:
             options = worker_options(self._credentials, t.storage_options)
             jobs = [(j.job, vars(parse_job_args(j.job, j.args))) for j in t.jobs]
-            if any(spark_only(job, params) for job, params in jobs):
-                return False
+            only = next((s for s in (spark_only(job, params) for job, params in jobs) if s), None)
+            if only:
+                return "spark", f"{t.table}: {only} needs Spark"
             older = any(reads_older_commits(job, params) for job, params in jobs)
-            if log_bytes(t.table, options, all_commits=older) > LOCAL_MAX_LOG_BYTES:
-                return False
+            size = log_bytes(t.table, options, all_commits=older)
+            if size > LOCAL_MAX_LOG_BYTES:
+                return "spark", f"{t.table}: the log holds {size} bytes, more than {LOCAL_MAX_LOG_BYTES} for a run here"
             for job, params in jobs:
                 if definition(job).rewrites_data(params):
-                    planned = definition(job).planned_rewrite_bytes(t.table, options, params)
-                    if planned is None or planned > budget:
-                        return False
-                    budget -= planned
-        return True
+                    planned = definition(job).planned_rewrite(t.table, options, params)
+                    if planned is None:
+                        return "spark", f"{t.table}: liquid clustering needs Spark"
+                    plans.append(planned)
+        if not plans:
+            return "local", "no job rewrites data files"
+        return rewrites_execution(plans)
 
     def get_hook(self, conf: Mapping[str, Any] | None = None, spec: FleetSpec | None = None) -> DeltaMaintHook:
         """The hook that submits the fleet application (with delta-spark's jars when a job of ``spec`` uses it)."""
@@ -357,12 +364,15 @@ class MaintainTablesOperator(BaseOperator):
             execution = configured_execution(self.execution, FLEET_EXECUTIONS)
         except ValueError as exc:
             raise AirflowException(str(exc)) from None
-        if with_work and execution == "auto" and self._runs_locally(decision.to_run):
-            self.log.info("Every job with work is small enough for this worker: running them in this process")
+        where, why = self.where_to_run(decision.to_run) if with_work and execution == "auto" else ("spark", "")
+        if with_work and where == "local":
+            self.log.info("Every job with work is small enough for this worker (%s): running them in this process", why)
             local = FleetSpec([FleetTable(t.table, t.jobs, worker_options(self._credentials, t.storage_options))
                                for t in decision.to_run.tables], decision.to_run.history_uri, decision.to_run.budget)
             ran = run_fleet(local, spark_allowed=False)  # credentials stay in this process's memory
         elif with_work:
+            if why:
+                self.log.info("Submitting the fleet to Spark: %s", why)
             self._hook = self.get_hook(inject_parent_job_info(self.conf, context), decision.to_run)
             try:
                 ran = self._hook.run_fleet(decision.to_run.to_json(), self.storage_options)["tables"]

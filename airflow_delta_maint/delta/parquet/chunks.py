@@ -85,8 +85,12 @@ def copy_chunk(source: IO[bytes], start: int, length: int, write: Callable[[byte
     source.seek(start)
     done = next_header = 0
     carry = b""
+    # an Arrow file (the rows just encoded, in memory) lends its bytes: no copy of them on the way through
+    read = getattr(source, "read_buffer", None) or source.read
     while done < length:
-        data = source.read(min(BLOCK_BYTES, length - done))
+        data = read(min(BLOCK_BYTES, length - done))
+        if not isinstance(data, bytes):
+            data = memoryview(data).cast("B")  # unsigned bytes, as the decoder reads them
         if not data:
             raise CorruptChunkError(f"the file ends inside a column chunk ({start}+{length})")
         write(data)

@@ -43,10 +43,12 @@ def table_inputs(table: str, storage_options: Mapping[str, str]) -> EstimateInpu
 
 @dataclass(frozen=True)
 class LakeHistory:
-    """What a night's plan learns from the history: the nights each (table, job) has waited, the cost model."""
+    """What a night's plan learns from the history: the nights each (table, job) has waited, the nights each
+    table has needed work without any run, the cost model."""
 
     waiting: Mapping[tuple[str, str], int] = field(default_factory=dict)
     model: CostModel = field(default_factory=lambda: CostModel({}))
+    table_waiting: Mapping[str, int] = field(default_factory=dict)
 
 
 def lake_history(history_uri: str | None, storage_options: Mapping[str, str] | None = None) -> LakeHistory:
@@ -59,7 +61,12 @@ def lake_history(history_uri: str | None, storage_options: Mapping[str, str] | N
         runs = read_runs(history_uri, storage_options).to_pylist()
     except TableNotFoundError:
         return LakeHistory()
-    return LakeHistory(nights_waiting(runs), CostModel.learn(runs))
+    return LakeHistory(nights_waiting(runs), CostModel.learn(runs), table_nights_waiting(runs))
+
+
+def _deferred_row(row: Mapping[str, Any]) -> bool:
+    """A record of a run the plan deferred, or that the run left when its budget ran out."""
+    return row["status"] == "skipped" and bool(json.loads(row["metrics"] or "{}").get("deferred"))
 
 
 def nights_waiting(runs: list[dict[str, Any]]) -> dict[tuple[str, str], int]:
@@ -70,10 +77,30 @@ def nights_waiting(runs: list[dict[str, Any]]) -> dict[tuple[str, str], int]:
         key = (str(row["table_uri"]), str(row["operation"]))
         if key in done:
             continue
-        if row["status"] == "skipped" and json.loads(row["metrics"] or "{}").get("deferred"):  # or left by the run
+        if _deferred_row(row):
             waiting[key] = waiting.get(key, 0) + 1
         else:
             done.add(key)
+    return waiting
+
+
+def table_nights_waiting(runs: list[dict[str, Any]]) -> dict[str, int]:
+    """Per table: the nights it has needed work since its newest run (committed or failed), none of its
+    deferred jobs run: the most records deferring one job since then (each night records one per job)."""
+    deferred: dict[tuple[str, str], int] = {}
+    ran: set[str] = set()
+    for row in reversed(runs):  # newest first
+        table = str(row["table_uri"])
+        if table in ran:
+            continue
+        if row["status"] in ("committed", "failed"):
+            ran.add(table)
+        elif _deferred_row(row):
+            key = (table, str(row["operation"]))
+            deferred[key] = deferred.get(key, 0) + 1
+    waiting: dict[str, int] = {}
+    for (table, _), nights in deferred.items():
+        waiting[table] = max(waiting.get(table, 0), nights)
     return waiting
 
 
@@ -187,6 +214,7 @@ def budgeted(spec: FleetSpec, decision: Decision, budget: Budget,
             rates = history.model.rates(j.job, engine)
             estimate = job.estimate(got, rates) if got is not None else None
             candidates.append(Candidate(t.table, j.job, estimate, history.waiting.get((t.table, j.job), 0),
+                                        history.table_waiting.get(t.table, 0),
                                         scale=history.model.scale(j.job, engine), unestimated_cpu_s=rates.fixed_s))
     planning = time.process_time() - started + spent_cpu_s
     limits = budget_limits(budget)  # as given: what the history shows each night was allowed

@@ -96,7 +96,7 @@ def test_the_night_runs_what_it_chose_and_records_what_waited(tmp_path):
 
 
 @pytest.mark.parametrize("nights", [STARVATION_NIGHTS])
-def test_a_job_that_waited_long_enough_goes_first(tmp_path, nights):
+def test_a_table_that_waited_long_enough_goes_first(tmp_path, nights):
     tables = lake(tmp_path / "lake", {"busy": 12, "quiet": 3})
     history = str(tmp_path / "history")
     one_table = ["--budget", "max_tables=1", "--history-uri", history]
@@ -112,8 +112,8 @@ def test_a_job_that_waited_long_enough_goes_first(tmp_path, nights):
         lake(tmp_path / "lake", {"busy": 12})
     _, result = plan_lake(*tables, *one_table, "--dry-run")
     first = result["plan"]["chosen"][0]
-    assert (first["table"], first["nights_waiting"]) == (tables[1], nights)
-    assert first["reason"].startswith(f"waited {nights} nights")
+    assert (first["table"], first["nights_waiting"], first["table_nights_waiting"]) == (tables[1], nights, nights)
+    assert first["reason"].startswith(f"its table needed work {nights} nights without a run")
     assert {p["table"] for p in result["plan"]["chosen"]} == {tables[1]}
 
 

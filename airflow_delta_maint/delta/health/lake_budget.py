@@ -4,12 +4,14 @@ The input is one candidate per job that has work on a table (its cheap check sai
 (:mod:`airflow_delta_maint.delta.health.estimates`). The choice is greedy by gain per predicted CPU-second,
 the way a knapsack is filled when items are many and small against the sack:
 
-1. candidates that have waited :data:`STARVATION_NIGHTS` nights or more go first, the longest waiting first;
-   one of them is taken even when it alone is over what is left, if nothing was taken before it (a run
-   bigger than the whole budget would otherwise wait for ever);
-2. then the rest by :func:`gain_value` ÷ predicted CPU-seconds, highest first;
-3. a candidate that does not fit in what is left of any limit waits, with the limit it would pass; smaller
-   ones after it may still fit.
+1. a table that has needed work for :data:`STARVATION_NIGHTS` nights without any run goes first, the longest
+   waiting first: its most worthwhile candidate;
+2. then a job that has waited :data:`JOB_STARVATION_NIGHTS` nights on a table that other jobs kept maintained
+   (housekeeping such as VACUUM gains little a night, and would otherwise wait for ever behind compaction);
+3. then the rest by :func:`gain_value` ÷ predicted CPU-seconds, highest first;
+4. a candidate that does not fit in what is left of any limit waits, with the limit it would pass; smaller
+   ones after it may still fit. A waiting one of 1. or 2. is taken even when it alone is over what is left, if
+   nothing was taken before it (a run bigger than the whole budget would otherwise wait for ever).
 
 A table's chosen jobs run in the order its jobs are listed (OPTIMIZE before compute-stats and VACUUM), so a
 job that follows a rewrite is planned on the table the rewrite leaves. The core knows no Spark: the worker
@@ -26,11 +28,13 @@ from typing import Any
 from airflow_delta_maint.delta.errors import InvalidArgumentError
 from airflow_delta_maint.delta.health.estimates import Estimate, Gain
 
-__all__ = ["Budget", "Candidate", "GAIN_WEIGHTS", "LakePlan", "Planned", "STARVATION_NIGHTS", "gain_value",
-           "plan_lake"]
+__all__ = ["Budget", "Candidate", "GAIN_WEIGHTS", "JOB_STARVATION_NIGHTS", "LakePlan", "Planned",
+           "STARVATION_NIGHTS", "gain_value", "plan_lake"]
 
-#: nights a candidate may wait before it goes first
+#: nights a table may need work without any run before its best run goes first
 STARVATION_NIGHTS = 3
+#: nights one job may wait on a table that other runs maintained before it goes first (a week)
+JOB_STARVATION_NIGHTS = 7
 MIB = 1 << 20
 GIB = 1 << 30
 #: what each unit of gain is worth, in files a reader no longer opens on a scan of the table (the unit):
@@ -105,12 +109,14 @@ class Budget:
 
 @dataclass(frozen=True)
 class Candidate:
-    """A job with work on a table: its estimate (None: the job has none) and the nights it has waited."""
+    """A job with work on a table: its estimate (None: the job has none), the nights it has waited and the
+    nights its table has needed work without any run."""
 
     table: str
     job: str
     estimate: Estimate | None
     nights_waiting: int = 0
+    table_nights_waiting: int = 0
     #: the cost model's scale of the default rates its estimate was priced with
     scale: float = 1.0
     #: its predicted CPU-seconds when it has no estimate (a run's own start, by the cost model)
@@ -148,7 +154,7 @@ class Planned:
     def as_dict(self) -> dict[str, Any]:
         c = self.candidate
         return {"table": c.table, "job": c.job, "chosen": self.chosen, "reason": self.reason, "rank": self.rank,
-                "nights_waiting": c.nights_waiting, "gain_value": round(c.value, 3),
+                "nights_waiting": c.nights_waiting, "table_nights_waiting": c.table_nights_waiting, "gain_value": round(c.value, 3),
                 "predicted_cpu_s": round(c.cpu_s, 3), "prediction_scale": round(c.scale, 4),
                 "bytes_rewritten": c.bytes_rewritten,
                 "estimate": c.estimate.as_dict() if c.estimate is not None else None}
@@ -179,12 +185,23 @@ class LakePlan:
                 "chosen": [p.as_dict() for p in self.chosen], "deferred": [p.as_dict() for p in self.deferred]}
 
 
-def _order(candidates: Sequence[Candidate], starvation_nights: int) -> list[Candidate]:
-    starving = sorted((c for c in candidates if c.nights_waiting >= starvation_nights),
-                      key=lambda c: (-c.nights_waiting, -c.ratio, c.table, c.job))
-    rest = sorted((c for c in candidates if c.nights_waiting < starvation_nights),
-                  key=lambda c: (-c.ratio, c.table, c.job))
-    return starving + rest
+def _order(candidates: Sequence[Candidate], starvation_nights: int,
+           job_starvation_nights: int) -> list[tuple[Candidate, str | None]]:
+    """The candidates in the order they are weighed, each with why it goes first (None: by its ratio)."""
+    best: dict[str, Candidate] = {}
+    for c in candidates:
+        if c.table_nights_waiting >= starvation_nights and (c.table not in best or c.ratio > best[c.table].ratio):
+            best[c.table] = c
+    tables = sorted(best.values(), key=lambda c: (-c.table_nights_waiting, -c.ratio, c.table, c.job))
+    first = {id(c) for c in tables}
+    jobs = sorted((c for c in candidates if id(c) not in first and c.nights_waiting >= job_starvation_nights),
+                  key=lambda c: (-c.nights_waiting, -c.ratio, c.table, c.job))
+    first.update(id(c) for c in jobs)
+    rest = sorted((c for c in candidates if id(c) not in first), key=lambda c: (-c.ratio, c.table, c.job))
+    return ([(c, f"its table needed work {c.table_nights_waiting} nights without a run (at most {starvation_nights})")
+             for c in tables]
+            + [(c, f"waited {c.nights_waiting} nights (at most {job_starvation_nights} for one job)") for c in jobs]
+            + [(c, None) for c in rest])
 
 
 def _over(budget: Budget, c: Candidate, cpu: float, rewritten: int, tables: set[str]) -> str | None:
@@ -202,22 +219,20 @@ def _over(budget: Budget, c: Candidate, cpu: float, rewritten: int, tables: set[
     return None
 
 
-def plan_lake(candidates: Sequence[Candidate], budget: Budget,
-              starvation_nights: int = STARVATION_NIGHTS) -> LakePlan:
+def plan_lake(candidates: Sequence[Candidate], budget: Budget, starvation_nights: int = STARVATION_NIGHTS,
+              job_starvation_nights: int = JOB_STARVATION_NIGHTS) -> LakePlan:
     """Choose the night's runs under ``budget`` (see the module's docstring); every candidate is in the plan."""
     plan = LakePlan(budget)
     cpu, rewritten = 0.0, 0
     tables: set[str] = set()
-    for c in _order(candidates, starvation_nights):
-        starving = c.nights_waiting >= starvation_nights
+    for c, first in _order(candidates, starvation_nights, job_starvation_nights):
         over = _over(budget, c, cpu, rewritten, tables)
-        if over is not None and not (starving and not tables):
+        if over is not None and not (first and not tables):
             plan.entries.append(Planned(c, False, f"deferred: over the budget's {over}"))
             continue
         cpu, rewritten = cpu + c.cpu_s, rewritten + c.bytes_rewritten
         tables.add(c.table)
-        why = (f"waited {c.nights_waiting} nights (at most {starvation_nights})" if starving
-               else f"gain {c.value:.3g} for {c.cpu_s:.3g} predicted CPU-s")
+        why = first or f"gain {c.value:.3g} for {c.cpu_s:.3g} predicted CPU-s"
         if over is not None:
             why += f"; over the budget ({over}), taken as the night's first run"
         plan.entries.append(Planned(c, True, why, rank=len([p for p in plan.entries if p.chosen]) + 1))

@@ -6,15 +6,16 @@ import pytest
 
 from airflow_delta_maint.delta.errors import InvalidArgumentError
 from airflow_delta_maint.delta.health.estimates import Cost, Estimate, Gain
-from airflow_delta_maint.delta.health.lake_budget import (STARVATION_NIGHTS, Budget, Candidate, gain_value,
-                                                         plan_lake)
+from airflow_delta_maint.delta.health.lake_budget import (JOB_STARVATION_NIGHTS, STARVATION_NIGHTS, Budget,
+                                                         Candidate, gain_value, plan_lake)
 
 
 def candidate(table: str, files_removed: int, cpu_s: float, job: str = "optimize", nights: int = 0,
-              rewritten: int = 0) -> Candidate:
+              rewritten: int = 0, table_nights: int | None = None) -> Candidate:
     estimate = Estimate(job, Gain(files_removed=files_removed),
                         Cost(bytes_read=rewritten, bytes_written=rewritten, cpu_s=cpu_s))
-    return Candidate(table, job, estimate, nights_waiting=nights)
+    return Candidate(table, job, estimate, nights_waiting=nights,
+                     table_nights_waiting=nights if table_nights is None else table_nights)
 
 
 def test_the_best_gain_per_cpu_second_goes_first_and_the_rest_waits_with_its_reason():
@@ -53,6 +54,27 @@ def test_a_starving_run_goes_first_even_when_bigger_than_the_budget():
     waited = plan_lake([candidate("new", 1000, 1.0), candidate("old", 1, 5.0, nights=STARVATION_NIGHTS)],
                        Budget(cpu_s=10))
     assert [p.candidate.table for p in waited.chosen] == ["old", "new"]
+
+
+def test_a_starving_table_sends_its_best_run_first_and_its_others_by_their_ratio():
+    old = [candidate("old", 1, 1.0, nights=STARVATION_NIGHTS),
+           candidate("old", 0, 1.0, job="vacuum", nights=STARVATION_NIGHTS)]
+    plan = plan_lake([candidate("new", 50, 1.0), candidate("other", 20, 1.0), *old], Budget(cpu_s=3))
+    assert [(p.candidate.table, p.candidate.job) for p in plan.chosen] == [
+        ("old", "optimize"), ("new", "optimize"), ("other", "optimize")]
+    assert plan.chosen[0].reason == (f"its table needed work {STARVATION_NIGHTS} nights without a run "
+                                     f"(at most {STARVATION_NIGHTS})")
+    assert [(p.candidate.table, p.candidate.job) for p in plan.deferred] == [("old", "vacuum")]
+
+
+def test_a_job_waits_at_most_a_week_behind_the_other_jobs_of_its_table():
+    housekeeping = candidate("kept", 0, 1.0, job="vacuum", nights=JOB_STARVATION_NIGHTS - 1, table_nights=0)
+    runs = [candidate("kept", 50, 1.0, table_nights=0), candidate("b", 40, 1.0), housekeeping]
+    assert [p.candidate.job for p in plan_lake(runs, Budget(cpu_s=2)).deferred] == ["vacuum"]
+    waited = candidate("kept", 0, 1.0, job="vacuum", nights=JOB_STARVATION_NIGHTS, table_nights=0)
+    plan = plan_lake([*runs[:2], waited], Budget(cpu_s=2))
+    assert [(p.candidate.table, p.candidate.job) for p in plan.chosen] == [("kept", "vacuum"), ("kept", "optimize")]
+    assert plan.chosen[0].reason == f"waited {JOB_STARVATION_NIGHTS} nights (at most {JOB_STARVATION_NIGHTS} for one job)"
 
 
 def test_gain_weights():

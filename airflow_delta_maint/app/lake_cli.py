@@ -4,6 +4,7 @@ cost and changes nothing."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -63,7 +64,15 @@ def _spec(args: argparse.Namespace) -> Any:
 
 
 def run_plan_lake(args: argparse.Namespace, *, quiet: bool = False) -> tuple[int, dict[str, Any]]:
-    """Plan the night (and run it, unless a dry run); exit code 0, or 2 for bad input or a failed table."""
+    """Plan the night (and run it, unless a dry run); exit code 0, or 2 for bad input or a failed table. A run
+    on this process's threads (``--local``) starts each chosen table's jobs from the plan's read of its log."""
+    from airflow_delta_maint.delta.log.snapshot_cache import keeping_snapshots
+
+    with keeping_snapshots() if args.local and not args.dry_run else contextlib.nullcontext():
+        return _plan_and_run(args, quiet)
+
+
+def _plan_and_run(args: argparse.Namespace, quiet: bool) -> tuple[int, dict[str, Any]]:
     from airflow_delta_maint.delta.health.lake_budget import Budget
 
     from .fleet import merge, run_fleet

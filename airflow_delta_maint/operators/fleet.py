@@ -20,6 +20,7 @@ from airflow_delta_maint.app.lake_plan import LakeLook, budgeted, decide_by_esti
 from airflow_delta_maint.app.rewrite.copy_estimate import PlannedRewrite
 from airflow_delta_maint.delta.errors import DeltaError
 from airflow_delta_maint.delta.health.lake_budget import Budget
+from airflow_delta_maint.delta.log.snapshot_cache import keeping_snapshots
 from airflow_delta_maint.hooks.catalogs import CatalogError, ResolvedTable
 from airflow_delta_maint.hooks.catalogs.table_target import (
     check_catalog_allows,
@@ -336,7 +337,8 @@ class MaintainTablesOperator(BaseOperator):
 
     # -- Airflow ------------------------------------------------------------------------------
     def execute(self, context: Context) -> list[dict[str, Any]]:
-        with quieted_client_loggers(self.log.isEnabledFor(logging.DEBUG)):  # a task logger at DEBUG shows them
+        # the jobs run on this worker start from the plan's read of each table's log
+        with quieted_client_loggers(self.log.isEnabledFor(logging.DEBUG)), keeping_snapshots():
             return self._execute(context)
 
     def _execute(self, context: Context) -> list[dict[str, Any]]:

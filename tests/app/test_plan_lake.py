@@ -274,3 +274,27 @@ def test_the_plan_holds_no_storage_option(tmp_path, capsys):
     assert code == 0 and result["plan"]["chosen"]
     out = capsys.readouterr()
     assert "plan-secret-77aa" not in json.dumps(result) + out.out + out.err
+
+
+def test_a_night_on_this_process_starts_each_chosen_job_from_the_plans_read_of_its_log(tmp_path, monkeypatch):
+    from airflow_delta_maint.delta.log import snapshot_cache
+
+    served: list[str] = []
+    real_get = snapshot_cache.SnapshotCache.get
+
+    def counted(self, storage, *args):
+        found = real_get(self, storage, *args)
+        if found is not None:
+            served.append(storage.root)
+        return found
+
+    monkeypatch.setattr(snapshot_cache.SnapshotCache, "get", counted)
+    tables = lake(tmp_path / "lake", {"one": 6, "two": 6})
+    before = [rows(t) for t in tables]
+    code, result = plan_lake(*tables, "--budget", "cpu_s=600", "--local")
+    assert code == 0 and {p["table"] for p in result["plan"]["chosen"] if p["job"] == "optimize"} == set(tables)
+    assert len(set(served)) == len(tables)  # each table's first job read nothing of its log again
+    assert [rows(t) for t in tables] == before
+    assert [len(DeltaTable(t).file_uris()) for t in tables] == [2, 2]  # one file a partition
+    code, _ = plan_lake(*tables, "--budget", "cpu_s=600", "--dry-run")  # a dry run keeps nothing
+    assert code == 0 and snapshot_cache.kept_snapshots() is None

@@ -17,6 +17,7 @@ from airflow_delta_maint.delta.errors import CorruptLogError, InconsistentStateE
 from airflow_delta_maint.delta.log.commit_time import commit_info_time, commit_time
 from airflow_delta_maint.delta.log.checkpoint_read import CheckpointData, plain_value, read_checkpoint, read_log_files
 from airflow_delta_maint.delta.log.listing import Compaction, LogSegment, build_segment, commit_key, parse_json_lines
+from airflow_delta_maint.delta.log.snapshot_cache import kept_snapshots
 from airflow_delta_maint.delta.log.state_memory import state_too_large
 from airflow_delta_maint.delta.log.table_header import TableHeader
 from airflow_delta_maint.delta.log.reconciliation import (Replay, actions_problem, added_problem, describe_file, drop_keys,
@@ -203,8 +204,14 @@ class Snapshot(TableHeader):
                     f"{last['file']} is not trustworthy ({last['reason']}) and the log files it stands for "
                     f"are gone ({exc})") from None
             out_of_memory = False
+            kept = kept_snapshots()
+            verify = compactions == "verify"
+            if kept is not None and not distrusted:
+                found = kept.get(storage, segment, paths_only, verify)
+                if found is not None:
+                    return found
             try:
-                snap = cls._from_segment(storage, segment, paths_only, verify=compactions == "verify")
+                snap = cls._from_segment(storage, segment, paths_only, verify=verify)
             except MemoryError:  # told once the except block is left and the partial state freed
                 out_of_memory = True
             except UntrustedLogFile as exc:
@@ -217,6 +224,8 @@ class Snapshot(TableHeader):
             if out_of_memory:
                 raise state_too_large(storage, segment)
             snap.distrusted = distrusted + snap.distrusted
+            if kept is not None and not snap.distrusted:
+                kept.put(storage, segment, paths_only, verify, snap)
             log.debug("loaded %s at version %d: %d files in %.2fs", storage.root, snap.version,
                       snap.files.num_rows, time.perf_counter() - started)
             return snap

@@ -30,6 +30,7 @@ from airflow_delta_maint.delta.errors import DeltaError, InvalidArgumentError
 from .engines import check_engine
 from .execution import needs_spark, parse_job_args
 from .history_batch import HistoryBatch
+from .worker_threads import reading_threads
 from .job_definitions import definition
 from .context import JobContext
 from .jobs import execute_job
@@ -193,7 +194,7 @@ def decide(spec: FleetSpec, worker_options: Callable[[FleetTable], Mapping[str, 
                 run.append(j)
         return run, known
 
-    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+    with ThreadPoolExecutor(max_workers=reading_threads((t.table for t in spec.tables), threads)) as pool:
         results = list(pool.map(one, spec.tables))
     to_run = [FleetTable(t.table, run, t.storage_options) for t, (run, _) in zip(spec.tables, results) if run]
     return Decision(FleetSpec(to_run, spec.history_uri), [known for _, known in results])

@@ -27,6 +27,7 @@ from airflow_delta_maint.delta.storage.store import Storage
 from .execution import parse_job_args
 from .fleet import Decision, FleetJob, FleetSpec, FleetTable, skipped_metrics
 from .job_definitions import definition
+from .worker_threads import reading_threads
 
 log = logging.getLogger("delta_maint")
 
@@ -130,14 +131,15 @@ class LakeLook:
 
 def look_at_lake(spec: FleetSpec, worker_options: Callable[[FleetTable], Mapping[str, str]] | None = None, *,
                  threads: int = 8) -> LakeLook:
-    """One streamed read of each table's log, on ``threads`` threads (they wait on storage)."""
+    """One streamed read of each table's log, on ``threads`` threads (they wait on storage; see
+    :func:`~.worker_threads.reading_threads`)."""
     def one(t: FleetTable) -> tuple[EstimateInputs | None, str | None]:
         try:
             return table_inputs(t.table, dict(worker_options(t) if worker_options else t.storage_options)), None
         except DeltaError as exc:
             return None, str(exc)
 
-    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+    with ThreadPoolExecutor(max_workers=reading_threads((t.table for t in spec.tables), threads)) as pool:
         found = list(pool.map(one, spec.tables))
     look = LakeLook()
     for t, (inputs, error) in zip(spec.tables, found):

@@ -73,10 +73,11 @@ def read_parquet_actions(storage: Storage, key: str, paths_only: bool = False) -
         source = io.BytesIO(read_log_file(storage, key))
     try:
         pf = pq.ParquetFile(source, memory_map=storage.is_local)
-        names = [c for c in CHECKPOINT_COLUMNS if c in pf.schema_arrow.names]
+        schema = pf.schema_arrow  # converted from the footer on every access
+        names = [c for c in CHECKPOINT_COLUMNS if c in schema.names]
         if paths_only:
             names = [c for c in names if c not in ("add", "remove")] + [
-                c for c in PATH_COLUMNS if has_column(pf.schema_arrow, c)]
+                c for c in PATH_COLUMNS if has_column(schema, c)]
         return pf.read(columns=names)
     except MemoryError:  # pyarrow's ArrowMemoryError too: out of memory, not a corrupt file
         raise

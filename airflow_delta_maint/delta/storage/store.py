@@ -222,8 +222,9 @@ class Storage:
 
     def read(self, key: str) -> bytes:
         """The whole object. Raises FileNotFoundError when it does not exist."""
-        if self.is_local:
-            return bytes(obstore.get(self._store, key).bytes())
+        if self.is_local:  # the file itself: a third of the time obstore takes for a small one
+            with open(self.local_path(key), "rb") as f:
+                return f.read()
         self.calls.add("get")
         with self._errors("read", key):
             data = bytes(obstore.get(self._store, key).bytes())

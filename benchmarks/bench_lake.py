@@ -181,6 +181,14 @@ def _gains(before: dict[str, int], after: dict[str, int], entries: list[dict[str
 def run_night(policy: str, root: Path, tables: list[LakeTable], history: str,
               budget_cpu_s: float | None) -> tuple[float, list[dict[str, Any]], Any]:
     """One fleet application of ``policy``; (CPU-seconds, the tables' results, the plan or None)."""
+    from airflow_delta_maint.delta.log.snapshot_cache import keeping_snapshots
+
+    with keeping_snapshots():  # as plan-lake --local and the operator on the worker run a night
+        return _night(policy, root, tables, history, budget_cpu_s)
+
+
+def _night(policy: str, root: Path, tables: list[LakeTable], history: str,
+           budget_cpu_s: float | None) -> tuple[float, list[dict[str, Any]], Any]:
     from airflow_delta_maint.app.fleet import decide, merge, run_fleet
     from airflow_delta_maint.app.lake_cli import record_known
     from airflow_delta_maint.app.lake_plan import budgeted, decide_by_estimates, lake_history, look_at_lake
@@ -194,15 +202,29 @@ def run_night(policy: str, root: Path, tables: list[LakeTable], history: str,
     else:
         if policy == "budgeted":  # one look at each table's log: the checks and the estimates
             look = look_at_lake(spec)
+            PHASES["look"] += time.process_time() - started
             decision = decide_by_estimates(spec, look)
-            decision, plan = budgeted(spec, decision, Budget(cpu_s=budget_cpu_s), history=lake_history(history),
+            mark = time.process_time()
+            learned = lake_history(history)
+            PHASES["history"] += time.process_time() - mark
+            decision, plan = budgeted(spec, decision, Budget(cpu_s=budget_cpu_s), history=learned,
                                       spent_cpu_s=time.process_time() - started, look=look)
         else:
             decision = decide(spec)
+        PHASES["plan"] += time.process_time() - started
+        mark = time.process_time()
         ran = run_fleet(decision.to_run, spark_allowed=False) if decision.to_run.tables else []
+        PHASES["run"] += time.process_time() - mark
         entries = merge(spec, decision, ran)
+        mark = time.process_time()
         record_known(history, decision, {}, ran)
+        PHASES["record"] += time.process_time() - mark
     return time.process_time() - started, entries, plan
+
+
+#: CPU-seconds of a night's parts (the budgeted policy: its look, the history's read, the whole plan, the run,
+#: the record of what did not run), reset each night
+PHASES: dict[str, float] = {}
 
 
 def run_policy(policy: str, work: Path, tables: list[LakeTable], nights: int, budget_cpu_s: float | None,
@@ -220,6 +242,8 @@ def run_policy(policy: str, work: Path, tables: list[LakeTable], nights: int, bu
     for night in range(nights):
         write_night(root, writers, night)
         before = measure(root, writers)
+        PHASES.clear()
+        PHASES.update(look=0.0, history=0.0, plan=0.0, run=0.0, record=0.0)
         cpu, entries, plan = run_night(policy, root, writers, history, budget_cpu_s)
         predictions = []
         if plan is not None:
@@ -229,7 +253,7 @@ def run_policy(policy: str, work: Path, tables: list[LakeTable], nights: int, bu
                     key = (e["table"], m.get("operation"))
                     if m.get("status") == "committed" and key in predicted and m.get("cpu_s"):
                         predictions.append((predicted[key], float(m["cpu_s"])))
-        waiting = max((p.candidate.nights_waiting for p in plan.entries), default=0) if plan else 0
+        waiting = max((p.candidate.table_nights_waiting for p in plan.entries), default=0) if plan else 0
         by_job: dict[str, dict[str, float]] = {}
         for p in plan.entries if plan else ():
             row = by_job.setdefault(p.candidate.job, {"chosen": 0, "waited": 0, "deferred": 0, "predicted_cpu_s": 0.0})
@@ -244,6 +268,7 @@ def run_policy(policy: str, work: Path, tables: list[LakeTable], nights: int, bu
         progress(f"{policy} night {night}: {cpu:.1f} CPU-s, {out[-1].gains['runs']} runs, {out[-1].measures}")
         if by_job:
             progress("  " + ", ".join(f"{j}: {v}" for j, v in by_job.items()))
+        progress("  CPU-s: " + ", ".join(f"{k} {v:.2f}" for k, v in PHASES.items()))
     expected = expected_rows(tables, nights)
     for t in writers:
         # delta-rs's SQL reader applies deletion vectors (its pyarrow reader refuses them)

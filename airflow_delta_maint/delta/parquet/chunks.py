@@ -75,7 +75,7 @@ def _walk_block(walk: PageWalk, view: memoryview, view_start: int, next_header: 
         next_header += size + page
 
 
-def copy_chunk(source: IO[bytes], start: int, length: int, write: Callable[[bytes], object]) -> PageWalk:
+def copy_chunk(source: IO[bytes], start: int, length: int, write: Callable[[bytes | memoryview], object]) -> PageWalk:
     """Copy ``length`` bytes of ``source`` from ``start`` through ``write``, walking the pages.
 
     Raises:

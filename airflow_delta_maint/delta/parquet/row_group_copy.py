@@ -148,7 +148,7 @@ class RowGroupCopyWriter:
         self._kernel_copy = True
         self._write(MAGIC)
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, data: bytes | memoryview) -> None:
         self.sink.write(data)
         self.pos += len(data)
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from airflow_delta_maint.delta.errors import DeltaError, TableNotFoundError
 from airflow_delta_maint.delta.health.cost_model import CostModel
-from airflow_delta_maint.delta.health.estimates import EstimateInputs
+from airflow_delta_maint.delta.health.estimates import Estimate, EstimateInputs
 from airflow_delta_maint.delta.health.lake_budget import Budget, Candidate, LakePlan, Planned, plan_lake
 from airflow_delta_maint.delta.storage.store import Storage
 
@@ -59,7 +59,8 @@ def lake_history(history_uri: str | None, storage_options: Mapping[str, str] | N
     from airflow_delta_maint.delta.health.run_log import read_runs
 
     try:
-        runs = read_runs(history_uri, storage_options).to_pylist()
+        # the columns the waits and the cost model read: a row as a dict of every column costs more than the plan
+        runs = read_runs(history_uri, storage_options).select(["table_uri", "operation", "status", "metrics"]).to_pylist()
     except TableNotFoundError:
         return LakeHistory()
     return LakeHistory(nights_waiting(runs), CostModel.learn(runs), table_nights_waiting(runs))
@@ -67,7 +68,8 @@ def lake_history(history_uri: str | None, storage_options: Mapping[str, str] | N
 
 def _deferred_row(row: Mapping[str, Any]) -> bool:
     """A record of a run the plan deferred, or that the run left when its budget ran out."""
-    return row["status"] == "skipped" and bool(json.loads(row["metrics"] or "{}").get("deferred"))
+    text = row["metrics"] or "{}"
+    return row["status"] == "skipped" and "deferred" in text and bool(json.loads(text).get("deferred"))
 
 
 def nights_waiting(runs: list[dict[str, Any]]) -> dict[tuple[str, str], int]:
@@ -217,13 +219,26 @@ def budgeted(spec: FleetSpec, decision: Decision, budget: Budget,
             estimate = job.estimate(got, rates) if got is not None else None
             candidates.append(Candidate(t.table, j.job, estimate, history.waiting.get((t.table, j.job), 0),
                                         history.table_waiting.get(t.table, 0),
-                                        scale=history.model.scale(j.job, engine), unestimated_cpu_s=rates.fixed_s))
+                                        scale=history.model.scale(j.job, engine), unestimated_cpu_s=rates.fixed_s,
+                                        saves_cpu_s=reads_saved_cpu_s(estimate, history.model)))
     planning = time.process_time() - started + spent_cpu_s
     limits = budget_limits(budget)  # as given: what the history shows each night was allowed
     if budget.cpu_s is not None:  # what the checks and the estimates spent is the night's too
         budget = dataclasses.replace(budget, cpu_s=max(0.0, budget.cpu_s - planning))
     plan = plan_lake(candidates, budget)
     return _cut(spec, decision, plan, limits), plan
+
+
+#: reads of a table a night that replay its log: the plan's, and a job's after another job's commit
+READS_PER_NIGHT = 2
+
+
+def reads_saved_cpu_s(estimate: Estimate | None, model: CostModel) -> float:
+    """The CPU-seconds a run saves the next night's reads of its table: the log files they no longer replay,
+    priced by the cost model's rate for a log file (the default's, at the machine's measured speed)."""
+    if estimate is None or not estimate.gain.log_files_not_replayed:
+        return 0.0
+    return estimate.gain.log_files_not_replayed * model.base.per_log_file * model.prior * READS_PER_NIGHT
 
 
 def _cut(spec: FleetSpec, decision: Decision, plan: LakePlan, limits: Mapping[str, float]) -> Decision:

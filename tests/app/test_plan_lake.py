@@ -298,3 +298,15 @@ def test_a_night_on_this_process_starts_each_chosen_job_from_the_plans_read_of_i
     assert [len(DeltaTable(t).file_uris()) for t in tables] == [2, 2]  # one file a partition
     code, _ = plan_lake(*tables, "--budget", "cpu_s=600", "--dry-run")  # a dry run keeps nothing
     assert code == 0 and snapshot_cache.kept_snapshots() is None
+
+
+def test_a_checkpoint_saves_the_next_nights_reads_of_the_commits_it_covers():
+    from airflow_delta_maint.app.lake_plan import READS_PER_NIGHT, reads_saved_cpu_s
+    from airflow_delta_maint.delta.health.cost_model import CostModel
+    from airflow_delta_maint.delta.health.estimates import DEFAULT_RATES, Cost, Estimate, Gain
+
+    model = CostModel({}, prior=0.5)
+    checkpoint = Estimate("checkpoint", Gain(log_files_not_replayed=10), Cost())
+    assert reads_saved_cpu_s(checkpoint, model) == 10 * DEFAULT_RATES.per_log_file * 0.5 * READS_PER_NIGHT
+    assert reads_saved_cpu_s(Estimate("optimize", Gain(files_removed=9), Cost()), model) == 0.0
+    assert reads_saved_cpu_s(None, model) == 0.0

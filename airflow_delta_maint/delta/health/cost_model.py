@@ -30,7 +30,10 @@ WINDOW = 20
 
 def _measured(row: Mapping[str, Any]) -> tuple[dict[str, Any], float, float] | None:
     """(metrics, measured CPU-s, predicted CPU-s) of a committed history row that recorded both, or None."""
-    metrics = json.loads(row.get("metrics") or "{}")
+    text = row.get("metrics") or "{}"
+    if row.get("status") != "committed" or "predicted_cpu_s" not in text:  # most rows: no JSON to parse
+        return None
+    metrics = json.loads(text)
     cpu, predicted = metrics.get("cpu_s"), metrics.get("predicted_cpu_s")
     if row.get("status") != "committed" or not isinstance(cpu, (int, float)) or not isinstance(predicted, (int, float)):
         return None

@@ -6,11 +6,15 @@ the way a knapsack is filled when items are many and small against the sack:
 
 1. a table that has needed work for :data:`STARVATION_NIGHTS` nights without any run goes first, the longest
    waiting first: its most worthwhile candidate;
-2. then a job that has waited :data:`JOB_STARVATION_NIGHTS` nights on a table that other jobs kept maintained
-   (housekeeping such as VACUUM gains little a night, and would otherwise wait for ever behind compaction);
-3. then the rest by :func:`gain_value` ÷ predicted CPU-seconds, highest first;
-4. a candidate that does not fit in what is left of any limit waits, with the limit it would pass; smaller
-   ones after it may still fit. A waiting one of 1. or 2. is taken even when it alone is over what is left, if
+2. then a run that pays for itself: the next night's reads of its table save at least what it costs (a
+   checkpoint of a long log: every read of the table, the next plan's included, replays fewer commits), the
+   greatest saving first;
+3. then a job that has waited :data:`JOB_STARVATION_NIGHTS` nights on a table that other jobs kept maintained
+   (housekeeping such as VACUUM gains little a night, and would otherwise wait for ever behind compaction), up to
+   :data:`JOB_STARVATION_SHARE` of a CPU budget (the others wait by their ratio);
+4. then the rest by :func:`gain_value` ÷ predicted CPU-seconds, highest first;
+5. a candidate that does not fit in what is left of any limit waits, with the limit it would pass; smaller
+   ones after it may still fit. A waiting one of 1. or 3. is taken even when it alone is over what is left, if
    nothing was taken before it (a run bigger than the whole budget would otherwise wait for ever).
 
 A table's chosen jobs run in the order its jobs are listed (OPTIMIZE before compute-stats and VACUUM), so a
@@ -28,20 +32,24 @@ from typing import Any
 from airflow_delta_maint.delta.errors import InvalidArgumentError
 from airflow_delta_maint.delta.health.estimates import Estimate, Gain
 
-__all__ = ["Budget", "Candidate", "GAIN_WEIGHTS", "JOB_STARVATION_NIGHTS", "LakePlan", "Planned",
+__all__ = ["Budget", "Candidate", "GAIN_WEIGHTS", "JOB_STARVATION_NIGHTS", "JOB_STARVATION_SHARE", "LakePlan", "Planned",
            "STARVATION_NIGHTS", "gain_value", "plan_lake"]
 
 #: nights a table may need work without any run before its best run goes first
 STARVATION_NIGHTS = 3
 #: nights one job may wait on a table that other runs maintained before it goes first (a week)
 JOB_STARVATION_NIGHTS = 7
+#: the share of a CPU budget the jobs that waited a week may take before the rest (when a lake's housekeeping
+#: has all waited since the same night, it goes over a few nights instead of taking one whole night)
+JOB_STARVATION_SHARE = 0.2
 MIB = 1 << 20
 GIB = 1 << 30
 #: what each unit of gain is worth, in files a reader no longer opens on a scan of the table (the unit):
-#: a file removed is one open fewer; a log file no longer replayed is one read fewer on every load of the
-#: table; 8 MiB no longer read through deletion vectors is about the time of one open on an object store;
+#: a file removed is one open fewer (a parquet file costs a reader two requests at least: its footer, then its
+#: columns); a log file no longer replayed is one request fewer on every load of the table, half an open;
+#: 8 MiB no longer read through deletion vectors is about the time of one open on an object store;
 #: a file given statistics is skipped by about half the selective reads; a GiB freed is storage, not reads
-GAIN_WEIGHTS: Mapping[str, float] = {"files_removed": 1.0, "log_files_not_replayed": 1.0,
+GAIN_WEIGHTS: Mapping[str, float] = {"files_removed": 1.0, "log_files_not_replayed": 0.5,
                                      "dv_bytes_purged": 1.0 / (8 * MIB), "files_given_stats": 0.5,
                                      "bytes_freed": 1.0 / GIB}
 #: the gain of a job without an estimate (housekeeping whose gain the log's aggregates cannot see)
@@ -121,6 +129,13 @@ class Candidate:
     scale: float = 1.0
     #: its predicted CPU-seconds when it has no estimate (a run's own start, by the cost model)
     unestimated_cpu_s: float = UNESTIMATED_CPU_S
+    #: the CPU-seconds it saves the next night's reads of the table (log files no longer replayed)
+    saves_cpu_s: float = 0.0
+
+    @property
+    def pays_for_itself(self) -> bool:
+        """Whether the next night's reads save at least what it costs tonight."""
+        return self.saves_cpu_s > 0 and self.saves_cpu_s >= self.cpu_s
 
     @property
     def cpu_s(self) -> float:
@@ -185,21 +200,32 @@ class LakePlan:
                 "chosen": [p.as_dict() for p in self.chosen], "deferred": [p.as_dict() for p in self.deferred]}
 
 
-def _order(candidates: Sequence[Candidate], starvation_nights: int,
-           job_starvation_nights: int) -> list[tuple[Candidate, str | None]]:
-    """The candidates in the order they are weighed, each with why it goes first (None: by its ratio)."""
+def _order(candidates: Sequence[Candidate], starvation_nights: int, job_starvation_nights: int,
+           job_cpu_s: float | None) -> list[tuple[Candidate, str | None]]:
+    """The candidates in the order they are weighed, each with why it goes first (None: by its ratio); the jobs
+    that waited go first up to ``job_cpu_s`` predicted CPU-seconds (None: all of them)."""
     best: dict[str, Candidate] = {}
     for c in candidates:
         if c.table_nights_waiting >= starvation_nights and (c.table not in best or c.ratio > best[c.table].ratio):
             best[c.table] = c
     tables = sorted(best.values(), key=lambda c: (-c.table_nights_waiting, -c.ratio, c.table, c.job))
     first = {id(c) for c in tables}
-    jobs = sorted((c for c in candidates if id(c) not in first and c.nights_waiting >= job_starvation_nights),
-                  key=lambda c: (-c.nights_waiting, -c.ratio, c.table, c.job))
+    paying = sorted((c for c in candidates if id(c) not in first and c.pays_for_itself),
+                    key=lambda c: (c.cpu_s - c.saves_cpu_s, c.table, c.job))
+    first.update(id(c) for c in paying)
+    jobs: list[Candidate] = []
+    for c in sorted((c for c in candidates if id(c) not in first and c.nights_waiting >= job_starvation_nights),
+                    key=lambda c: (-c.nights_waiting, -c.ratio, c.table, c.job)):
+        if job_cpu_s is not None and c.cpu_s > job_cpu_s and jobs:
+            break
+        jobs.append(c)
+        job_cpu_s = None if job_cpu_s is None else job_cpu_s - c.cpu_s
     first.update(id(c) for c in jobs)
     rest = sorted((c for c in candidates if id(c) not in first), key=lambda c: (-c.ratio, c.table, c.job))
     return ([(c, f"its table needed work {c.table_nights_waiting} nights without a run (at most {starvation_nights})")
              for c in tables]
+            + [(c, f"pays for itself: saves the next night's reads {c.saves_cpu_s:.3g} CPU-s for {c.cpu_s:.3g}")
+               for c in paying]
             + [(c, f"waited {c.nights_waiting} nights (at most {job_starvation_nights} for one job)") for c in jobs]
             + [(c, None) for c in rest])
 
@@ -225,7 +251,8 @@ def plan_lake(candidates: Sequence[Candidate], budget: Budget, starvation_nights
     plan = LakePlan(budget)
     cpu, rewritten = 0.0, 0
     tables: set[str] = set()
-    for c, first in _order(candidates, starvation_nights, job_starvation_nights):
+    job_cpu_s = budget.cpu_s * JOB_STARVATION_SHARE if budget.cpu_s is not None else None
+    for c, first in _order(candidates, starvation_nights, job_starvation_nights, job_cpu_s):
         over = _over(budget, c, cpu, rewritten, tables)
         if over is not None and not (first and not tables):
             plan.entries.append(Planned(c, False, f"deferred: over the budget's {over}"))

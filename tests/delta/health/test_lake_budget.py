@@ -77,8 +77,17 @@ def test_a_job_waits_at_most_a_week_behind_the_other_jobs_of_its_table():
     assert plan.chosen[0].reason == f"waited {JOB_STARVATION_NIGHTS} nights (at most {JOB_STARVATION_NIGHTS} for one job)"
 
 
+def test_housekeeping_that_waited_a_week_takes_a_fifth_of_the_night_first():
+    waited = [candidate(t, 0, 1.0, job="vacuum", nights=JOB_STARVATION_NIGHTS, table_nights=0) for t in "abcdef"]
+    compaction = [candidate(t, 50, 1.0, table_nights=0) for t in "abcdef"]
+    plan = plan_lake([*waited, *compaction], Budget(cpu_s=10))
+    first = [p.candidate.job for p in plan.chosen][:3]
+    assert first == ["vacuum", "vacuum", "optimize"]  # 2 of 10 CPU-s first, then by the gain
+    assert sum(p.candidate.job == "optimize" for p in plan.chosen) == 6
+
+
 def test_gain_weights():
-    assert gain_value(Gain(files_removed=3, log_files_not_replayed=2)) == 5
+    assert gain_value(Gain(files_removed=3, log_files_not_replayed=2)) == 4  # a commit: half an open
     assert gain_value(Gain(dv_bytes_purged=16 << 20, files_given_stats=2, bytes_freed=2 << 30)) == 2 + 1 + 2
     assert gain_value(None) > 0
 
@@ -98,3 +107,14 @@ def test_a_budget_from_its_limits():
     assert Budget.from_mapping({"cpu_s": "3600", "max_tables": "50", "bytes_rewritten": 1e9}) == Budget(
         cpu_s=3600.0, max_tables=50, bytes_rewritten=1_000_000_000)
     assert not Budget.from_mapping(None).limited
+
+
+def test_a_run_that_pays_for_itself_goes_before_the_ratios():
+    long_log = Candidate("long", "checkpoint", Estimate("checkpoint", Gain(log_files_not_replayed=30),
+                                                        Cost(cpu_s=0.5)), saves_cpu_s=0.6)
+    short_log = Candidate("short", "checkpoint", Estimate("checkpoint", Gain(log_files_not_replayed=2),
+                                                          Cost(cpu_s=0.5)), saves_cpu_s=0.04)
+    plan = plan_lake([candidate("a", 100, 0.5), long_log, short_log], Budget(cpu_s=1.0))
+    assert [(p.candidate.table, p.candidate.job) for p in plan.chosen] == [("long", "checkpoint"), ("a", "optimize")]
+    assert plan.chosen[0].reason == "pays for itself: saves the next night's reads 0.6 CPU-s for 0.5"
+    assert [p.candidate.table for p in plan.deferred] == ["short"]

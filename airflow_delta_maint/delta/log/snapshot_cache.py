@@ -14,11 +14,20 @@ import contextlib
 import copy
 import threading
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Hashable, Iterator
+from typing import Any, Hashable, Iterator, Protocol, TypeVar
 
-if TYPE_CHECKING:
-    from airflow_delta_maint.delta.log.snapshot import Snapshot
-    from airflow_delta_maint.delta.storage.store import Storage
+from airflow_delta_maint.delta.storage.store import Storage
+
+
+class _State(Protocol):
+    """What the cache needs of a snapshot (``delta/log/snapshot.py``, which reads through this module)."""
+
+    files: Any
+    tombstones: Any
+    storage: Storage
+
+
+Snapshot = TypeVar("Snapshot", bound=_State)
 
 __all__ = ["MAX_FILES", "MAX_TOTAL_FILES", "SnapshotCache", "keeping_snapshots", "kept_snapshots"]
 
@@ -33,12 +42,12 @@ class SnapshotCache:
 
     def __init__(self, max_files: int = MAX_FILES, max_total_files: int = MAX_TOTAL_FILES):
         self.max_files, self.max_total_files = max_files, max_total_files
-        self._kept: OrderedDict[Hashable, tuple[Snapshot, int]] = OrderedDict()
+        self._kept: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
         self._total = 0
         self._lock = threading.Lock()
         self.hits = self.misses = 0
 
-    def get(self, storage: Storage, segment: Hashable, paths_only: bool, verify: bool) -> Snapshot | None:
+    def get(self, storage: Storage, segment: Hashable, paths_only: bool, verify: bool) -> Any:
         """A copy of the snapshot kept for the segment, read through ``storage`` from now on (one read whole
         serves a read of paths only too)."""
         keys = [(storage.root, segment, False, verify)] + ([(storage.root, segment, True, verify)] if paths_only else [])
@@ -68,7 +77,7 @@ class SnapshotCache:
                 self._total -= dropped
 
 
-def _size(snapshot: Snapshot) -> int:
+def _size(snapshot: _State) -> int:
     return int(snapshot.files.num_rows) + int(snapshot.tombstones.num_rows)
 
 

@@ -16,14 +16,14 @@ from airflow_delta_maint.delta.parquet.format import (BLOOM_FILTER_HEADER, COLUM
                                                       DICTIONARY_PAGE, OFFSET_INDEX, PAGE_HEADER)
 
 __all__ = ["BLOCK_BYTES", "CorruptChunkError", "IndexBytes", "PageWalk", "copy_chunk", "read_bloom_filter", "read_page_index",
-           "rebase_offset_index", "walk_chunk_headers"]
+           "rebase_offset_index", "walk_chunk_headers", "HEADER_PROBE_BYTES"]
 
 #: a column chunk is read and written in pieces of at most this many bytes
 BLOCK_BYTES = 8 << 20
 _MAX_HEADER = 1 << 20
 #: bytes read first at a page header's offset when the headers are read alone (more, up to _MAX_HEADER, for a
 #: longer one: a page's statistics may hold long strings)
-_HEADER_PROBE = 16 << 10
+HEADER_PROBE_BYTES = 16 << 10
 
 
 class CorruptChunkError(DeltaError):
@@ -106,7 +106,7 @@ def copy_chunk(source: IO[bytes], start: int, length: int, write: Callable[[byte
 def _header_at(fd: int, at: int, left: int) -> tuple[Struct, int]:
     """The page header at file offset ``at`` of ``fd`` (at most ``left`` bytes before the chunk's end) and its
     encoded size."""
-    probe = min(_HEADER_PROBE, left)
+    probe = min(HEADER_PROBE_BYTES, left)
     while True:
         window = os.pread(fd, probe, at)
         if len(window) < probe:

@@ -396,7 +396,7 @@ def test_local_chunks_are_copied_in_the_kernel_and_read_back_equal(tmp_path, mon
         raise AssertionError("a local chunk was copied through the interpreter")
 
     monkeypatch.setattr(row_group_copy, "copy_chunk", refuse)
-    monkeypatch.setattr(chunks, "_HEADER_PROBE", 5)  # every header needs a longer second read
+    monkeypatch.setattr(chunks, "HEADER_PROBE_BYTES", 5)  # every header needs a longer second read
     paths = inputs(tmp_path, 3, write_page_index=True)
     out, result = copy(tmp_path, paths)
     assert rows(out).equals(rows(paths))

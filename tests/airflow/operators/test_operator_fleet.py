@@ -641,3 +641,52 @@ def test_a_budgeted_night_keeps_the_connections_secret(s3_lake, monkeypatch, cap
     seen = json.dumps(results) + json.dumps(ti.pushed) + json.dumps(fields, default=str) + caplog.text + out.out \
         + out.err
     assert secret not in seen and key_id not in seen
+
+
+def test_a_night_from_the_plans_reads_keeps_the_connections_secret(s3_lake, tmp_path, monkeypatch, caplog, capsys):
+    """On S3 with a connection, the night's kept snapshots serve the chosen jobs and its runs land in the history
+    in one append: no process is started (no argument can carry the secret), and neither the task's log, XCom,
+    the fields nor the history's rows hold it."""
+    import subprocess as subprocess_module
+
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from airflow_delta_maint.delta.health.run_log import read_runs
+    from airflow_delta_maint.delta.log import snapshot_cache
+
+    options, key_id, secret = s3_lake
+    tables = ["s3://lake/one", "s3://lake/two"]
+    for uri in tables:
+        for i in range(4):
+            write_deltalake(uri, pa.table({"id": [i, i + 100], "part": ["p", "q"]}), mode="append",
+                            partition_by=["part"], storage_options=options)
+    served: list[str] = []
+    real_get = snapshot_cache.SnapshotCache.get
+
+    def counted(self, storage, *args):
+        found = real_get(self, storage, *args)
+        if found is not None:
+            served.append(storage.root)
+        return found
+
+    monkeypatch.setattr(snapshot_cache.SnapshotCache, "get", counted)
+    monkeypatch.setattr(DeltaMaintHook, "submit", lambda *a, **k: pytest.fail("spark-submit was called"))
+    monkeypatch.setattr(subprocess_module, "Popen", lambda *a, **k: pytest.fail(f"a process was started: {a}"))
+    history = tmp_path / "history"
+    ti = RecordingTI()
+    caplog.set_level(logging.DEBUG)
+    op = MaintainTablesOperator(task_id="fleet", tables=tables, jobs={"optimize": {"lease_seconds": 0}},
+                                storage_conn_id="lake_s3", storage_options={"AWS_ALLOW_HTTP": "true"},
+                                history_uri=str(history), budget={"cpu_s": 600}, execution="auto")
+    results = op.execute(context={"ti": ti})
+    assert [e["jobs"][0]["status"] for e in results] == ["committed", "committed"]
+    assert sorted(set(served)) == sorted(tables)  # each chosen job started from the plan's read
+    assert {e["jobs"][0]["history"]["version"] for e in results} == {1}  # one append for the night's runs
+    recorded = read_runs(str(history)).to_pylist()
+    fields = {name: getattr(op, name) for name in op.template_fields}
+    out = capsys.readouterr()
+    seen = json.dumps(results) + json.dumps(ti.pushed, default=str) + json.dumps(fields, default=str) \
+        + json.dumps(recorded, default=str) + caplog.text + out.out + out.err
+    assert secret not in seen and key_id not in seen
+    assert snapshot_cache.kept_snapshots() is None  # nothing kept once the task is done

@@ -10,7 +10,6 @@ never the runs' own commits to their tables.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,15 +40,14 @@ class HistoryBatch:
         if time.monotonic() - self.last >= self.flush_s:
             self.flush()
 
-    def flush(self) -> Mapping[str, Any] | None:
+    def flush(self) -> None:
         """Append every waiting run in one commit (never raises); each run's metrics get ``history``, what the
         append did."""
         self.last = time.monotonic()
         if not self.uri or not self.runs:
-            return None
+            return
         runs, apps = self.runs, self.app_ids
         self.runs, self.app_ids = [], []
         recorded = record_runs(self.uri, runs, app_ids=apps)
         for metrics in runs:
             metrics["history"] = recorded
-        return recorded

@@ -116,11 +116,6 @@ class JobDefinition:
         """With these options, the job rewrites data files (its runner plans the bytes: ``local_rewrite_bytes``)."""
         return hasattr(self.module(), "local_rewrite_bytes") and self.needs_spark(params)
 
-    def planned_rewrite_bytes(self, table: str, storage_options: Mapping[str, str] | None,
-                              params: Params) -> int | None:
-        """Bytes of data files the run would rewrite, planned from the log alone (None: the plan needs Spark)."""
-        return self.module().local_rewrite_bytes(table, storage_options, params)
-
     def planned_rewrite(self, table: str, storage_options: Mapping[str, str] | None, params: Params) -> Any:
         """The rewrite the run would do, planned from the log alone (the runner's ``local_rewrite``: its bytes
         and what the copy estimate reads; None: the plan needs Spark)."""

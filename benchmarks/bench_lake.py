@@ -71,6 +71,8 @@ class Night:
     max_nights_waiting: int = 0
     #: the budgeted plan's runs by job: chosen, chosen for having waited, deferred, predicted CPU-s chosen
     plan_by_job: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: the CPU-seconds each job's runs measured (their reads, work and commits; not the look, plan or record)
+    cpu_by_job: dict[str, float] = field(default_factory=dict)
 
 
 def make_lake(n: int, seed: int) -> list[LakeTable]:
@@ -178,6 +180,15 @@ def _gains(before: dict[str, int], after: dict[str, int], entries: list[dict[str
     return gains
 
 
+def _cpu_by_job(entries: list[dict[str, Any]]) -> dict[str, float]:
+    by_job: dict[str, float] = {}
+    for e in entries:
+        for m in e.get("jobs", []):
+            if isinstance(m.get("cpu_s"), (int, float)):
+                by_job[m["operation"]] = round(by_job.get(m["operation"], 0.0) + float(m["cpu_s"]), 3)
+    return by_job
+
+
 def run_night(policy: str, root: Path, tables: list[LakeTable], history: str,
               budget_cpu_s: float | None) -> tuple[float, list[dict[str, Any]], Any]:
     """One fleet application of ``policy``; (CPU-seconds, the tables' results, the plan or None)."""
@@ -264,11 +275,13 @@ def run_policy(policy: str, work: Path, tables: list[LakeTable], nights: int, bu
             else:
                 row["deferred"] += 1
         after = measure(root, writers)
-        out.append(Night(policy, night, cpu, after, _gains(before, after, entries), predictions, waiting, by_job))
+        out.append(Night(policy, night, cpu, after, _gains(before, after, entries), predictions, waiting, by_job,
+                         _cpu_by_job(entries)))
         progress(f"{policy} night {night}: {cpu:.1f} CPU-s, {out[-1].gains['runs']} runs, {out[-1].measures}")
         if by_job:
             progress("  " + ", ".join(f"{j}: {v}" for j, v in by_job.items()))
         progress("  CPU-s: " + ", ".join(f"{k} {v:.2f}" for k, v in PHASES.items()))
+        progress("  runs' CPU-s by job: " + ", ".join(f"{k} {v:.2f}" for k, v in out[-1].cpu_by_job.items()))
     expected = expected_rows(tables, nights)
     for t in writers:
         # delta-rs's SQL reader applies deletion vectors (its pyarrow reader refuses them)

@@ -11,6 +11,7 @@ only Spark does. This module imports no pyspark: the Airflow worker uses it to r
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
@@ -47,8 +48,10 @@ def spark_only(job: str, params: Mapping[str, Any]) -> str | None:
     return definition(job).spark_only(params)
 
 
+@functools.lru_cache(maxsize=None)
 def job_parser(job: str) -> argparse.ArgumentParser:
-    """A parser of one job's own options (and the history's URI) that raises instead of exiting."""
+    """A parser of one job's own options (and the history's URI) that raises instead of exiting; one per job
+    and process (a fleet parses each table's options, and a parser costs more to build than to use)."""
     parser = argparse.ArgumentParser(prog=f"delta-maint {job}", exit_on_error=False, add_help=False)
     definition(job).options.add_to(parser)
     parser.add_argument(HISTORY_URI, metavar="URI")

@@ -52,6 +52,12 @@ class LakeHistory:
     table_waiting: Mapping[str, int] = field(default_factory=dict)
 
 
+#: the history a night's plan reads: its waits are bounded by the starvation bounds (a week at most), and the
+#: cost model takes each job's last runs; a month holds both with room for a lake that skips nights
+HISTORY_DAYS = 30
+PLAN_COLUMNS = ["table_uri", "operation", "status", "metrics"]
+
+
 def lake_history(history_uri: str | None, storage_options: Mapping[str, str] | None = None) -> LakeHistory:
     """One read of the history for the plan (an empty one where there is no history yet)."""
     if not history_uri:
@@ -59,8 +65,11 @@ def lake_history(history_uri: str | None, storage_options: Mapping[str, str] | N
     from airflow_delta_maint.delta.health.run_log import read_runs
 
     try:
-        # the columns the waits and the cost model read: a row as a dict of every column costs more than the plan
-        runs = read_runs(history_uri, storage_options).select(["table_uri", "operation", "status", "metrics"]).to_pylist()
+        # the columns the waits and the cost model read (a row as a dict of every column costs more than the
+        # plan), of the last HISTORY_DAYS: the history grows by every run of every night
+        since_ms = int((time.time() - HISTORY_DAYS * 86400) * 1000)
+        runs = read_runs(history_uri, storage_options, columns=PLAN_COLUMNS, since_ms=since_ms).select(
+            PLAN_COLUMNS).to_pylist()
     except TableNotFoundError:
         return LakeHistory()
     return LakeHistory(nights_waiting(runs), CostModel.learn(runs), table_nights_waiting(runs))
@@ -68,8 +77,12 @@ def lake_history(history_uri: str | None, storage_options: Mapping[str, str] | N
 
 def _deferred_row(row: Mapping[str, Any]) -> bool:
     """A record of a run the plan deferred, or that the run left when its budget ran out."""
+    if row["status"] != "skipped":
+        return False
     text = row["metrics"] or "{}"
-    return row["status"] == "skipped" and "deferred" in text and bool(json.loads(text).get("deferred"))
+    if '"deferred": true' in text:  # the metrics as the fleet writes them (json.dumps): no parse needed
+        return True
+    return "deferred" in text and bool(json.loads(text).get("deferred"))
 
 
 def nights_waiting(runs: list[dict[str, Any]]) -> dict[tuple[str, str], int]:
@@ -231,14 +244,18 @@ def budgeted(spec: FleetSpec, decision: Decision, budget: Budget,
 
 #: reads of a table a night that replay its log: the plan's, and a job's after another job's commit
 READS_PER_NIGHT = 2
+#: the nights a deferred checkpoint's commits are replayed before it runs
+REPLAY_NIGHTS = 1
 
 
 def reads_saved_cpu_s(estimate: Estimate | None, model: CostModel) -> float:
-    """The CPU-seconds a run saves the next night's reads of its table: the log files they no longer replay,
-    priced by the cost model's rate for a log file (the default's, at the machine's measured speed)."""
+    """The CPU-seconds a run saves the reads of its table (:data:`REPLAY_NIGHTS` nights of :data:`READS_PER_NIGHT`
+    reads): the commits they no longer replay, priced by the default rate of a reader's replay at the machine's
+    measured speed (the model's prior)."""
     if estimate is None or not estimate.gain.log_files_not_replayed:
         return 0.0
-    return estimate.gain.log_files_not_replayed * model.base.per_log_file * model.prior * READS_PER_NIGHT
+    return (estimate.gain.log_files_not_replayed * model.base.per_commit_replayed * model.prior * READS_PER_NIGHT
+            * REPLAY_NIGHTS)
 
 
 def _cut(spec: FleetSpec, decision: Decision, plan: LakePlan, limits: Mapping[str, float]) -> Decision:

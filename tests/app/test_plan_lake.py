@@ -8,6 +8,7 @@ import contextlib
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -301,12 +302,51 @@ def test_a_night_on_this_process_starts_each_chosen_job_from_the_plans_read_of_i
 
 
 def test_a_checkpoint_saves_the_next_nights_reads_of_the_commits_it_covers():
-    from airflow_delta_maint.app.lake_plan import READS_PER_NIGHT, reads_saved_cpu_s
+    from airflow_delta_maint.app.lake_plan import READS_PER_NIGHT, REPLAY_NIGHTS, reads_saved_cpu_s
     from airflow_delta_maint.delta.health.cost_model import CostModel
     from airflow_delta_maint.delta.health.estimates import DEFAULT_RATES, Cost, Estimate, Gain
 
     model = CostModel({}, prior=0.5)
     checkpoint = Estimate("checkpoint", Gain(log_files_not_replayed=10), Cost())
-    assert reads_saved_cpu_s(checkpoint, model) == 10 * DEFAULT_RATES.per_log_file * 0.5 * READS_PER_NIGHT
+    assert reads_saved_cpu_s(checkpoint, model) == 10 * DEFAULT_RATES.per_commit_replayed * 0.5 * READS_PER_NIGHT * REPLAY_NIGHTS
     assert reads_saved_cpu_s(Estimate("optimize", Gain(files_removed=9), Cost()), model) == 0.0
     assert reads_saved_cpu_s(None, model) == 0.0
+
+
+
+def _estimate_inputs(commits: int = 3, files_with_deletion_vectors: int = 0) -> Any:
+    from airflow_delta_maint.delta.health.estimates import EstimateInputs
+    from airflow_delta_maint.delta.health.score import HealthInputs
+
+    mib = 1 << 20
+    health = HealthInputs(num_files=20, size_bytes=20 * mib, target_file_bytes=128 * mib, num_small_files=20,
+                          small_files_bytes=20 * mib, excess_small_files=19, num_records=20_000, deleted_rows=500,
+                          tombstone_bytes=0, commits_since_checkpoint=commits, checkpoint_interval=10,
+                          uncovered_commits=commits, compaction_interval=100)
+    return EstimateInputs(health, num_files_with_deletion_vectors=files_with_deletion_vectors)
+
+
+def test_a_checkpoint_pays_for_itself_only_when_its_replays_cost_more_than_it_does():
+    """A reader replays a small commit far cheaper than a job reads one: a checkpoint of a few commits waits
+    for its ratio, one of many commits goes first."""
+    from airflow_delta_maint.app.lake_plan import reads_saved_cpu_s
+    from airflow_delta_maint.delta.health.cost_model import CostModel
+    from airflow_delta_maint.delta.health.estimates import estimate
+    from airflow_delta_maint.delta.health.lake_budget import Candidate
+
+    model = CostModel({}, prior=1.0)
+
+    def checkpoint(commits: int) -> Candidate:
+        e = estimate("checkpoint", _estimate_inputs(commits))
+        return Candidate("t", "checkpoint", e, saves_cpu_s=reads_saved_cpu_s(e, model))
+
+    assert not checkpoint(5).pays_for_itself
+    assert checkpoint(1000).pays_for_itself
+
+
+def test_an_optimize_estimate_counts_the_deletion_vectors_it_drops():
+    from airflow_delta_maint.delta.health.estimates import estimate
+
+    gain = estimate("optimize", _estimate_inputs(files_with_deletion_vectors=3)).gain
+    assert gain.deletion_vectors_dropped == 3 and gain.dv_bytes_purged > 0
+    assert estimate("optimize", _estimate_inputs()).gain.deletion_vectors_dropped == 0

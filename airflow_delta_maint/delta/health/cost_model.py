@@ -75,7 +75,8 @@ class CostModel:
         b = self.base
         return CpuRates(per_gib_rewritten=b.per_gib_rewritten * k, per_gib_read=b.per_gib_read * k,
                         per_file_deleted=b.per_file_deleted * k, per_file_listed=b.per_file_listed * k,
-                        per_log_file=b.per_log_file * k, fixed_s=b.fixed_s * k)
+                        per_log_file=b.per_log_file * k, fixed_s=b.fixed_s * k,
+                        per_commit_replayed=b.per_commit_replayed * k)
 
 
 @dataclass(frozen=True)

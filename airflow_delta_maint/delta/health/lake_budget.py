@@ -48,10 +48,11 @@ GIB = 1 << 30
 #: a file removed is one open fewer (a parquet file costs a reader two requests at least: its footer, then its
 #: columns); a log file no longer replayed is one request fewer on every load of the table, half an open;
 #: 8 MiB no longer read through deletion vectors is about the time of one open on an object store;
-#: a file given statistics is skipped by about half the selective reads; a GiB freed is storage, not reads
+#: a deletion vector dropped is its read before the file's rows, one small request, half an open; a file given statistics is
+#: skipped by about half the selective reads; a GiB freed is storage, not reads
 GAIN_WEIGHTS: Mapping[str, float] = {"files_removed": 1.0, "log_files_not_replayed": 0.5,
-                                     "dv_bytes_purged": 1.0 / (8 * MIB), "files_given_stats": 0.5,
-                                     "bytes_freed": 1.0 / GIB}
+                                     "dv_bytes_purged": 1.0 / (8 * MIB), "deletion_vectors_dropped": 0.5,
+                                     "files_given_stats": 0.5, "bytes_freed": 1.0 / GIB}
 #: the gain of a job without an estimate (housekeeping whose gain the log's aggregates cannot see)
 UNESTIMATED_GAIN = 0.1
 #: its predicted CPU-seconds, unless the cost model says what a run's start costs

@@ -217,13 +217,20 @@ def _check_schema(snapshot: Snapshot) -> pa.Schema:
     return pa.schema([f for f in RUN_LOG_SCHEMA if f.name in fields])
 
 
-def _with_every_column(table: pa.Table) -> pa.Table:
-    """A file's rows in :data:`RUN_LOG_SCHEMA`, the columns added since it was written null."""
-    for name in RUN_LOG_SCHEMA.names:
+def _read_file(storage: Storage, path: str, columns: Sequence[str] | None) -> pa.Table:
+    """One file of the log's rows: ``columns`` only (those it has), or all."""
+    source = pq.ParquetFile(io.BytesIO(storage.read(_key(storage, path))))
+    return source.read(columns=None if columns is None else [c for c in columns if c in source.schema_arrow.names])
+
+
+def _with_every_column(table: pa.Table, columns: Sequence[str] | None = None) -> pa.Table:
+    """A file's rows in :data:`RUN_LOG_SCHEMA` (or its ``columns``), the columns added since it was written null."""
+    schema = RUN_LOG_SCHEMA if columns is None else pa.schema([RUN_LOG_SCHEMA.field(c) for c in columns])
+    for name in schema.names:
         if name not in table.column_names:
-            field = RUN_LOG_SCHEMA.field(name)
+            field = schema.field(name)
             table = table.append_column(field, pa.nulls(table.num_rows, field.type))
-    return table.select(RUN_LOG_SCHEMA.names).cast(RUN_LOG_SCHEMA)
+    return table.select(schema.names).cast(schema)
 
 
 def create_run_log(uri: str | Storage, storage_options: Mapping[str, str] | None = None) -> Snapshot:
@@ -363,8 +370,13 @@ def _key(storage: Storage, path: str) -> str:
 
 
 def read_runs(uri: str | Storage, storage_options: Mapping[str, str] | None = None, *,
-              tables: Sequence[str] | None = None) -> pa.Table:
+              tables: Sequence[str] | None = None, columns: Sequence[str] | None = None,
+              since_ms: int | None = None) -> pa.Table:
     """The run log's rows (optionally only those of ``tables``), oldest first.
+
+    ``columns``: only these (and the order's ``started_at`` and ``record_id``) are decoded. ``since_ms``: files
+    written before this time (epoch ms) are not read; their rows all started before it, so the rows left out are
+    old ones only (a newer file may still hold older rows).
 
     Raises:
         TableNotFoundError, NotADeltaTableError: nothing is at ``uri``.
@@ -373,9 +385,10 @@ def read_runs(uri: str | Storage, storage_options: Mapping[str, str] | None = No
     storage = _storage(uri, storage_options)
     snapshot = Snapshot.load(storage)
     _check_schema(snapshot)
-    parts = [_with_every_column(pq.read_table(io.BytesIO(storage.read(_key(storage, a["path"])))))
-             for a in snapshot.add_actions()]
-    table = pa.concat_tables(parts) if parts else RUN_LOG_SCHEMA.empty_table()
+    wanted = None if columns is None else list(dict.fromkeys([*columns, "table_uri", "started_at", "record_id"]))
+    parts = [_with_every_column(_read_file(storage, a["path"], wanted), wanted)
+             for a in snapshot.add_actions() if since_ms is None or int(a.get("modificationTime") or 0) >= since_ms]
+    table = pa.concat_tables(parts) if parts else _with_every_column(RUN_LOG_SCHEMA.empty_table(), wanted)
     if tables:
         import pyarrow.compute as pc
 

@@ -42,7 +42,7 @@ from airflow_delta_maint.delta.protocol.table_properties import (DEFAULT_CHECKPO
                                                                  InvalidTablePropertyError, TableProperties)
 from airflow_delta_maint.delta.storage.store import Storage
 
-__all__ = ["HealthInputs", "WEIGHTS", "health_inputs", "health_score", "records_and_deleted", "vacuum_cutoff_ms"]
+__all__ = ["HealthInputs", "WEIGHTS", "health_inputs", "health_score", "records_and_deleted", "score_of", "vacuum_cutoff_ms"]
 
 #: points each part can take away; they sum to 100
 WEIGHTS: dict[str, int] = {"small_files": 30, "statistics": 10, "deletion_vectors": 20, "tombstones": 15,
@@ -243,5 +243,13 @@ def health_score(inputs: HealthInputs) -> dict[str, Any]:
         lost += weight * penalty
         parts[name] = {"weight": weight, "penalty": round(penalty, 4), "points_lost": round(weight * penalty, 2),
                        **detail}
-    return {"score": int(math.floor(max(0.0, min(100.0, 100.0 - lost)) + 0.5)), "parts": parts,
-            "inputs": asdict(inputs)}
+    return {"score": _points(lost), "parts": parts, "inputs": asdict(inputs)}
+
+
+def score_of(inputs: HealthInputs) -> int:
+    """The score alone (what :func:`health_score` gives as ``score``, without its parts)."""
+    return _points(sum(WEIGHTS[name] * penalty for name, (penalty, _) in _penalties(inputs).items()))
+
+
+def _points(lost: float) -> int:
+    return int(math.floor(max(0.0, min(100.0, 100.0 - lost)) + 0.5))

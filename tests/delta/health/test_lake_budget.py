@@ -89,6 +89,7 @@ def test_housekeeping_that_waited_a_week_takes_a_fifth_of_the_night_first():
 def test_gain_weights():
     assert gain_value(Gain(files_removed=3, log_files_not_replayed=2)) == 4  # a commit: half an open
     assert gain_value(Gain(dv_bytes_purged=16 << 20, files_given_stats=2, bytes_freed=2 << 30)) == 2 + 1 + 2
+    assert gain_value(Gain(deletion_vectors_dropped=4)) == 2  # a vector's read: half an open
     assert gain_value(None) > 0
 
 

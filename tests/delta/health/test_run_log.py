@@ -230,3 +230,25 @@ def test_the_run_s_cpu_seconds_have_columns_of_their_own_and_older_run_logs_keep
     assert set(rows_read_by_delta_rs(history).column_names) == set(old.names)
     rows = read_runs(str(history)).to_pylist()
     assert [r["cpu_s"] for r in rows] == [None, None] and [json.loads(r["metrics"])["cpu_s"] for r in rows] == [7.5, 7.5]
+
+
+def test_a_read_of_recent_runs_and_some_columns_leaves_out_only_older_files_and_other_columns(tmp_path):
+    """The plan reads the last weeks of a history that grows every night, and only the columns it weighs."""
+    history = tmp_path / "history"
+    append_runs(str(history), [run_record({"operation": "optimize", "table": "/old", "status": "committed"})],
+                maintain_every=0)
+    (old_file,) = Snapshot.load(Storage(str(history))).add_actions()
+    time.sleep(0.01)  # the next file is written at least a millisecond later
+    append_runs(str(history), [run_record({"operation": "vacuum", "table": "/new", "status": "skipped"})],
+                maintain_every=0)
+    newer = max(int(a["modificationTime"]) for a in Snapshot.load(Storage(str(history))).add_actions())
+    assert newer > int(old_file["modificationTime"])
+
+    recent = read_runs(str(history), since_ms=int(old_file["modificationTime"]) + 1,
+                       columns=["operation", "status"])
+    assert recent.select(["table_uri", "operation", "status"]).to_pylist() == [
+        {"table_uri": "/new", "operation": "vacuum", "status": "skipped"}]
+    assert "metrics" not in recent.column_names
+    everything = read_runs(str(history), columns=["operation"])
+    assert sorted(everything.column("table_uri").to_pylist()) == ["/new", "/old"]
+    assert read_runs(str(history)).num_rows == 2 and read_runs(str(history)).schema == RUN_LOG_SCHEMA

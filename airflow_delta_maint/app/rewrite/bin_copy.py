@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 from airflow_delta_maint.delta.parquet.chunks import CorruptChunkError
 from airflow_delta_maint.delta.parquet.footer import Footer
-from airflow_delta_maint.delta.parquet.row_group_copy import CopyRefused, RowGroupCopyWriter
+from airflow_delta_maint.delta.parquet.row_group_copy import CopyRefused, RowGroupCopyWriter, dictionary_columns
 from airflow_delta_maint.delta.protocol.copied_stats import copied_file_stats_gathered
 from airflow_delta_maint.delta.protocol.schema import PrimitiveType
 from airflow_delta_maint.delta.protocol.stats import StatsCollector, stats_json
@@ -94,7 +94,8 @@ ENCODE_THREADS = 2
 class _Pending:
     """Rows waiting to be re-encoded into the output, encoded as one row group once they hold
     ``row_group_bytes`` of Arrow data (or before the next copied input, or at the end) on a thread of
-    ``pool``, and written in their order; their float values go to ``stats`` as they are encoded."""
+    ``pool``, and written in their order; their float values go to ``stats`` as they are encoded. Columns whose
+    dictionary outgrew its page in the first row group encoded are not tried as dictionaries again."""
 
     def __init__(self, writer: RowGroupCopyWriter, counts: RewriteCounts, spec: RewriteSpec,
                  partition_values: dict[str, str | None], stats: StatsCollector, pool: ThreadPoolExecutor):
@@ -103,6 +104,7 @@ class _Pending:
         self.tables: list[pa.Table] = []
         self.nbytes = 0
         self.encoding: deque[Future] = deque()
+        self.dictionary: bool | list[str] = True
 
     def add(self, table: pa.Table) -> None:
         if table.num_rows:
@@ -123,7 +125,12 @@ class _Pending:
 
     def _encode(self, data: pa.Table) -> tuple[pa.BufferReader, Footer] | None:
         self.stats.update(data)
-        return self.writer.encode(data)
+        dictionary = self.dictionary
+        encoded = self.writer.encode(data, dictionary=dictionary)
+        kept = dictionary_columns(encoded[1]) if encoded is not None and dictionary is True else None
+        if kept is not None:
+            self.dictionary = kept
+        return encoded
 
     def drain(self) -> None:
         """Write every waiting row, in order: before a copied input, and at the end."""

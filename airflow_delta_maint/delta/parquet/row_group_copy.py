@@ -44,13 +44,15 @@ from airflow_delta_maint.delta.parquet.key_values import merge_key_values, seman
 from airflow_delta_maint.delta.parquet.variant_groups import adopt_annotations
 
 __all__ = ["DEFAULT_CREATED_BY", "CopiedPart", "CopyRefused", "CopyResult", "RowGroupCopyWriter", "copy_files",
-           "copy_refusal", "reference_for_schema"]
+           "copy_refusal", "dictionary_columns", "reference_for_schema"]
 
 DEFAULT_CREATED_BY = f"airflow-delta-maint version {__version__}"
 _META_KEPT = ("type", "encodings", "path_in_schema", "codec", "num_values", "total_uncompressed_size",
               "total_compressed_size", "key_value_metadata", "encoding_stats", "size_statistics",
               "geospatial_statistics")
 _I16_MAX = (1 << 15) - 1
+#: page types and encodings of the format (parquet.thrift's PageType and Encoding)
+_DICTIONARY_PAGE, _DATA_PAGES, _DICTIONARY_ENCODINGS = 2, (0, 3), (2, 8)
 
 
 class CopyRefused(DeltaError):
@@ -188,15 +190,17 @@ class RowGroupCopyWriter:
         if encoded is not None:
             self.add_file(*encoded)
 
-    def encode(self, table: pa.Table, row_group_rows: int | None = None) -> tuple[pa.BufferReader, Footer] | None:
+    def encode(self, table: pa.Table, row_group_rows: int | None = None, dictionary: bool | list[str] = True
+               ) -> tuple[pa.BufferReader, Footer] | None:
         """``table`` encoded as :meth:`add_table` encodes it, into memory, with its footer, ready for
-        :meth:`add_file` (None: no rows). Touches nothing of the writer: several tables may be encoded at
-        once on other threads, then added in their order. The bytes go to Arrow's own buffer: a Python
-        file object would take the interpreter's lock for every page the encoder writes."""
+        :meth:`add_file` (None: no rows); ``dictionary``: the leaf columns (dotted paths, see
+        :func:`dictionary_columns`) tried as dictionaries, or all. Touches nothing of the writer: several tables may
+        be encoded at once on other threads, then added in their order. The bytes go to Arrow's own buffer: a
+        Python file object would take the interpreter's lock for every page the encoder writes."""
         if table.num_rows == 0:
             return None
         out = pa.BufferOutputStream()
-        pq.write_table(table, out, compression=_pyarrow_codec(CODECS[self.codec]), use_dictionary=True,
+        pq.write_table(table, out, compression=_pyarrow_codec(CODECS[self.codec]), use_dictionary=dictionary,
                        write_statistics=True, write_page_index=self.page_index,
                        row_group_size=max(1, row_group_rows or table.num_rows))
         buf = pa.BufferReader(out.getvalue())
@@ -316,6 +320,27 @@ class RowGroupCopyWriter:
         md["column_orders"] = ref.get("column_orders")
         self._write(file_bytes(md))
         return CopyResult(md, self.pos, self.parts)
+
+
+def dictionary_columns(footer: Footer) -> list[str] | None:
+    """The leaf columns (``path_in_schema`` joined by dots, as pyarrow's ``use_dictionary`` names them) whose
+    dictionary held in every row group of ``footer``, or None when every one held. A column whose dictionary
+    outgrew its page has data pages encoded otherwise (``encoding_stats``): more rows like these would only
+    pay for a dictionary again before falling back."""
+    leaves: list[str] = []
+    fallen: set[str] = set()
+    for rg in footer.row_groups:
+        for cc in rg["columns"]:
+            meta = cc.get("meta_data") or {}
+            path = ".".join(meta.get("path_in_schema") or [])
+            if path not in leaves:
+                leaves.append(path)
+            pages = meta.get("encoding_stats") or []
+            if any(p["page_type"] == _DICTIONARY_PAGE for p in pages) and \
+                    any(p["page_type"] in _DATA_PAGES and p["encoding"] not in _DICTIONARY_ENCODINGS and p["count"]
+                        for p in pages):
+                fallen.add(path)
+    return [p for p in leaves if p not in fallen] if fallen else None
 
 
 def _key_value(key: str, value: str | None) -> Struct:

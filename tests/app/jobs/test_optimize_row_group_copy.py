@@ -150,6 +150,36 @@ def test_row_groups_encoded_on_threads_keep_the_bins_order(tmp_path: Path) -> No
     assert json.loads(out[0]["stats"]) == json.loads(full[0]["stats"])
 
 
+def test_a_column_whose_dictionary_outgrew_its_page_is_encoded_without_one_after_that(tmp_path: Path) -> None:
+    """Unique ids outgrow their dictionary page in the first row groups re-encoded: the later ones encode them
+    without a dictionary, while a column of few values keeps its dictionary; the output holds the bin's rows in
+    the bin's order, its statistics those of a full rewrite."""
+    import numpy as np
+    import pyarrow as pa
+
+    from airflow_delta_maint.app.rewrite import bin_copy, data_files
+
+    path = tmp_path / "t"
+    for k, n in enumerate([80_000] * 8 + [400_000]):  # eight small files, then one to copy
+        first = k * 1_000_000
+        write_deltalake(str(path), pa.table({"id": pa.array(np.arange(first, first + n, dtype=np.int64)),
+                                             "k": pa.array(np.arange(n) % 100, pa.int32())}), mode="append")
+    snap = Snapshot.load(str(path))
+    order = sorted(snap.add_actions(), key=lambda a: (a["size"], a["path"]))
+    spec = RewriteSpec(snap.storage, snap.metadata.to_action(), row_group_bytes=2 << 20, run_token="0badc0de")
+    out, counts = rewrite_bin(spec, order, {})
+    expected = [i for a in order for i in pq.read_table(path / a["path"], columns=["id"]).column("id").to_pylist()]
+    assert pq.read_table(path / out[0]["path"]).column("id").to_pylist() == expected
+    md = pq.ParquetFile(path / out[0]["path"]).metadata
+    reencoded = range(md.num_row_groups - 1)  # the copied input's row group is the last
+    assert counts.row_groups_copied == 1 and len(reencoded) > bin_copy.ENCODE_THREADS
+    assert [md.row_group(i).column(0).has_dictionary_page for i in reencoded][bin_copy.ENCODE_THREADS:] == \
+        [False] * (len(reencoded) - bin_copy.ENCODE_THREADS)
+    assert all(md.row_group(i).column(1).has_dictionary_page for i in reencoded)
+    full = data_files.rewrite_bin(dataclasses.replace(spec, run_token="0badc0df"), order, {})
+    assert json.loads(out[0]["stats"]) == json.loads(full[0]["stats"])
+
+
 @pytest.mark.spark
 def test_auto_in_spark_tasks(tmp_path: Path, spark) -> None:
     path = tmp_path / "t"

@@ -28,7 +28,8 @@ from airflow_delta_maint.delta.parquet.format import (BLOOM_FILTER_HEADER, COLUM
                                                       ENCRYPTION_ALGORITHM, OFFSET_INDEX, PAGE_HEADER)
 from airflow_delta_maint.delta.parquet.compact import Struct
 from airflow_delta_maint.delta.parquet.row_group_copy import (DEFAULT_CREATED_BY, CopyRefused, RowGroupCopyWriter,
-                                                              copy_files, copy_refusal, reference_for_schema)
+                                                              copy_files, copy_refusal, dictionary_columns,
+                                                              reference_for_schema)
 from airflow_delta_maint.delta.storage.range_reader import RangeReader
 from airflow_delta_maint.delta.storage.store import Storage
 from tests.delta.parquet.tables import many_types
@@ -415,3 +416,26 @@ def test_where_the_kernel_cannot_copy_the_chunks_go_through_the_interpreter(tmp_
     out, _ = copy(tmp_path, paths)
     assert rows(out).equals(rows(paths))
     assert len(calls) == 1  # refused once: the writer stops asking
+
+
+def test_dictionary_columns_name_the_columns_whose_dictionary_held() -> None:
+    """A column whose dictionary outgrew its page (unique ids) is left out; one of few values, nested leaves
+    included, is kept; None when every dictionary held. An encoding without the outgrown column's dictionary
+    gives the same rows."""
+    n = 20_000
+    table = pa.table({"id": pa.array(np.arange(n, dtype=np.int64)), "k": pa.array(np.arange(n) % 7, pa.int32()),
+                      "n": pa.array([{"a": i % 5} for i in range(n)], pa.struct([("a", pa.int64())]))})
+    buf = io.BytesIO()
+    pq.write_table(table, buf, dictionary_pagesize_limit=4096, row_group_size=n // 2)
+    footer = read_footer(io.BytesIO(buf.getvalue()))
+    assert dictionary_columns(footer) == ["k", "n.a"]
+    buf = io.BytesIO()
+    pq.write_table(table.select(["k", "n"]), buf)
+    assert dictionary_columns(read_footer(io.BytesIO(buf.getvalue()))) is None
+    writer = RowGroupCopyWriter(io.BytesIO(), reference_for_schema(table.schema))
+    encoded = writer.encode(table, dictionary=["k", "n.a"])
+    assert encoded is not None
+    md = pq.ParquetFile(encoded[0]).metadata
+    assert [md.row_group(0).column(j).has_dictionary_page for j in range(3)] == [False, True, True]
+    encoded[0].seek(0)
+    assert pq.read_table(encoded[0]).equals(table)

@@ -244,6 +244,7 @@ def run_policy(policy: str, work: Path, tables: list[LakeTable], nights: int, bu
 
     from deltalake import DeltaTable, QueryBuilder
 
+    from airflow_delta_maint.delta.health.cost_model import RAN
     from airflow_delta_maint.delta.health.lake_budget import STARVATION_NIGHTS
 
     root = work / policy
@@ -262,7 +263,7 @@ def run_policy(policy: str, work: Path, tables: list[LakeTable], nights: int, bu
             for e in entries:
                 for m in e["jobs"]:
                     key = (e["table"], m.get("operation"))
-                    if m.get("status") == "committed" and key in predicted and m.get("cpu_s"):
+                    if m.get("status") in RAN and not m.get("deferred") and key in predicted and m.get("cpu_s"):
                         predictions.append((predicted[key], float(m["cpu_s"])))
         waiting = max((p.candidate.table_nights_waiting for p in plan.entries), default=0) if plan else 0
         by_job: dict[str, dict[str, float]] = {}

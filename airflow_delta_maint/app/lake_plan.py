@@ -132,7 +132,7 @@ def _deferred(planned: Planned, limits: Mapping[str, float]) -> dict[str, Any]:
     c = planned.candidate
     return skipped_metrics(c.job, c.table, planned.reason, deferred=True, nights_waiting=c.nights_waiting + 1,
                            budget=dict(limits),
-                           predicted_cpu_s=round(c.cpu_s, 3), gain_value=round(c.value, 3),
+                           predicted_cpu_s=round(c.cpu_s, 4), gain_value=round(c.value, 3),
                            estimate=c.estimate.as_dict() if c.estimate is not None else None)
 
 
@@ -273,7 +273,7 @@ def _cut(spec: FleetSpec, decision: Decision, plan: LakePlan, limits: Mapping[st
                 m = _deferred(deferred[(t.table, j.job)], limits)
             elif m is None and (t.table, j.job) in chosen:
                 c = chosen[(t.table, j.job)].candidate
-                expect: dict[str, Any] = {"predicted_cpu_s": round(c.cpu_s, 3), "prediction_scale": round(c.scale, 4),
+                expect: dict[str, Any] = {"predicted_cpu_s": round(c.cpu_s, 4), "prediction_scale": round(c.scale, 6),
                                           "budget": dict(limits)}
                 if c.estimate is not None:  # the score the plan saw and expects after, for the lake's health
                     expect["estimate"] = c.estimate.as_dict()

@@ -38,11 +38,11 @@ class RunCpu:
     def measure(self, spark: Any | None) -> dict[str, Any]:
         """The run's ``cpu_s``, its parts and ``cpu_missing`` (when a part is unknown), now that it has ended;
         ``spark``: the session the run started, or None."""
-        parts: dict[str, float] = {"cpu_driver_s": round(time.process_time() - self.process_s, 3)}
+        parts: dict[str, float] = {"cpu_driver_s": round(time.process_time() - self.process_s, 4)}
         missing: dict[str, str] = {}
         tasks = TASKS_CPU.total() - self.tasks_s
         if spark is not None or tasks > 0:
-            parts["cpu_tasks_s"] = round(tasks, 3)
+            parts["cpu_tasks_s"] = round(tasks, 4)
         if spark is not None:
             from .runners.executor_cpu import executor_cpu
 
@@ -51,7 +51,7 @@ class RunCpu:
                 parts["cpu_executors_s"] = executors.seconds
             if executors.missing:
                 missing["cpu_executors_s"] = executors.missing
-        out: dict[str, Any] = {"cpu_s": round(sum(parts.values()), 3), **parts}
+        out: dict[str, Any] = {"cpu_s": round(sum(parts.values()), 4), **parts}
         if missing:
             out["cpu_missing"] = missing
         return out

@@ -168,7 +168,7 @@ def test_each_run_records_its_prediction_beside_its_measure_and_the_model_learns
     lake(tmp_path / "lake", {"busy": 12})  # the next night has work again
     _, again = plan_lake(*tables, "--history-uri", history, "--dry-run")
     (planned,) = [p for p in again["plan"]["chosen"] if p["job"] == "optimize"]
-    assert planned["prediction_scale"] == round(model.scale("optimize"), 4) != 1.0
+    assert planned["prediction_scale"] == round(model.scale("optimize"), 6) != 1.0
 
 
 def _fleet_and_history(tmp_path):

@@ -20,7 +20,7 @@ from typing import Any
 
 from airflow_delta_maint.delta.health.estimates import DEFAULT_RATES, CpuRates
 
-__all__ = ["MIN_RUNS", "WINDOW", "CostModel", "PredictionError", "prediction_errors"]
+__all__ = ["MIN_RUNS", "RAN", "WINDOW", "CostModel", "PredictionError", "prediction_errors"]
 
 #: runs a (job, engine) needs before its own scale replaces 1
 MIN_RUNS = 1
@@ -28,14 +28,21 @@ MIN_RUNS = 1
 WINDOW = 20
 
 
+#: the status of the runs the model learns from: a run that commits nothing (the log's cleanup, a job that found
+#: its work done) costs about a millisecond, below what its gain without an estimate (``UNESTIMATED_GAIN``) was
+#: weighed against; learnt, such runs would outrank compaction
+RAN = ("committed",)
+
+
 def _measured(row: Mapping[str, Any]) -> tuple[dict[str, Any], float, float] | None:
-    """(metrics, measured CPU-s, predicted CPU-s) of a committed history row that recorded both, or None."""
+    """(metrics, measured CPU-s, predicted CPU-s) of a history row of a chosen run that committed and recorded
+    both, or None (a deferred run recorded a prediction, but no measure)."""
     text = row.get("metrics") or "{}"
-    if row.get("status") != "committed" or "predicted_cpu_s" not in text:  # most rows: no JSON to parse
+    if row.get("status") not in RAN or "predicted_cpu_s" not in text or '"cpu_s"' not in text:  # most rows: no parse
         return None
     metrics = json.loads(text)
     cpu, predicted = metrics.get("cpu_s"), metrics.get("predicted_cpu_s")
-    if row.get("status") != "committed" or not isinstance(cpu, (int, float)) or not isinstance(predicted, (int, float)):
+    if metrics.get("deferred") or not isinstance(cpu, (int, float)) or not isinstance(predicted, (int, float)):
         return None
     return metrics, float(cpu), float(predicted)
 
@@ -96,7 +103,7 @@ class PredictionError:
 
 
 def prediction_errors(rows: Iterable[Mapping[str, Any]]) -> list[PredictionError]:
-    """Every committed run that recorded a prediction and a measure, oldest first."""
+    """Every chosen run that committed and recorded a prediction and a measure, oldest first."""
     out = []
     for row in rows:
         seen = _measured(row)

@@ -171,7 +171,7 @@ class Planned:
         c = self.candidate
         return {"table": c.table, "job": c.job, "chosen": self.chosen, "reason": self.reason, "rank": self.rank,
                 "nights_waiting": c.nights_waiting, "table_nights_waiting": c.table_nights_waiting, "gain_value": round(c.value, 3),
-                "predicted_cpu_s": round(c.cpu_s, 3), "prediction_scale": round(c.scale, 4),
+                "predicted_cpu_s": round(c.cpu_s, 4), "prediction_scale": round(c.scale, 6),
                 "bytes_rewritten": c.bytes_rewritten,
                 "estimate": c.estimate.as_dict() if c.estimate is not None else None}
 

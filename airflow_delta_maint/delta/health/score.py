@@ -111,11 +111,15 @@ def _readable(properties: TableProperties, name: str, default: int) -> int:
         return default
 
 
-def vacuum_cutoff_ms(storage: Storage, version: int, max_commits: int = 1000) -> int | None:
+def vacuum_cutoff_ms(storage: Storage, version: int, max_commits: int = 1000,
+                     oldest_removal_ms: int | None = None) -> int | None:
     """Files removed before this time (epoch ms) are gone: the last completed VACUUM (within
     ``max_commits`` commits of ``version``) deleted them. Its ``VACUUM START`` timestamp minus the
-    retention it ran with; None when there is no such VACUUM."""
-    end = last_operation_version(storage, ["VACUUM END"], version, max_commits=max_commits)
+    retention it ran with; None when there is no such VACUUM. ``oldest_removal_ms``: the oldest removal
+    asked about; a VACUUM that ended before it deleted none of them, so the search stops at the commits
+    before it (a writer's clock behind the VACUUM's can only count more bytes as still there)."""
+    end = last_operation_version(storage, ["VACUUM END"], version, max_commits=max_commits,
+                                 not_before_ms=oldest_removal_ms)
     if end is None:
         return None
     end_info = read_commit_info_head(storage, end) or {}
@@ -157,7 +161,8 @@ def health_inputs(snapshot: Snapshot, target_file_bytes: int, state: LogState | 
         # keeps its bytes: VACUUM cannot delete them
         gone = pc.invert(pc.is_in(snapshot.tombstones.column("path"), snapshot.files.column("path")))
         # and files removed before the last VACUUM's cut-off are deleted already
-        cutoff = vacuum_cutoff_ms(snapshot.storage, snapshot.version)
+        oldest = pc.min(snapshot.tombstones.column("deletionTimestamp")).as_py()
+        cutoff = vacuum_cutoff_ms(snapshot.storage, snapshot.version, oldest_removal_ms=oldest)
         if cutoff is not None:
             removed_at = pc.fill_null(snapshot.tombstones.column("deletionTimestamp"), cutoff)
             gone = pc.and_(gone, pc.greater_equal(removed_at, cutoff))

@@ -135,7 +135,8 @@ def _gone_bytes(state: TableHeader, removed: pa.Table) -> int:
             live |= pc.fill_null(pc.is_in(paths, value_set=hit.combine_chunks() if isinstance(hit, pa.ChunkedArray)
                                           else hit), False).to_numpy(zero_copy_only=False)
     gone = ~live
-    cutoff = vacuum_cutoff_ms(state.storage, state.version)
+    oldest = pc.min(removed.column("deletionTimestamp")).as_py()
+    cutoff = vacuum_cutoff_ms(state.storage, state.version, oldest_removal_ms=oldest)
     if cutoff is not None:
         removed_at = pc.fill_null(removed.column("deletionTimestamp"), cutoff).to_numpy(zero_copy_only=False)
         gone &= removed_at >= cutoff

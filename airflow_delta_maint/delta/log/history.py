@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from airflow_delta_maint.delta.errors import NotADeltaTableError
+from airflow_delta_maint.delta.log.commit_time import commit_info_time
 from airflow_delta_maint.delta.log.listing import LOG_DIR, commit_key, list_log, read_last_checkpoint_hint
 from airflow_delta_maint.delta.storage.store import Storage
 
@@ -120,11 +121,13 @@ def read_commit_info_head(storage: Storage, version: int) -> dict | None:
 
 
 def last_operation_version(storage: Storage, operations: Iterable[str], latest: int,
-                           max_commits: int | None = None, stop_at: int = 0) -> int | None:
+                           max_commits: int | None = None, stop_at: int = 0,
+                           not_before_ms: int | None = None) -> int | None:
     """The newest version <= ``latest`` whose commitInfo operation is one of ``operations``.
 
-    Scans backwards through at most ``max_commits`` commits (and not below ``stop_at``);
-    returns None when none is found in that range or the older commits are gone.
+    Scans backwards through at most ``max_commits`` commits (and not below ``stop_at``, nor past a commit
+    whose commitInfo time is before ``not_before_ms``); returns None when none is found in that range or the
+    older commits are gone.
     """
     wanted = {op.upper() for op in operations}
     lowest = max(stop_at, latest - max_commits + 1) if max_commits is not None else stop_at
@@ -134,6 +137,9 @@ def last_operation_version(storage: Storage, operations: Iterable[str], latest: 
             return None
         if info and str(info.get("operation", "")).upper() in wanted:
             return version
+        when = commit_info_time(info)
+        if not_before_ms is not None and when is not None and when < not_before_ms:
+            return None
     return None
 
 

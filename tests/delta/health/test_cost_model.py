@@ -44,3 +44,15 @@ def test_only_the_newest_runs_count():
 def test_prediction_errors():
     errors = prediction_errors([row("optimize", 4.0, 5.0), row("vacuum", None, 1.0), row("optimize", 2.0, 1.0)])
     assert [round(e.relative, 2) for e in errors] == [0.25, 0.5]
+
+
+
+def test_a_run_that_committed_nothing_or_was_deferred_teaches_nothing():
+    """A run of the log's cleanup deletes files and commits nothing: about a millisecond, noise against its
+    prediction; a deferred run recorded a prediction and no measure."""
+    deferred = {"operation": "optimize", "table_uri": "t", "status": "skipped", "started_at": "2026-11-28",
+                "metrics": json.dumps({"predicted_cpu_s": 9.0, "prediction_scale": 1.0, "deferred": True})}
+    rows = [row("optimize", 2.0, 1.0), row("cleanup-log", 0.001, 10.0, status="skipped"), deferred]
+    model = CostModel.learn(rows)
+    assert model.scales == {("optimize", "native"): 2.0} and model.scale("cleanup-log") == 2.0
+    assert [e.job for e in prediction_errors(rows)] == ["optimize"]

@@ -245,13 +245,15 @@ class Spent:
 
 
 def run_fleet(spec: FleetSpec, master: str | None = None, *, spark_allowed: bool = True,
-              settings: Settings | None = None, spark_conf: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+              settings: Settings | None = None, spark_conf: Mapping[str, str] | None = None,
+              history_options: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     """Run every table's jobs in order in this process, one SparkSession for all; one entry per table.
 
     With ``spark_allowed`` false (the fleet runs on the Airflow worker) no SparkSession starts: the
     jobs' parallel work runs on threads. ``settings``: the application's settings (default: this
     process's environment; a bad one raises ``InvalidArgumentError``). ``spark_conf``: for a session
-    this process starts itself (the command line's, outside spark-submit).
+    this process starts itself (the command line's, outside spark-submit). ``history_options``: the history's
+    object-store options (``plan-lake --storage-option``; else the environment's).
     """
     settings = settings if settings is not None else Settings.from_environ(os.environ)
     conf = dict(spark_conf or {})
@@ -267,7 +269,7 @@ def run_fleet(spec: FleetSpec, master: str | None = None, *, spark_allowed: bool
         return JobContext(table=table.table, storage_options=dict(table.storage_options), master=master,
                           spark_allowed=spark_allowed, settings=settings, spark_conf=conf)
 
-    history = HistoryBatch(spec.history_uri)
+    history = HistoryBatch(spec.history_uri, dict(history_options or {}))
     try:
         for n, t in enumerate(spec.tables, 1):
             entry = run_table(t, context, spent, history)

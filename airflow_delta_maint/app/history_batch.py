@@ -26,6 +26,8 @@ class HistoryBatch:
     """The runs waiting for the history's next append (with each one's Spark application)."""
 
     uri: str | None
+    #: the history's object-store options (credentials among them: kept in memory, never written)
+    storage_options: dict[str, str] = field(default_factory=dict, repr=False)
     flush_s: float = field(default_factory=lambda: FLUSH_S)
     runs: list[dict[str, Any]] = field(default_factory=list)
     app_ids: list[str | None] = field(default_factory=list)
@@ -48,6 +50,6 @@ class HistoryBatch:
             return
         runs, apps = self.runs, self.app_ids
         self.runs, self.app_ids = [], []
-        recorded = record_runs(self.uri, runs, app_ids=apps)
+        recorded = record_runs(self.uri, runs, storage_options=self.storage_options, app_ids=apps)
         for metrics in runs:
             metrics["history"] = recorded

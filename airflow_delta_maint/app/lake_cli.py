@@ -94,8 +94,8 @@ def _plan_and_run(args: argparse.Namespace, quiet: bool) -> tuple[int, dict[str,
     result: dict[str, Any] = {"status": "dry_run" if args.dry_run else "committed", "plan": plan.as_dict()}
     if not args.dry_run:
         conf = session_conf(dict(args.conf), delta_spark=False, quiet=quiet, cache_dir=settings.cache_dir)
-        ran = run_fleet(cut.to_run, args.master, spark_allowed=not args.local, settings=settings,
-                        spark_conf=conf) if cut.to_run.tables else []
+        ran = run_fleet(cut.to_run, args.master, spark_allowed=not args.local, settings=settings, spark_conf=conf,
+                        history_options=dict(args.storage_option)) if cut.to_run.tables else []
         entries = merge(spec, cut, ran)
         record_known(spec.history_uri, cut, dict(args.storage_option), ran)
         result["tables"] = entries

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_delta_maint.delta.errors import DeltaError, TableNotFoundError
+from airflow_delta_maint.delta.errors import DeltaError, NotADeltaTableError, TableNotFoundError
 from airflow_delta_maint.delta.health.cost_model import CostModel
 from airflow_delta_maint.delta.health.estimates import Estimate, EstimateInputs
 from airflow_delta_maint.delta.health.lake_budget import Budget, Candidate, LakePlan, Planned, plan_lake
@@ -70,7 +70,7 @@ def lake_history(history_uri: str | None, storage_options: Mapping[str, str] | N
         since_ms = int((time.time() - HISTORY_DAYS * 86400) * 1000)
         runs = read_runs(history_uri, storage_options, columns=PLAN_COLUMNS, since_ms=since_ms).select(
             PLAN_COLUMNS).to_pylist()
-    except TableNotFoundError:
+    except (TableNotFoundError, NotADeltaTableError):  # not written yet (on an object store: a prefix without commits)
         return LakeHistory()
     return LakeHistory(nights_waiting(runs), CostModel.learn(runs), table_nights_waiting(runs))
 

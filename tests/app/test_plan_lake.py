@@ -18,6 +18,8 @@ from airflow_delta_maint.app import cli
 from airflow_delta_maint.delta.health.run_log import read_runs
 from airflow_delta_maint.delta.health.lake_budget import STARVATION_NIGHTS
 
+from tests.snapshot_serves import count_snapshot_serves
+
 
 def lake(root: Path, appends: dict[str, int]) -> list[str]:
     """Tables of ``n`` appends each (two partitions, 1,000 rows an append)."""
@@ -280,16 +282,7 @@ def test_the_plan_holds_no_storage_option(tmp_path, capsys):
 def test_a_night_on_this_process_starts_each_chosen_job_from_the_plans_read_of_its_log(tmp_path, monkeypatch):
     from airflow_delta_maint.delta.log import snapshot_cache
 
-    served: list[str] = []
-    real_get = snapshot_cache.SnapshotCache.get
-
-    def counted(self, storage, *args):
-        found = real_get(self, storage, *args)
-        if found is not None:
-            served.append(storage.root)
-        return found
-
-    monkeypatch.setattr(snapshot_cache.SnapshotCache, "get", counted)
+    served = count_snapshot_serves(monkeypatch)
     tables = lake(tmp_path / "lake", {"one": 6, "two": 6})
     before = [rows(t) for t in tables]
     code, result = plan_lake(*tables, "--budget", "cpu_s=600", "--local")
@@ -350,3 +343,49 @@ def test_an_optimize_estimate_counts_the_deletion_vectors_it_drops():
     gain = estimate("optimize", _estimate_inputs(files_with_deletion_vectors=3)).gain
     assert gain.deletion_vectors_dropped == 3 and gain.dv_bytes_purged > 0
     assert estimate("optimize", _estimate_inputs()).gain.deletion_vectors_dropped == 0
+
+
+def test_a_plan_reads_an_object_store_history_with_its_options_and_keeps_the_secret(tmp_path, monkeypatch, caplog,
+                                                                                     capsys):
+    """The second night's plan reads the first night's runs from a history on S3 (its recent files, the plan's
+    columns) with the options given: it learns from them, starts no process (no argument can carry the secret),
+    and the secret is in no output, log line or history row."""
+    import logging
+    import subprocess
+
+    from tests.storage.servers import start_moto
+
+    server = start_moto(tmp_path)
+    try:
+        key_id, secret = "AKIDPLANHISTORY", "plan-history-secret-4e81c0"
+        opts = {"AWS_ENDPOINT_URL": server.endpoint, "AWS_ALLOW_HTTP": "true", "AWS_REGION": "us-east-1",
+                "AWS_ACCESS_KEY_ID": key_id, "AWS_SECRET_ACCESS_KEY": secret}
+        import boto3
+
+        boto3.client("s3", endpoint_url=server.endpoint, aws_access_key_id=key_id, aws_secret_access_key=secret,
+                     region_name="us-east-1").create_bucket(Bucket="lake")
+        tables, history = ["s3://lake/one", "s3://lake/two"], "s3://lake/history"
+
+        def night(start: int) -> tuple[int, dict]:
+            for uri in tables:
+                for i in range(start, start + 4):
+                    write_deltalake(uri, pa.table({"id": [i, i + 100], "part": ["p", "q"]}), mode="append",
+                                    partition_by=["part"], storage_options=opts)
+            options = [x for k, v in opts.items() for x in ("--storage-option", f"{k}={v}")]
+            return plan_lake(*tables, "--budget", "cpu_s=600", "--local", "--history-uri", history, *options)
+
+        monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: pytest.fail(f"a process was started: {a}"))
+        caplog.set_level(logging.DEBUG)
+        first_code, first = night(0)
+        code, second = night(4)
+        assert first_code == code == 0
+        assert {p["prediction_scale"] for p in first["plan"]["chosen"]} == {1.0}  # no history yet
+        assert {p["prediction_scale"] for p in second["plan"]["chosen"] if p["job"] == "optimize"} != {1.0}  # learnt
+        rows = read_runs(history, opts).to_pylist()
+        assert sum(r["operation"] == "optimize" and r["status"] == "committed" for r in rows) == 4
+        out = capsys.readouterr()
+        seen = json.dumps([first, second], default=str) + json.dumps(rows, default=str) + caplog.text + out.out \
+            + out.err
+        assert secret not in seen and key_id not in seen
+    finally:
+        server.stop()

@@ -20,6 +20,8 @@ from airflow_delta_maint.hooks.delta_maint import DeltaMaintHook
 from airflow_delta_maint.operators.fleet import MaintainTablesOperator, job_options
 from airflow_delta_maint.operators.maintenance import InspectTableOperator, LogCompactionOperator, OptimizeOperator
 
+from tests.snapshot_serves import count_snapshot_serves
+
 pytestmark = pytest.mark.timeout(600)
 
 
@@ -661,16 +663,7 @@ def test_a_night_from_the_plans_reads_keeps_the_connections_secret(s3_lake, tmp_
         for i in range(4):
             write_deltalake(uri, pa.table({"id": [i, i + 100], "part": ["p", "q"]}), mode="append",
                             partition_by=["part"], storage_options=options)
-    served: list[str] = []
-    real_get = snapshot_cache.SnapshotCache.get
-
-    def counted(self, storage, *args):
-        found = real_get(self, storage, *args)
-        if found is not None:
-            served.append(storage.root)
-        return found
-
-    monkeypatch.setattr(snapshot_cache.SnapshotCache, "get", counted)
+    served = count_snapshot_serves(monkeypatch)
     monkeypatch.setattr(DeltaMaintHook, "submit", lambda *a, **k: pytest.fail("spark-submit was called"))
     monkeypatch.setattr(subprocess_module, "Popen", lambda *a, **k: pytest.fail(f"a process was started: {a}"))
     history = tmp_path / "history"

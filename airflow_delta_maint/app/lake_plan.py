@@ -182,7 +182,8 @@ def decide_by_estimates(spec: FleetSpec, look: LakeLook,
                 results.append(_failed(j.job, t.table, error) if n == 0 else
                                skipped_metrics(j.job, t.table, f"not run: {t.jobs[0].job} failed on this table"))
                 continue
-            estimate = definition(j.job).estimate(inputs) if inputs is not None else None
+            estimate = definition(j.job).estimate(inputs, params=vars(parse_job_args(j.job, j.args))) \
+                if inputs is not None else None
             if estimate is not None and not estimate.gain.any:
                 results.append(skipped_metrics(j.job, t.table, "nothing to gain, by the estimate from the log",
                                                estimate=estimate.as_dict()))
@@ -227,9 +228,10 @@ def budgeted(spec: FleetSpec, decision: Decision, budget: Budget,
     for (_, t), got in zip(work, found):
         for j in t.jobs:
             job = definition(j.job)
-            engine = job.engine(vars(parse_job_args(j.job, j.args)))
+            params = vars(parse_job_args(j.job, j.args))
+            engine = job.engine(params)
             rates = history.model.rates(j.job, engine)
-            estimate = job.estimate(got, rates) if got is not None else None
+            estimate = job.estimate(got, rates, params) if got is not None else None
             candidates.append(Candidate(t.table, j.job, estimate, history.waiting.get((t.table, j.job), 0),
                                         history.table_waiting.get(t.table, 0),
                                         scale=history.model.scale(j.job, engine), unestimated_cpu_s=rates.fixed_s,
@@ -250,12 +252,13 @@ REPLAY_NIGHTS = 1
 
 def reads_saved_cpu_s(estimate: Estimate | None, model: CostModel) -> float:
     """The CPU-seconds a run saves the reads of its table (:data:`REPLAY_NIGHTS` nights of :data:`READS_PER_NIGHT`
-    reads): the commits they no longer replay, priced by the default rate of a reader's replay at the machine's
-    measured speed (the model's prior)."""
+    reads): the commits they no longer replay, less the parquet checkpoint a first checkpoint makes them read,
+    priced by the default rates of a reader at the machine's measured speed (the model's prior)."""
     if estimate is None or not estimate.gain.log_files_not_replayed:
         return 0.0
-    return (estimate.gain.log_files_not_replayed * model.base.per_commit_replayed * model.prior * READS_PER_NIGHT
-            * REPLAY_NIGHTS)
+    gain, base = estimate.gain, model.base
+    per_read = gain.log_files_not_replayed * base.per_commit_replayed - gain.checkpoint_files_added * base.per_checkpoint_read
+    return per_read * model.prior * READS_PER_NIGHT * REPLAY_NIGHTS
 
 
 def _cut(spec: FleetSpec, decision: Decision, plan: LakePlan, limits: Mapping[str, float]) -> Decision:

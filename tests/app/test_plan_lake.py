@@ -261,12 +261,15 @@ def test_one_look_at_each_table_answers_for_the_checks(tmp_path):
     look = look_at_lake(spec)
     assert set(look.errors) == {missing}
     by_look, by_checks = decide_by_estimates(spec, look), decide(spec)
-    assert [[m is None for m in k] for k in by_look.known[:2]] == [[m is None for m in k] for k in by_checks.known[:2]]
+    assert [k[0] is None for k in by_look.known[:2]] == [k[0] is None for k in by_checks.known[:2]]
     busy, done, gone = by_look.known
     assert busy[0] is None  # optimize has work on the busy table
     assert done[0]["reason"] == "nothing to gain, by the estimate from the log"
-    assert busy[1] is None and done[1] is None  # cleanup-log has no estimate and no check: it runs
-    assert [j.job for t in by_look.to_run.tables for j in t.jobs] == ["optimize", "cleanup-log", "cleanup-log"]
+    # the look planned each table's log cleanup: no commit is older than the retention, so it has nothing to do
+    # (the fleet's checks have none for it: it runs, and finds that out)
+    assert busy[1]["reason"] == done[1]["reason"] == "nothing to gain, by the estimate from the log"
+    assert by_checks.known[0][1] is None and by_checks.known[1][1] is None
+    assert [j.job for t in by_look.to_run.tables for j in t.jobs] == ["optimize"]
     assert gone[0]["status"] == "failed" and gone[1]["reason"] == "not run: optimize failed on this table"
     assert by_checks.known[2][0]["status"] == "failed"
 
@@ -337,6 +340,30 @@ def test_a_checkpoint_pays_for_itself_only_when_its_replays_cost_more_than_it_do
     assert checkpoint(1000).pays_for_itself
 
 
+def test_a_first_checkpoint_pays_the_parquet_read_it_adds_to_every_read():
+    """A table's first checkpoint is a parquet file each read opens in place of the commits: worth it only on a
+    log long enough that replaying it costs more than that read."""
+    import dataclasses
+
+    from airflow_delta_maint.app.lake_plan import READS_PER_NIGHT, REPLAY_NIGHTS, reads_saved_cpu_s
+    from airflow_delta_maint.delta.health.cost_model import CostModel
+    from airflow_delta_maint.delta.health.estimates import DEFAULT_RATES, estimate
+
+    model = CostModel({}, prior=1.0)
+    for commits in (5, 40):
+        again = estimate("checkpoint", _estimate_inputs(commits))
+        first = estimate("checkpoint", dataclasses.replace(_estimate_inputs(commits), checkpointed=False))
+        assert (again.gain.log_files_not_replayed, again.gain.checkpoint_files_added) == (commits, 0)
+        assert (first.gain.log_files_not_replayed, first.gain.checkpoint_files_added) == (commits - 1, 1)
+        per_read = (commits - 1) * DEFAULT_RATES.per_commit_replayed - DEFAULT_RATES.per_checkpoint_read
+        assert reads_saved_cpu_s(first, model) == pytest.approx(per_read * READS_PER_NIGHT * REPLAY_NIGHTS)
+        assert reads_saved_cpu_s(first, model) < reads_saved_cpu_s(again, model)
+    few = estimate("checkpoint", dataclasses.replace(_estimate_inputs(5), checkpointed=False))
+    assert reads_saved_cpu_s(few, model) < 0  # the reads get dearer: it waits for its ratio
+    one = estimate("checkpoint", dataclasses.replace(_estimate_inputs(1), checkpointed=False))
+    assert not one.gain.any  # one commit: a checkpoint of it saves no read at all
+
+
 def test_an_optimize_estimate_counts_the_deletion_vectors_it_drops():
     from airflow_delta_maint.delta.health.estimates import estimate
 
@@ -389,3 +416,45 @@ def test_a_plan_reads_an_object_store_history_with_its_options_and_keeps_the_sec
         assert secret not in seen and key_id not in seen
     finally:
         server.stop()
+
+
+def _age_commits(table: str, versions: range, days: int) -> None:
+    """Commit files of ``versions`` made ``days`` old (their modification time is their commit time)."""
+    import os
+    import time
+
+    when = time.time() - days * 86400
+    for v in versions:
+        os.utime(Path(table) / "_delta_log" / f"{v:020d}.json", (when, when))
+
+
+def test_the_look_counts_the_expired_log_files_its_cleanup_then_deletes(tmp_path):
+    from airflow_delta_maint.app.execution import run_in_process
+    from airflow_delta_maint.app.fleet import FleetSpec
+    from airflow_delta_maint.app.lake_plan import decide_by_estimates, look_at_lake, table_inputs
+    from airflow_delta_maint.app.job_definitions import definition
+
+    expired, fresh = lake(tmp_path, {"expired": 6, "fresh": 6})
+    for t in (expired, fresh):
+        DeltaTable(t).create_checkpoint()  # at version 5: the boundary the cleanup may delete up to
+    _age_commits(expired, range(0, 6), days=40)  # older than the 30 days of the default log retention
+    before = rows(expired)
+    inputs = table_inputs(expired, {})  # the commits before the checkpoint go
+    assert inputs.expired_log_files == 5 and inputs.expired_log_bytes == sum(
+        (Path(expired) / "_delta_log" / f"{v:020d}.json").stat().st_size for v in range(5))
+    estimate = definition("cleanup-log").estimate(inputs)
+    assert estimate is not None and estimate.gain.bytes_freed == inputs.expired_log_bytes
+    assert estimate.cost.files_deleted == 5
+    # a retention or versions of its own: the look's plan (the table's retention) does not hold
+    assert definition("cleanup-log").estimate(inputs, params={"retention_hours": 1.0, "keep_versions": None}) is None
+    assert definition("cleanup-log").estimate(inputs, params={"retention_hours": None, "keep_versions": "1"}) is None
+
+    spec = FleetSpec.from_json({"tables": [{"table": t, "jobs": [{"job": "cleanup-log"}]} for t in (expired, fresh)]})
+    decision = decide_by_estimates(spec, look_at_lake(spec))
+    assert decision.known[0] == [None] and decision.known[1][0]["reason"] == "nothing to gain, by the estimate from the log"
+    own = FleetSpec.from_json({"tables": [{"table": fresh, "jobs": [{"job": "cleanup-log", "args": ["--retention-hours", "1"]}]}]})
+    assert decide_by_estimates(own, look_at_lake(own)).known == [[None]]  # its own retention: it runs its own plan
+
+    code, metrics = run_in_process("cleanup-log", expired, [])
+    assert code == 0 and metrics["numLogFilesDeleted"] == inputs.expired_log_files
+    assert rows(expired) == before and table_inputs(expired, {}).expired_log_files == 0

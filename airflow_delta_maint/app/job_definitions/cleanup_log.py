@@ -20,6 +20,7 @@ CLEANUP_LOG = JobDefinition(
     engines=(NATIVE, DELTA_SPARK),
     engine_option="engine",
     dry_run_plans_natively=True,
+    estimate_holds=lambda params: params.get("retention_hours") is None and not params.get("keep_versions"),
     options=options(
         Option("retention_hours", "float", "delete log files older than H hours (default: the table's "
                "delta.logRetentionDuration, 30 days if unset)", metavar="H",

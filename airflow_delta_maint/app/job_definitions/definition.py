@@ -63,6 +63,8 @@ class JobDefinition:
             (a catalog-managed table's catalog must allow it); empty for a job that does not write.
         fleet_default: the options a fleet runs it with when given no jobs (None: not run by default).
         fleet_rank: its place among the fleet's default jobs (lower first).
+        estimate_holds: with these options, the estimate from the log describes the run (the expired log's
+            cleanup is planned under the table's own retention: not with a retention or versions of its own).
     """
 
     name: str
@@ -83,6 +85,7 @@ class JobDefinition:
     catalog_operation: str = ""
     fleet_default: Mapping[str, Any] | None = None
     fleet_rank: int = 0
+    estimate_holds: Callable[[Params], bool] = _always
 
     def module(self) -> ModuleType:
         """The job's runner module."""
@@ -145,7 +148,11 @@ class JobDefinition:
             return own(dict(metrics))
         return "\n".join(f"{k}: {v}" for k, v in metrics.items())
 
-    def estimate(self, inputs: EstimateInputs, rates: CpuRates = DEFAULT_RATES) -> Estimate | None:
-        """What a run would gain and cost on the table ``inputs`` describe, from the log alone (its operation's
-        estimate: :mod:`airflow_delta_maint.delta.health.estimates`); None for a job that changes nothing."""
-        return estimate(self.operation, inputs, rates) if self.writes else None
+    def estimate(self, inputs: EstimateInputs, rates: CpuRates = DEFAULT_RATES,
+                 params: Params | None = None) -> Estimate | None:
+        """What a run with ``params`` (None: the defaults) would gain and cost on the table ``inputs`` describe, from
+        the log alone (its operation's estimate: :mod:`airflow_delta_maint.delta.health.estimates`); None for a job
+        that changes nothing, or whose options the estimate does not hold for."""
+        if not self.writes or (params is not None and not self.estimate_holds(params)):
+            return None
+        return estimate(self.operation, inputs, rates)

@@ -11,9 +11,11 @@ from typing import Any
 
 import numpy as np
 
+from airflow_delta_maint.delta.errors import DeltaError
 from airflow_delta_maint.delta.health.estimates import EstimateInputs
 from airflow_delta_maint.delta.health.score import HealthInputs, health_score, inputs_from_aggregates
 from airflow_delta_maint.delta.health.state_summary import StateSummary, summarize_state
+from airflow_delta_maint.delta.log.cleanup import plan_log_cleanup
 from airflow_delta_maint.delta.log.history import LogState, last_operation_version, log_state
 from airflow_delta_maint.delta.log.table_header import TableHeader
 from airflow_delta_maint.delta.log.table_state import TableState
@@ -100,7 +102,9 @@ def inspect_table(state: TableHeader, small_file_bytes: int = DEFAULT_SMALL_FILE
         "distrusted_log_files": list(state.distrusted),
         "health": health_score(health),
         # what each job would gain and cost here, from these aggregates alone
-        "estimates": job_estimates(EstimateInputs(health, summary.dv_files, summary.num_tombstones)),
+        "estimates": job_estimates(EstimateInputs(health, summary.dv_files, summary.num_tombstones,
+                                                  *expired_log(state),
+                                                  checkpointed=state.segment.checkpoint_version is not None)),
     }
     if with_files:
         report["files"] = [p for _kind, table in state.scan([]) for p in table.column("path").to_pylist()]
@@ -126,7 +130,19 @@ def estimate_inputs(state: TableHeader, small_file_bytes: int = DEFAULT_SMALL_FI
     """What the jobs' estimates read of a table's state (the health report's aggregates, no data file read)."""
     check_supported(state.protocol, Operation.INSPECT)
     summary, health, _ = _summary(state, small_file_bytes)
-    return EstimateInputs(health, summary.dv_files, summary.num_tombstones)
+    return EstimateInputs(health, summary.dv_files, summary.num_tombstones, *expired_log(state),
+                          checkpointed=state.segment.checkpoint_version is not None)
+
+
+def expired_log(state: TableHeader) -> tuple[int | None, int]:
+    """The log files the expired log's cleanup would delete now under the table's own retention, and their bytes
+    (the cleanup's own plan: one listing of the log, the oldest commits' times); None files where the cleanup
+    does not apply (a table feature it does not support)."""
+    try:
+        plan = plan_log_cleanup(state.storage, snapshot=state)
+    except DeltaError:
+        return None, 0
+    return len(plan.files), sum(f.size for f in plan.files)
 
 
 def job_estimates(inputs: EstimateInputs) -> dict[str, dict[str, Any]]:

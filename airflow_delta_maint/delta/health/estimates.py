@@ -37,6 +37,12 @@ class EstimateInputs:
     health: HealthInputs
     num_files_with_deletion_vectors: int = 0
     num_tombstones: int = 0  # removed files VACUUM may delete (their bytes: ``health.tombstone_bytes``)
+    #: log files the expired log's cleanup would delete now under the table's own log retention (None: not
+    #: looked at, or the cleanup does not apply), and their bytes
+    expired_log_files: int | None = None
+    expired_log_bytes: int = 0
+    #: whether the log has a checkpoint (a table's first one adds a parquet file to every read of it)
+    checkpointed: bool = True
 
     @property
     def avg_file_bytes(self) -> int:
@@ -55,6 +61,9 @@ class Gain:
     bytes_freed: int = 0
     #: files whose deletion vectors a reader no longer reads before their rows
     deletion_vectors_dropped: int = 0
+    #: a table's first checkpoint: a parquet file every read now opens in place of commits (not a gain: its read is
+    #: netted out of ``log_files_not_replayed``; it prices the reads' CPU, a parquet read above a commit's)
+    checkpoint_files_added: int = 0
     score_before: int = 100
     score_after: int = 100
 
@@ -83,6 +92,9 @@ class CpuRates:
     #: writes per log file: this machine replays a small commit in 0.28 ms while its learnt scale is about 0.12
     #: (docs/fleet.md, "Planning order")
     per_commit_replayed: float = 0.0023
+    #: a reader's read of a small parquet checkpoint (54 columns; 1.5 to 3 ms here, some ten commits' replays):
+    #: what a table's first checkpoint adds to each read before the commits it saves
+    per_checkpoint_read: float = 0.02
 
 
 DEFAULT_RATES = CpuRates()
@@ -173,9 +185,11 @@ def _vacuum(x: EstimateInputs) -> tuple[HealthInputs, Gain, Cost, int, tuple[str
 def _checkpoint(x: EstimateInputs) -> tuple[HealthInputs, Gain, Cost, int, tuple[str, ...]]:
     h = x.health
     commits = max(0, h.commits_since_checkpoint)
+    added = 0 if x.checkpointed else 1  # a first checkpoint: its own file is read in place of the commits
     after = dataclasses.replace(h, commits_since_checkpoint=0, uncovered_commits=0)
     cost = Cost(bytes_written=(h.num_files + x.num_tombstones) * CHECKPOINT_BYTES_PER_FILE, log_files_read=commits)
-    return after, Gain(log_files_not_replayed=commits), cost, 0, ()
+    saved = max(0, commits - added)
+    return after, Gain(log_files_not_replayed=saved, checkpoint_files_added=added if saved else 0), cost, 0, ()
 
 
 def _compact_log(x: EstimateInputs) -> tuple[HealthInputs, Gain, Cost, int, tuple[str, ...]]:
@@ -187,26 +201,36 @@ def _compact_log(x: EstimateInputs) -> tuple[HealthInputs, Gain, Cost, int, tupl
     return after, Gain(log_files_not_replayed=windows * (interval - 1)), cost, 0, ()
 
 
+def _cleanup_log(x: EstimateInputs) -> tuple[HealthInputs, Gain, Cost, int, tuple[str, ...]] | None:
+    if x.expired_log_files is None:
+        return None
+    files = x.expired_log_files
+    return x.health, Gain(bytes_freed=x.expired_log_bytes if files else 0), Cost(files_deleted=files), 0, (
+        "the table's own log retention; the files deleted are older than the checkpoint every reader starts from",)
+
+
 #: commits a run of the operation adds to the log (VACUUM: its start and its end)
 _COMMITS: Mapping[Operation, int] = {Operation.OPTIMIZE: 1, Operation.COMPUTE_STATS: 1, Operation.VACUUM: 2}
 
-_ESTIMATORS: Mapping[Operation, Callable[[EstimateInputs], tuple[HealthInputs, Gain, Cost, int, tuple[str, ...]]]] = {
+_ESTIMATORS: Mapping[Operation, Callable[[EstimateInputs], tuple[HealthInputs, Gain, Cost, int, tuple[str, ...]] | None]] = {
     Operation.OPTIMIZE: _optimize,
     Operation.COMPUTE_STATS: _compute_stats,
     Operation.VACUUM: _vacuum,
     Operation.CHECKPOINT: _checkpoint,
     Operation.COMPACT_LOG: _compact_log,
+    Operation.CLEANUP_LOG: _cleanup_log,
 }
 
 
 def estimate(operation: Operation | str, inputs: EstimateInputs, rates: CpuRates = DEFAULT_RATES) -> Estimate | None:
     """``operation``'s gain and cost on the table ``inputs`` describe; None for an operation without an estimate
-    (it reads only, or what it gains is not in the log's aggregates, as for the expired log's cleanup)."""
+    (it reads only, or what it gains is not in ``inputs``: the expired log's cleanup when the look did not plan it)."""
     op = Operation(operation)
     estimator = _ESTIMATORS.get(op)
-    if estimator is None:
+    found = estimator(inputs) if estimator is not None else None
+    if found is None:
         return None
-    after, gain, cost, rewritten, assumptions = estimator(inputs)
+    after, gain, cost, rewritten, assumptions = found
     after = _with_commits(after, _COMMITS.get(op, 0))
     before = _score(inputs.health)
     gain = dataclasses.replace(gain, score_before=before, score_after=_score(after) if gain.any else before)

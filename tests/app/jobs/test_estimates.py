@@ -65,7 +65,9 @@ def test_checkpoint_and_log_compaction_gain_the_log_files_they_say(tmp_path):
     appends(table, 7)
     before = rows(table)
     estimates = run("inspect", table)["estimates"]
-    assert estimates["checkpoint"]["gain"]["log_files_not_replayed"] == 7  # versions 0-6, no checkpoint yet
+    # versions 0-6, no checkpoint yet: a reader opens the checkpoint in place of the 7 commits
+    assert estimates["checkpoint"]["gain"]["log_files_not_replayed"] == 6
+    assert estimates["checkpoint"]["gain"]["checkpoint_files_added"] == 1
     assert estimates["checkpoint"]["cost"]["log_files_read"] == 7
     run("checkpoint", table)
     after = run("inspect", table)
@@ -73,6 +75,9 @@ def test_checkpoint_and_log_compaction_gain_the_log_files_they_say(tmp_path):
     assert after["estimates"]["checkpoint"]["gain"]["log_files_not_replayed"] == 0
     assert after["health"]["score"] == estimates["checkpoint"]["gain"]["score_after"]
     assert rows(table) == before
+    appends(table, 3)  # a checkpoint after the first replaces it: every commit since is saved
+    again = run("inspect", table)["estimates"]["checkpoint"]["gain"]
+    assert (again["log_files_not_replayed"], again["checkpoint_files_added"]) == (3, 0)
 
 
 def test_compute_stats_gives_the_files_it_counts_statistics(tmp_path):
@@ -92,8 +97,20 @@ def test_compute_stats_gives_the_files_it_counts_statistics(tmp_path):
 def test_every_job_that_writes_has_an_estimate_or_says_why_not():
     estimated = {name for name, job in JOBS.items() if job.writes and job.estimate(_inputs()) is not None}
     assert estimated == {"optimize", "vacuum", "checkpoint", "compact-log", "compute-stats"}
-    assert definition("cleanup-log").estimate(_inputs()) is None  # expired log files are not in the aggregates
+    # the expired log files are not in the aggregates: only a look that planned the cleanup knows them
+    assert definition("cleanup-log").estimate(_inputs()) is None
     assert definition("inspect").estimate(_inputs()) is None  # changes nothing
+
+
+def test_the_log_cleanup_gains_the_bytes_of_the_files_it_deletes():
+    import dataclasses
+
+    nothing = estimate("cleanup-log", dataclasses.replace(_inputs(), expired_log_files=0))
+    assert nothing is not None and not nothing.gain.any  # a plan found nothing expired: skipped by the estimate
+    some = estimate("cleanup-log", dataclasses.replace(_inputs(), expired_log_files=7, expired_log_bytes=7000))
+    assert some is not None and (some.gain.bytes_freed, some.cost.files_deleted) == (7000, 7)
+    assert some.gain.score_after == some.gain.score_before  # the score reads no expired file
+    assert some.cost.cpu_s > nothing.cost.cpu_s
 
 
 def test_cpu_seconds_follow_the_rates():

@@ -410,6 +410,9 @@ def test_a_plan_reads_an_object_store_history_with_its_options_and_keeps_the_sec
         assert {p["prediction_scale"] for p in second["plan"]["chosen"] if p["job"] == "optimize"} != {1.0}  # learnt
         rows = read_runs(history, opts).to_pylist()
         assert sum(r["operation"] == "optimize" and r["status"] == "committed" for r in rows) == 4
+        from airflow_delta_maint.app.lake_plan import table_inputs
+
+        assert table_inputs(tables[0], opts).expired_log_files == 0  # the look planned the log's cleanup on S3
         out = capsys.readouterr()
         seen = json.dumps([first, second], default=str) + json.dumps(rows, default=str) + caplog.text + out.out \
             + out.err

@@ -33,17 +33,21 @@ BYTES_PER_FILE = 128
 def checkpointed_files(storage: Storage) -> int:
     """About how many file actions the latest checkpoint holds (0 when there is none).
 
-    Reads ``_last_checkpoint`` and the log listing only; for a V2 checkpoint without a hint, the
-    sizes its sidecar actions state (the top file's non-file columns).
+    Reads ``_last_checkpoint`` and the log listing only (from the checkpoint the hint names on, the whole log
+    without one); for a V2 checkpoint without a hint, the sizes its sidecar actions state (the top file's
+    non-file columns).
     """
-    listing = list_log(storage)
-    latest = listing.checkpoints[-1] if listing.checkpoints else None
-    if latest is None:
-        return 0
     try:
         hint = json.loads(storage.read(LAST_CHECKPOINT))
     except (FileNotFoundError, ValueError):
         hint = None
+    named = hint.get("version") if isinstance(hint, dict) else None
+    listing = list_log(storage, named) if isinstance(named, int) and named > 0 else None
+    if listing is None or not listing.checkpoints:  # no hint, or a stale one: the whole log
+        listing = list_log(storage)
+    latest = listing.checkpoints[-1] if listing.checkpoints else None
+    if latest is None:
+        return 0
     if isinstance(hint, dict) and hint.get("version") == latest.version:
         for key in ("numOfAddFiles", "size"):
             if isinstance(hint.get(key), int) and hint[key] > 0:

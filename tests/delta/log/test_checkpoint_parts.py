@@ -215,5 +215,24 @@ def test_the_threshold_reads_the_hint_and_the_callers_threshold(tmp_path):
     assert use_streamed_state(storage, 20)
     assert not use_streamed_state(storage, 21)
     assert use_streamed_state(storage, 0)  # 0: always streamed
-    (tmp_path / "t" / "_delta_log" / "_last_checkpoint").unlink()
+    hint = tmp_path / "t" / "_delta_log" / "_last_checkpoint"
+    hint.write_text(json.dumps({**json.loads(hint.read_text()), "version": 99}))
+    assert checkpointed_files(storage) > 0  # a hint past the log: the whole log is listed, the checkpoint found
+    hint.unlink()
     assert checkpointed_files(storage) > 0  # from the checkpoint's bytes
+
+
+def test_the_size_is_read_from_the_hint_without_listing_the_log_before_it(tmp_path, monkeypatch):
+    commits = [[{"commitInfo": {"timestamp": NOW, "operation": "WRITE"}}] +
+               [{"add": {"path": f"f{v}-{i}.parquet", "partitionValues": {}, "size": 10, "modificationTime": OLD,
+                         "dataChange": True}} for i in range(10)] for v in range(1, 6)]
+    write_history(tmp_path / "t", False, 1000, commits, {})
+    storage = Storage(str(tmp_path / "t"))
+    write_checkpoint(Snapshot.load(storage, version=2), now_ms=NOW)
+    write_checkpoint(Snapshot.load(storage), now_ms=NOW)
+    starts: list[str | None] = []
+    listed = Storage.list_from
+    monkeypatch.setattr(Storage, "list_from", lambda self, prefix, start_after=None: (
+        starts.append(start_after), listed(self, prefix, start_after=start_after))[1])
+    assert checkpointed_files(storage) == 50
+    assert starts == ["_delta_log/00000000000000000004.zzz"]  # from the checkpoint the hint names on

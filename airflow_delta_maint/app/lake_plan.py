@@ -142,6 +142,17 @@ class LakeLook:
 
     inputs: dict[str, EstimateInputs | None] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
+    #: this process's CPU-seconds the look took
+    cpu_s: float = 0.0
+
+    def machine_scale(self, model: CostModel) -> float | None:
+        """The machine's speed against the default rates, from this look: its CPU-seconds over what the defaults
+        price its reads of the tables' logs at (None: no log read). A plan whose history has measured no run yet
+        prices with it, not with the defaults (a run on a small table costs a fifth of them on this machine)."""
+        b = model.base
+        priced = sum(b.per_table_read + b.per_commit_replayed * x.health.commits_since_checkpoint
+                     for x in self.inputs.values() if x is not None)
+        return min(10.0, max(0.01, self.cpu_s / priced)) if priced > 0 and self.cpu_s > 0 else None
 
 
 def look_at_lake(spec: FleetSpec, worker_options: Callable[[FleetTable], Mapping[str, str]] | None = None, *,
@@ -154,9 +165,10 @@ def look_at_lake(spec: FleetSpec, worker_options: Callable[[FleetTable], Mapping
         except DeltaError as exc:
             return None, str(exc)
 
+    started = time.process_time()
     with ThreadPoolExecutor(max_workers=reading_threads((t.table for t in spec.tables), threads)) as pool:
         found = list(pool.map(one, spec.tables))
-    look = LakeLook()
+    look = LakeLook(cpu_s=time.process_time() - started)
     for t, (inputs, error) in zip(spec.tables, found):
         look.inputs[t.table] = inputs
         if error is not None:
@@ -224,6 +236,9 @@ def budgeted(spec: FleetSpec, decision: Decision, budget: Budget,
     if look is None:
         look = look_at_lake(decision.to_run, worker_options, threads=threads)
     found = [look.inputs.get(t.table) for _, t in work]
+    scale = look.machine_scale(history.model) if not history.model.measured else None
+    if scale is not None:  # a first night: the machine's speed from the look, not the defaults
+        history = dataclasses.replace(history, model=history.model.with_prior(scale))
     candidates = []
     for (_, t), got in zip(work, found):
         for j in t.jobs:

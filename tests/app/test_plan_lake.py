@@ -159,12 +159,14 @@ def test_each_run_records_its_prediction_beside_its_measure_and_the_model_learns
     code, result = plan_lake(*tables, "--history-uri", history, "--local")
     assert code == 0, result
     ran = [j for e in result["tables"] for j in e["jobs"] if j["status"] == "committed"]
-    assert ran and all(j["predicted_cpu_s"] > 0 and j["cpu_s"] > 0 and j["prediction_scale"] == 1.0 for j in ran)
+    assert ran and all(j["predicted_cpu_s"] > 0 and j["cpu_s"] > 0 for j in ran)
+    (first_scale,) = {j["prediction_scale"] for j in ran}  # no run measured yet: the machine's speed from the look
+    assert first_scale != 1.0
     recorded = [json.loads(r["metrics"]) for r in read_runs(history).to_pylist() if r["status"] == "committed"]
     assert sorted(m["predicted_cpu_s"] for m in recorded) == sorted(j["predicted_cpu_s"] for j in ran)
     model = lake_history(history).model
     optimize = [j for j in ran if j["operation"] == "optimize"]
-    expected = sorted(j["cpu_s"] / j["predicted_cpu_s"] for j in optimize)
+    expected = sorted(j["cpu_s"] / (j["predicted_cpu_s"] / first_scale) for j in optimize)
     assert model.scale("optimize") == pytest.approx(expected[len(expected) // 2] if len(expected) % 2 else
                                                     (expected[0] + expected[1]) / 2)
     lake(tmp_path / "lake", {"busy": 12})  # the next night has work again
@@ -340,6 +342,23 @@ def test_a_checkpoint_pays_for_itself_only_when_its_replays_cost_more_than_it_do
     assert checkpoint(1000).pays_for_itself
 
 
+def test_a_first_night_prices_its_runs_at_the_machine_speed_its_look_measured():
+    """Before the history has measured a run, the look's own CPU-seconds against what the default rates price its
+    reads at give the machine's speed; a history with runs keeps its own."""
+    from airflow_delta_maint.app.lake_plan import LakeLook
+    from airflow_delta_maint.delta.health.cost_model import CostModel
+    from airflow_delta_maint.delta.health.estimates import DEFAULT_RATES
+
+    inputs = {"a": _estimate_inputs(commits=3), "b": _estimate_inputs(commits=7), "gone": None}
+    priced = 2 * DEFAULT_RATES.per_table_read + 10 * DEFAULT_RATES.per_commit_replayed
+    look = LakeLook(inputs=inputs, cpu_s=0.25 * priced)
+    assert look.machine_scale(CostModel({})) == pytest.approx(0.25)
+    assert LakeLook(inputs=inputs).machine_scale(CostModel({})) is None  # nothing measured
+    assert LakeLook(inputs=inputs, cpu_s=1e6).machine_scale(CostModel({})) == 10.0  # bounded
+    learnt = CostModel({("optimize", "native"): 0.3}).with_prior(0.25)
+    assert (learnt.scale("optimize"), learnt.scale("vacuum"), learnt.measured) == (0.3, 0.25, True)
+
+
 def test_a_first_checkpoint_pays_the_parquet_read_it_adds_to_every_read():
     """A table's first checkpoint is a parquet file each read opens in place of the commits: worth it only on a
     log long enough that replaying it costs more than that read."""
@@ -406,7 +425,7 @@ def test_a_plan_reads_an_object_store_history_with_its_options_and_keeps_the_sec
         first_code, first = night(0)
         code, second = night(4)
         assert first_code == code == 0
-        assert {p["prediction_scale"] for p in first["plan"]["chosen"]} == {1.0}  # no history yet
+        assert len({p["prediction_scale"] for p in first["plan"]["chosen"]}) == 1  # no history yet: the look's
         assert {p["prediction_scale"] for p in second["plan"]["chosen"] if p["job"] == "optimize"} != {1.0}  # learnt
         rows = read_runs(history, opts).to_pylist()
         assert sum(r["operation"] == "optimize" and r["status"] == "committed" for r in rows) == 4

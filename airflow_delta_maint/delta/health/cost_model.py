@@ -75,6 +75,15 @@ class CostModel:
         return cls({key: statistics.median(r[-WINDOW:]) for key, r in ratios.items() if len(r) >= MIN_RUNS}, base,
                    statistics.median(every) if every else 1.0)
 
+    @property
+    def measured(self) -> bool:
+        """Whether any run was measured (else every scale is the prior)."""
+        return bool(self.scales)
+
+    def with_prior(self, prior: float) -> CostModel:
+        """This model with another scale for the (job, engine) pairs without their own."""
+        return CostModel(self.scales, self.base, prior)
+
     def scale(self, job: str, engine: str = "native") -> float:
         return float(self.scales.get((job, engine), self.prior))
 
@@ -85,7 +94,8 @@ class CostModel:
         return CpuRates(per_gib_rewritten=b.per_gib_rewritten * k, per_gib_read=b.per_gib_read * k,
                         per_file_deleted=b.per_file_deleted * k, per_file_listed=b.per_file_listed * k,
                         per_log_file=b.per_log_file * k, fixed_s=b.fixed_s * k,
-                        per_commit_replayed=b.per_commit_replayed * k, per_checkpoint_read=b.per_checkpoint_read * k)
+                        per_commit_replayed=b.per_commit_replayed * k, per_checkpoint_read=b.per_checkpoint_read * k,
+                        per_table_read=b.per_table_read * k)
 
 
 @dataclass(frozen=True)

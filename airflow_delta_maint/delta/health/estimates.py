@@ -95,6 +95,10 @@ class CpuRates:
     #: a reader's read of a small parquet checkpoint (54 columns; 1.5 to 3 ms here, some ten commits' replays):
     #: what a table's first checkpoint adds to each read before the commits it saves
     per_checkpoint_read: float = 0.02
+    #: a reader's read of a small table's log before the commits it replays (its hint, listing, checkpoint and
+    #: aggregates: 4.5 to 6.2 ms here at a learnt scale of about 0.12): what prices a night's first plan, before the
+    #: history has measured any run, from what the plan's own look at the lake cost
+    per_table_read: float = 0.04
 
 
 DEFAULT_RATES = CpuRates()

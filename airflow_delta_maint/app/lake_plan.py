@@ -267,13 +267,12 @@ REPLAY_NIGHTS = 1
 
 def reads_saved_cpu_s(estimate: Estimate | None, model: CostModel) -> float:
     """The CPU-seconds a run saves the reads of its table (:data:`REPLAY_NIGHTS` nights of :data:`READS_PER_NIGHT`
-    reads): the commits they no longer replay, less the parquet checkpoint a first checkpoint makes them read,
-    priced by the default rates of a reader at the machine's measured speed (the model's prior)."""
+    reads): the commits they no longer replay (a first checkpoint's net of its own read), priced by the default rate
+    of a reader's replay at the machine's measured speed (the model's prior)."""
     if estimate is None or not estimate.gain.log_files_not_replayed:
         return 0.0
-    gain, base = estimate.gain, model.base
-    per_read = gain.log_files_not_replayed * base.per_commit_replayed - gain.checkpoint_files_added * base.per_checkpoint_read
-    return per_read * model.prior * READS_PER_NIGHT * REPLAY_NIGHTS
+    return (estimate.gain.log_files_not_replayed * model.base.per_commit_replayed * model.prior * READS_PER_NIGHT
+            * REPLAY_NIGHTS)
 
 
 def _cut(spec: FleetSpec, decision: Decision, plan: LakePlan, limits: Mapping[str, float]) -> Decision:

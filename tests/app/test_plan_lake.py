@@ -359,29 +359,22 @@ def test_a_first_night_prices_its_runs_at_the_machine_speed_its_look_measured():
     assert (learnt.scale("optimize"), learnt.scale("vacuum"), learnt.measured) == (0.3, 0.25, True)
 
 
-def test_a_first_checkpoint_pays_the_parquet_read_it_adds_to_every_read():
-    """A table's first checkpoint is a parquet file each read opens in place of the commits: worth it only on a
-    log long enough that replaying it costs more than that read."""
+def test_a_first_checkpoint_gains_only_the_commits_beyond_its_own_read():
+    """A table's first checkpoint is a parquet file each read opens in place of the commits, which costs what
+    replaying some ten commits does: it gains only the commits beyond; a later checkpoint replaces one and gains
+    every commit since."""
     import dataclasses
 
-    from airflow_delta_maint.app.lake_plan import READS_PER_NIGHT, REPLAY_NIGHTS, reads_saved_cpu_s
-    from airflow_delta_maint.delta.health.cost_model import CostModel
-    from airflow_delta_maint.delta.health.estimates import DEFAULT_RATES, estimate
+    from airflow_delta_maint.delta.health.estimates import FIRST_CHECKPOINT_COMMITS, estimate
 
-    model = CostModel({}, prior=1.0)
     for commits in (5, 40):
         again = estimate("checkpoint", _estimate_inputs(commits))
         first = estimate("checkpoint", dataclasses.replace(_estimate_inputs(commits), checkpointed=False))
         assert (again.gain.log_files_not_replayed, again.gain.checkpoint_files_added) == (commits, 0)
-        assert (first.gain.log_files_not_replayed, first.gain.checkpoint_files_added) == (commits - 1, 1)
-        per_read = (commits - 1) * DEFAULT_RATES.per_commit_replayed - DEFAULT_RATES.per_checkpoint_read
-        assert reads_saved_cpu_s(first, model) == pytest.approx(per_read * READS_PER_NIGHT * REPLAY_NIGHTS)
-        assert reads_saved_cpu_s(first, model) < reads_saved_cpu_s(again, model)
-    few = estimate("checkpoint", dataclasses.replace(_estimate_inputs(5), checkpointed=False))
-    assert reads_saved_cpu_s(few, model) < 0  # the reads get dearer: it waits for its ratio
-    one = estimate("checkpoint", dataclasses.replace(_estimate_inputs(1), checkpointed=False))
-    assert not one.gain.any  # one commit: a checkpoint of it saves no read at all
-
+        saved = max(0, commits - FIRST_CHECKPOINT_COMMITS)
+        assert (first.gain.log_files_not_replayed, first.gain.checkpoint_files_added) == (saved, int(saved > 0))
+    few = estimate("checkpoint", dataclasses.replace(_estimate_inputs(FIRST_CHECKPOINT_COMMITS), checkpointed=False))
+    assert not few.gain.any  # skipped by its estimate: the reads would get dearer
 
 def test_an_optimize_estimate_counts_the_deletion_vectors_it_drops():
     from airflow_delta_maint.delta.health.estimates import estimate

@@ -94,8 +94,7 @@ class CostModel:
         return CpuRates(per_gib_rewritten=b.per_gib_rewritten * k, per_gib_read=b.per_gib_read * k,
                         per_file_deleted=b.per_file_deleted * k, per_file_listed=b.per_file_listed * k,
                         per_log_file=b.per_log_file * k, fixed_s=b.fixed_s * k,
-                        per_commit_replayed=b.per_commit_replayed * k, per_checkpoint_read=b.per_checkpoint_read * k,
-                        per_table_read=b.per_table_read * k)
+                        per_commit_replayed=b.per_commit_replayed * k, per_table_read=b.per_table_read * k)
 
 
 @dataclass(frozen=True)

@@ -23,11 +23,16 @@ from typing import Any
 from airflow_delta_maint.delta.health.score import HealthInputs, score_of
 from airflow_delta_maint.delta.protocol.features import Operation
 
-__all__ = ["CHECKPOINT_BYTES_PER_FILE", "Cost", "CpuRates", "DEFAULT_RATES", "Estimate", "EstimateInputs", "Gain",
+__all__ = ["CHECKPOINT_BYTES_PER_FILE", "FIRST_CHECKPOINT_COMMITS", "Cost", "CpuRates", "DEFAULT_RATES", "Estimate", "EstimateInputs", "Gain",
            "estimate"]
 
 #: bytes a checkpoint spends per live file (an add row in parquet: path, size, stats, partition values)
 CHECKPOINT_BYTES_PER_FILE = 300
+#: the commits a table's first checkpoint costs each read: a reader's read of a small parquet checkpoint (54 columns,
+#: 1.5 to 3 ms here) costs what replaying some ten small commits does (0.2 to 0.3 ms each), and every later read of the
+#: table pays it; writers that checkpoint on their own do it every 10 commits by default. Only the commits beyond are
+#: a first checkpoint's gain.
+FIRST_CHECKPOINT_COMMITS = 10
 
 
 @dataclass(frozen=True)
@@ -62,7 +67,7 @@ class Gain:
     #: files whose deletion vectors a reader no longer reads before their rows
     deletion_vectors_dropped: int = 0
     #: a table's first checkpoint: a parquet file every read now opens in place of commits (not a gain: its read is
-    #: netted out of ``log_files_not_replayed``; it prices the reads' CPU, a parquet read above a commit's)
+    #: netted out of ``log_files_not_replayed``, see FIRST_CHECKPOINT_COMMITS)
     checkpoint_files_added: int = 0
     score_before: int = 100
     score_after: int = 100
@@ -92,9 +97,6 @@ class CpuRates:
     #: writes per log file: this machine replays a small commit in 0.28 ms while its learnt scale is about 0.12
     #: (docs/fleet.md, "Planning order")
     per_commit_replayed: float = 0.0023
-    #: a reader's read of a small parquet checkpoint (54 columns; 1.5 to 3 ms here, some ten commits' replays):
-    #: what a table's first checkpoint adds to each read before the commits it saves
-    per_checkpoint_read: float = 0.02
     #: a reader's read of a small table's log before the commits it replays (its hint, listing, checkpoint and
     #: aggregates: 4.5 to 6.2 ms here at a learnt scale of about 0.12): what prices a night's first plan, before the
     #: history has measured any run, from what the plan's own look at the lake cost
@@ -189,11 +191,13 @@ def _vacuum(x: EstimateInputs) -> tuple[HealthInputs, Gain, Cost, int, tuple[str
 def _checkpoint(x: EstimateInputs) -> tuple[HealthInputs, Gain, Cost, int, tuple[str, ...]]:
     h = x.health
     commits = max(0, h.commits_since_checkpoint)
-    added = 0 if x.checkpointed else 1  # a first checkpoint: its own file is read in place of the commits
     after = dataclasses.replace(h, commits_since_checkpoint=0, uncovered_commits=0)
     cost = Cost(bytes_written=(h.num_files + x.num_tombstones) * CHECKPOINT_BYTES_PER_FILE, log_files_read=commits)
-    saved = max(0, commits - added)
-    return after, Gain(log_files_not_replayed=saved, checkpoint_files_added=added if saved else 0), cost, 0, ()
+    if x.checkpointed:
+        return after, Gain(log_files_not_replayed=commits), cost, 0, ()
+    saved = max(0, commits - FIRST_CHECKPOINT_COMMITS)
+    return after, Gain(log_files_not_replayed=saved, checkpoint_files_added=int(saved > 0)), cost, 0, (
+        f"a table's first checkpoint costs each read what replaying {FIRST_CHECKPOINT_COMMITS} commits does",)
 
 
 def _compact_log(x: EstimateInputs) -> tuple[HealthInputs, Gain, Cost, int, tuple[str, ...]]:

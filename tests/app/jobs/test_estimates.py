@@ -12,7 +12,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from airflow_delta_maint.app.execution import run_in_process
 from airflow_delta_maint.app.job_definitions import JOBS, definition
-from airflow_delta_maint.delta.health.estimates import CpuRates, EstimateInputs, estimate
+from airflow_delta_maint.delta.health.estimates import FIRST_CHECKPOINT_COMMITS, CpuRates, EstimateInputs, estimate
 from airflow_delta_maint.delta.health.score import HealthInputs
 from tests.delta.plans.test_compute_stats_plan import make_table, strip_stats
 
@@ -63,12 +63,15 @@ def test_optimize_then_vacuum_do_what_their_estimates_say(tmp_path):
 def test_checkpoint_and_log_compaction_gain_the_log_files_they_say(tmp_path):
     table = tmp_path / "t"
     appends(table, 7)
+    estimates = run("inspect", table)["estimates"]
+    # versions 0-6, no checkpoint yet: a first checkpoint's read costs what replaying 10 commits does
+    assert estimates["checkpoint"]["gain"]["log_files_not_replayed"] == 0
+    appends(table, 5)
     before = rows(table)
     estimates = run("inspect", table)["estimates"]
-    # versions 0-6, no checkpoint yet: a reader opens the checkpoint in place of the 7 commits
-    assert estimates["checkpoint"]["gain"]["log_files_not_replayed"] == 6
+    assert estimates["checkpoint"]["gain"]["log_files_not_replayed"] == 12 - FIRST_CHECKPOINT_COMMITS
     assert estimates["checkpoint"]["gain"]["checkpoint_files_added"] == 1
-    assert estimates["checkpoint"]["cost"]["log_files_read"] == 7
+    assert estimates["checkpoint"]["cost"]["log_files_read"] == 12
     run("checkpoint", table)
     after = run("inspect", table)
     assert after["commits_since_checkpoint"] == 0

@@ -89,13 +89,22 @@ def _reencode(spec: RewriteSpec, adds: list[dict], partition_values: dict[str, s
 #: tables of rows waiting to be re-encoded that are encoded at once, each on a thread of the bin, while the bin
 #: reads on (each holds up to ``row_group_bytes`` of Arrow data and its encoded bytes until its turn to be written)
 ENCODE_THREADS = 2
+#: room for a row group's encoded bytes, as a share of its Arrow bytes, plus ENCODE_ROOM_BYTES (bytes that do not fit
+#: are encoded again into a buffer of their own)
+ENCODE_ROOM_SHARE = 1.25
+ENCODE_ROOM_BYTES = 1 << 20
+#: a new encoding buffer is made this much larger than the row group at hand needs, so that the next row groups, a
+#: little larger or smaller, fit in it too (pages never written are never mapped)
+ENCODE_BUFFER_SLACK = 1.5
 
 
 class _Pending:
     """Rows waiting to be re-encoded into the output, encoded as one row group once they hold
     ``row_group_bytes`` of Arrow data (or before the next copied input, or at the end) on a thread of
     ``pool``, and written in their order; their float values go to ``stats`` as they are encoded. Columns whose
-    dictionary outgrew its page in the first row group encoded are not tried as dictionaries again."""
+    dictionary outgrew its page in the first row group encoded are not tried as dictionaries again. Into a local
+    file, row groups are encoded into buffers used again once their bytes are written (an upload may hold on to
+    the bytes it is given, so each row group there gets a buffer of its own)."""
 
     def __init__(self, writer: RowGroupCopyWriter, counts: RewriteCounts, spec: RewriteSpec,
                  partition_values: dict[str, str | None], stats: StatsCollector, pool: ThreadPoolExecutor):
@@ -103,8 +112,10 @@ class _Pending:
         self.spec, self.partition_values = spec, partition_values
         self.tables: list[pa.Table] = []
         self.nbytes = 0
-        self.encoding: deque[Future] = deque()
+        self.encoding: deque[tuple[Future, pa.Buffer | None]] = deque()
         self.dictionary: bool | list[str] = True
+        self.reuse_buffers = spec.storage.is_local
+        self.free_buffers: list[pa.Buffer] = []
 
     def add(self, table: pa.Table) -> None:
         if table.num_rows:
@@ -121,12 +132,22 @@ class _Pending:
         self.tables, self.nbytes = [], 0
         while len(self.encoding) >= ENCODE_THREADS:
             self._write_next()
-        self.encoding.append(self.pool.submit(self._encode, self.spec.with_partitions(data, self.partition_values)))
+        data = self.spec.with_partitions(data, self.partition_values)
+        into = self._buffer(encoding_room(data)) if self.reuse_buffers else None
+        self.encoding.append((self.pool.submit(self._encode, data, into), into))
 
-    def _encode(self, data: pa.Table) -> tuple[pa.BufferReader, Footer] | None:
+    def _buffer(self, size: int) -> pa.Buffer:
+        """A buffer of at least ``size`` bytes to encode into: a free one, else a new one with room to spare."""
+        while self.free_buffers:
+            buffer = self.free_buffers.pop()
+            if buffer.size >= size:
+                return buffer
+        return pa.allocate_buffer(int(size * ENCODE_BUFFER_SLACK))
+
+    def _encode(self, data: pa.Table, into: pa.Buffer | None) -> tuple[pa.BufferReader, Footer] | None:
         self.stats.update(data)
         dictionary = self.dictionary
-        encoded = self.writer.encode(data, dictionary=dictionary)
+        encoded = self.writer.encode(data, dictionary=dictionary, into=into)
         kept = dictionary_columns(encoded[1]) if encoded is not None and dictionary is True else None
         if kept is not None:
             self.dictionary = kept
@@ -139,13 +160,20 @@ class _Pending:
             self._write_next()
 
     def _write_next(self) -> None:
-        encoded = self.encoding.popleft().result()
-        if encoded is None:
-            return
-        before = len(self.writer.row_groups)
-        self.writer.add_file(*encoded)
-        self.counts.row_groups_reencoded += len(self.writer.row_groups) - before
-        self.counts.bytes_reencoded += _compressed(self.writer, before)
+        future, into = self.encoding.popleft()
+        encoded = future.result()
+        if encoded is not None:
+            before = len(self.writer.row_groups)
+            self.writer.add_file(*encoded)
+            self.counts.row_groups_reencoded += len(self.writer.row_groups) - before
+            self.counts.bytes_reencoded += _compressed(self.writer, before)
+        if into is not None:  # its bytes are in the file now
+            self.free_buffers.append(into)
+
+
+def encoding_room(table: pa.Table) -> int:
+    """Bytes to set aside for ``table`` encoded as one row group (see ENCODE_ROOM_SHARE)."""
+    return int(table.nbytes * ENCODE_ROOM_SHARE) + ENCODE_ROOM_BYTES
 
 
 def _compressed(writer: RowGroupCopyWriter, first: int) -> int:

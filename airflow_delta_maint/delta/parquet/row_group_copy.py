@@ -190,20 +190,27 @@ class RowGroupCopyWriter:
         if encoded is not None:
             self.add_file(*encoded)
 
-    def encode(self, table: pa.Table, row_group_rows: int | None = None, dictionary: bool | list[str] = True
-               ) -> tuple[pa.BufferReader, Footer] | None:
+    def encode(self, table: pa.Table, row_group_rows: int | None = None, dictionary: bool | list[str] = True,
+               into: pa.Buffer | None = None) -> tuple[pa.BufferReader, Footer] | None:
         """``table`` encoded as :meth:`add_table` encodes it, into memory, with its footer, ready for
         :meth:`add_file` (None: no rows); ``dictionary``: the leaf columns (dotted paths, see
         :func:`dictionary_columns`) tried as dictionaries, or all. Touches nothing of the writer: several tables may
         be encoded at once on other threads, then added in their order. The bytes go to Arrow's own buffer: a
-        Python file object would take the interpreter's lock for every page the encoder writes."""
+        Python file object would take the interpreter's lock for every page the encoder writes. ``into``: a
+        mutable buffer to encode into, reused by the caller once the result is added (its pages are already
+        mapped, where a new buffer of each row group's size is faulted in page by page); the bytes go to a new
+        buffer when they do not fit in it."""
         if table.num_rows == 0:
             return None
-        out = pa.BufferOutputStream()
-        pq.write_table(table, out, compression=_pyarrow_codec(CODECS[self.codec]), use_dictionary=dictionary,
-                       write_statistics=True, write_page_index=self.page_index,
-                       row_group_size=max(1, row_group_rows or table.num_rows))
-        buf = pa.BufferReader(out.getvalue())
+        options: dict[str, Any] = {"compression": _pyarrow_codec(CODECS[self.codec]), "use_dictionary": dictionary,
+                                   "write_statistics": True, "write_page_index": self.page_index,
+                                   "row_group_size": max(1, row_group_rows or table.num_rows)}
+        data = _encoded_into(into, table, options) if into is not None else None
+        if data is None:
+            out = pa.BufferOutputStream()
+            pq.write_table(table, out, **options)
+            data = out.getvalue()
+        buf = pa.BufferReader(data)
         footer = read_footer(buf)
         geo = adopt_geo_types(footer.schema, self.reference.schema)
         if geo is not None:  # pyarrow leaves a default CRS or edge algorithm out: the reference's spells it out
@@ -320,6 +327,17 @@ class RowGroupCopyWriter:
         md["column_orders"] = ref.get("column_orders")
         self._write(file_bytes(md))
         return CopyResult(md, self.pos, self.parts)
+
+
+def _encoded_into(into: pa.Buffer, table: pa.Table, options: dict[str, Any]) -> pa.Buffer | None:
+    """``table`` written by pyarrow with ``options`` at the start of ``into``: the bytes written, or None when
+    they do not fit."""
+    out = pa.FixedSizeBufferWriter(into)
+    try:
+        pq.write_table(table, out, **options)
+    except OSError:  # pyarrow's "write out of bounds" of a full buffer
+        return None
+    return into.slice(0, out.tell())
 
 
 def dictionary_columns(footer: Footer) -> list[str] | None:

@@ -13,6 +13,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from deltalake import write_deltalake
@@ -146,6 +147,31 @@ def test_row_groups_encoded_on_threads_keep_the_bins_order(tmp_path: Path) -> No
     groups = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
     assert groups.index(BIG_ROWS) > bin_copy.ENCODE_THREADS  # the first run's row groups, then the copied input
     assert (counts.row_groups_copied, counts.row_groups_reencoded) == (2, len(groups) - 2)
+    full = data_files.rewrite_bin(dataclasses.replace(spec, run_token="0badc0df"), order, {})
+    assert json.loads(out[0]["stats"]) == json.loads(full[0]["stats"])
+
+
+@pytest.mark.parametrize("room_share", [1.25, 0.01])
+def test_row_groups_encoded_into_buffers_used_again_keep_the_bins_rows(tmp_path: Path, monkeypatch,
+                                                                         room_share: float) -> None:
+    """Row groups encoded into the bin's buffers, each used again once its bytes are written (or, with too little
+    room, into buffers of their own): the output holds the bin's rows in the bin's order, its statistics those of a
+    full rewrite."""
+    from airflow_delta_maint.app.rewrite import bin_copy, data_files
+
+    monkeypatch.setattr(bin_copy, "ENCODE_ROOM_SHARE", room_share)
+    monkeypatch.setattr(bin_copy, "ENCODE_ROOM_BYTES", 0 if room_share < 1 else bin_copy.ENCODE_ROOM_BYTES)
+    path = tmp_path / "t"
+    make_table(path, big=1, small=40)
+    snap = Snapshot.load(str(path))
+    order = sorted(snap.add_actions(), key=lambda a: (a["size"], a["path"]))
+    small_groups = copy_threshold(ROW_GROUP_BYTES)  # row groups of a few small files each; the big file copied
+    spec = RewriteSpec(snap.storage, snap.metadata.to_action(), row_group_bytes=small_groups, run_token="0badc0de")
+    out, counts = rewrite_bin(spec, order, {})
+    expected = pa.concat_tables([pq.read_table(path / a["path"]) for a in order])
+    # in order, every value (repr: NaN equals NaN)
+    assert repr(pq.read_table(path / out[0]["path"]).to_pylist()) == repr(expected.to_pylist())
+    assert counts.row_groups_reencoded > 2 * bin_copy.ENCODE_THREADS and counts.row_groups_copied == 1
     full = data_files.rewrite_bin(dataclasses.replace(spec, run_token="0badc0df"), order, {})
     assert json.loads(out[0]["stats"]) == json.loads(full[0]["stats"])
 

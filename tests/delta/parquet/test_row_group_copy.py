@@ -242,6 +242,21 @@ def test_arrow_tables_are_encoded_and_mixed_with_copied_row_groups(tmp_path):
     assert chunk_bytes(str(out))[:len(chunk_bytes(big[0]))] == chunk_bytes(big[0])
 
 
+@pytest.mark.parametrize("room", [1 << 20, 64])
+def test_a_table_encoded_into_a_given_buffer_has_the_bytes_of_one_encoded_alone(room):
+    """Encoded into a buffer of the caller's, with room or without (then into a buffer of its own): the same
+    bytes and footer as encoded alone; the bytes are the buffer's own when they fit."""
+    table = many_types(40, seed=3)
+    writer = RowGroupCopyWriter(io.BytesIO(), reference_for_schema(table.schema), "snappy")
+    alone, alone_footer = writer.encode(table, row_group_rows=15)
+    into = pa.allocate_buffer(room)
+    given, given_footer = writer.encode(table, row_group_rows=15, into=into)
+    assert given.read() == alone.read()
+    assert given_footer.raw == alone_footer.raw
+    given.seek(0)
+    assert (given.read_buffer().address == into.address) == (room > 64)
+
+
 def test_a_table_of_another_schema_is_refused(tmp_path):
     paths = inputs(tmp_path, 1)
     writer = RowGroupCopyWriter(io.BytesIO(), read_footer(paths[0]), "snappy")

@@ -83,7 +83,7 @@ def standalone_master(tmp_path_factory):
                 with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=5) as response:
                     if json.load(response).get("aliveworkers", 0) >= 1:
                         break
-            except OSError:
+            except (OSError, ValueError):  # not up yet; a UI still starting may answer with its HTML page
                 pass
             assert time.monotonic() < deadline, (work / "master.log").read_text()[-3000:]
             time.sleep(0.5)

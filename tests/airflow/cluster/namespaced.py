@@ -318,7 +318,7 @@ def start_cluster(folder: Path, workers: int = 2, cores: int = 1, memory: str = 
             try:
                 if cluster.state().get("aliveworkers", 0) >= workers:
                     break
-            except OSError:
+            except (OSError, ValueError):  # not up yet; a UI still starting may answer with its HTML page
                 pass
             dead = [n.name for n in nodes if n.proc.poll() is not None]
             if dead or time.monotonic() > deadline:

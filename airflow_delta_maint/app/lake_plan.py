@@ -20,7 +20,7 @@ from typing import Any
 
 from airflow_delta_maint.delta.errors import DeltaError, NotADeltaTableError, TableNotFoundError
 from airflow_delta_maint.delta.health.cost_model import CostModel
-from airflow_delta_maint.delta.health.estimates import Estimate, EstimateInputs
+from airflow_delta_maint.delta.health.estimates import READS_EXPIRED_LOG, Estimate, EstimateInputs
 from airflow_delta_maint.delta.health.lake_budget import Budget, Candidate, LakePlan, Planned, plan_lake
 from airflow_delta_maint.delta.storage.store import Storage
 
@@ -34,12 +34,15 @@ log = logging.getLogger("delta_maint")
 __all__ = ["LakeHistory", "budget_limits", "budgeted", "lake_history", "table_inputs"]
 
 
-def table_inputs(table: str, storage_options: Mapping[str, str]) -> EstimateInputs:
-    """One streamed read of the table's log for the estimates."""
+def table_inputs(table: str, storage_options: Mapping[str, str], *, with_expired_log: bool = True) -> EstimateInputs:
+    """One streamed read of the table's log for the estimates (``with_expired_log``: the log's cleanup planned too:
+    a listing of the whole log)."""
     from .jobs.inspect import estimate_inputs
     from .state_reading import read_state
 
-    return read_state(Storage(table, dict(storage_options)), estimate_inputs, None, "the lake plan's estimate")
+    return read_state(Storage(table, dict(storage_options)),
+                      lambda state: estimate_inputs(state, with_expired_log=with_expired_log), None,
+                      "the lake plan's estimate")
 
 
 @dataclass(frozen=True)
@@ -160,8 +163,10 @@ def look_at_lake(spec: FleetSpec, worker_options: Callable[[FleetTable], Mapping
     """One streamed read of each table's log, on ``threads`` threads (they wait on storage; see
     :func:`~.worker_threads.reading_threads`)."""
     def one(t: FleetTable) -> tuple[EstimateInputs | None, str | None]:
+        expired = any(definition(j.job).operation in READS_EXPIRED_LOG for j in t.jobs)  # only where it is asked
         try:
-            return table_inputs(t.table, dict(worker_options(t) if worker_options else t.storage_options)), None
+            return table_inputs(t.table, dict(worker_options(t) if worker_options else t.storage_options),
+                                with_expired_log=expired), None
         except DeltaError as exc:
             return None, str(exc)
 

@@ -467,6 +467,8 @@ def test_the_look_counts_the_expired_log_files_its_cleanup_then_deletes(tmp_path
     spec = FleetSpec.from_json({"tables": [{"table": t, "jobs": [{"job": "cleanup-log"}]} for t in (expired, fresh)]})
     decision = decide_by_estimates(spec, look_at_lake(spec))
     assert decision.known[0] == [None] and decision.known[1][0]["reason"] == "nothing to gain, by the estimate from the log"
+    without = FleetSpec.from_json({"tables": [{"table": expired, "jobs": [{"job": "optimize"}]}]})
+    assert look_at_lake(without).inputs[expired].expired_log_files is None  # no cleanup asked: no whole-log listing
     own = FleetSpec.from_json({"tables": [{"table": fresh, "jobs": [{"job": "cleanup-log", "args": ["--retention-hours", "1"]}]}]})
     assert decide_by_estimates(own, look_at_lake(own)).known == [[None]]  # its own retention: it runs its own plan
 

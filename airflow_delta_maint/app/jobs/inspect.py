@@ -102,9 +102,7 @@ def inspect_table(state: TableHeader, small_file_bytes: int = DEFAULT_SMALL_FILE
         "distrusted_log_files": list(state.distrusted),
         "health": health_score(health),
         # what each job would gain and cost here, from these aggregates alone
-        "estimates": job_estimates(EstimateInputs(health, summary.dv_files, summary.num_tombstones,
-                                                  *expired_log(state),
-                                                  checkpointed=state.segment.checkpoint_version is not None)),
+        "estimates": job_estimates(_inputs(state, summary, health, with_expired_log=True)),
     }
     if with_files:
         report["files"] = [p for _kind, table in state.scan([]) for p in table.column("path").to_pylist()]
@@ -126,11 +124,19 @@ def _summary(state: TableHeader, small_file_bytes: int) -> tuple[StateSummary, H
     return summary, health, log_now
 
 
-def estimate_inputs(state: TableHeader, small_file_bytes: int = DEFAULT_SMALL_FILE_BYTES) -> EstimateInputs:
-    """What the jobs' estimates read of a table's state (the health report's aggregates, no data file read)."""
+def estimate_inputs(state: TableHeader, small_file_bytes: int = DEFAULT_SMALL_FILE_BYTES, *,
+                    with_expired_log: bool = True) -> EstimateInputs:
+    """What the jobs' estimates read of a table's state (the health report's aggregates, no data file read);
+    ``with_expired_log``: the expired log's cleanup planned too (else its estimate is unknown)."""
     check_supported(state.protocol, Operation.INSPECT)
     summary, health, _ = _summary(state, small_file_bytes)
-    return EstimateInputs(health, summary.dv_files, summary.num_tombstones, *expired_log(state),
+    return _inputs(state, summary, health, with_expired_log=with_expired_log)
+
+
+def _inputs(state: TableHeader, summary: StateSummary, health: HealthInputs, *,
+            with_expired_log: bool) -> EstimateInputs:
+    expired, expired_bytes = expired_log(state) if with_expired_log else (None, 0)
+    return EstimateInputs(health, summary.dv_files, summary.num_tombstones, expired, expired_bytes,
                           checkpointed=state.segment.checkpoint_version is not None)
 
 

@@ -23,8 +23,8 @@ from typing import Any
 from airflow_delta_maint.delta.health.score import HealthInputs, score_of
 from airflow_delta_maint.delta.protocol.features import Operation
 
-__all__ = ["CHECKPOINT_BYTES_PER_FILE", "FIRST_CHECKPOINT_COMMITS", "Cost", "CpuRates", "DEFAULT_RATES", "Estimate", "EstimateInputs", "Gain",
-           "estimate"]
+__all__ = ["CHECKPOINT_BYTES_PER_FILE", "FIRST_CHECKPOINT_COMMITS", "READS_EXPIRED_LOG", "Cost", "CpuRates",
+           "DEFAULT_RATES", "Estimate", "EstimateInputs", "Gain", "estimate"]
 
 #: bytes a checkpoint spends per live file (an add row in parquet: path, size, stats, partition values)
 CHECKPOINT_BYTES_PER_FILE = 300
@@ -33,6 +33,9 @@ CHECKPOINT_BYTES_PER_FILE = 300
 #: table pays it; writers that checkpoint on their own do it every 10 commits by default. Only the commits beyond are
 #: a first checkpoint's gain.
 FIRST_CHECKPOINT_COMMITS = 10
+#: the operations whose estimate needs the expired log's cleanup planned (``EstimateInputs.expired_log_files``: a
+#: listing of the whole log and the oldest commits' times), which a look does only for tables that run one
+READS_EXPIRED_LOG = frozenset({Operation.CLEANUP_LOG})
 
 
 @dataclass(frozen=True)

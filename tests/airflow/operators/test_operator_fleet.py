@@ -669,11 +669,13 @@ def test_a_night_from_the_plans_reads_keeps_the_connections_secret(s3_lake, tmp_
     history = tmp_path / "history"
     ti = RecordingTI()
     caplog.set_level(logging.DEBUG)
-    op = MaintainTablesOperator(task_id="fleet", tables=tables, jobs={"optimize": {"lease_seconds": 0}},
+    # the log's cleanup too: the night's look plans it on S3 with the connection's secret
+    op = MaintainTablesOperator(task_id="fleet", tables=tables, jobs={"optimize": {"lease_seconds": 0}, "cleanup-log": {}},
                                 storage_conn_id="lake_s3", storage_options={"AWS_ALLOW_HTTP": "true"},
                                 history_uri=str(history), budget={"cpu_s": 600}, execution="auto")
     results = op.execute(context={"ti": ti})
     assert [e["jobs"][0]["status"] for e in results] == ["committed", "committed"]
+    assert {e["jobs"][1]["reason"] for e in results} == {"nothing to gain, by the estimate from the log"}
     assert sorted(set(served)) == sorted(tables)  # each chosen job started from the plan's read
     assert {e["jobs"][0]["history"]["version"] for e in results} == {1}  # one append for the night's runs
     recorded = read_runs(str(history)).to_pylist()

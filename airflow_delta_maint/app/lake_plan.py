@@ -36,11 +36,11 @@ __all__ = ["LakeHistory", "budget_limits", "budgeted", "lake_history", "table_in
 
 def table_inputs(table: str, storage_options: Mapping[str, str], *, with_expired_log: bool = True) -> EstimateInputs:
     """One streamed read of the table's log for the estimates (``with_expired_log``: the log's cleanup planned too:
-    a listing of the whole log)."""
+    a listing of the whole log). It writes nothing: one listing of the log serves all its parts."""
     from .jobs.inspect import estimate_inputs
     from .state_reading import read_state
 
-    return read_state(Storage(table, dict(storage_options)),
+    return read_state(Storage(table, dict(storage_options)).remembering_listings(),
                       lambda state: estimate_inputs(state, with_expired_log=with_expired_log), None,
                       "the lake plan's estimate")
 

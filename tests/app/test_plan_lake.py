@@ -424,7 +424,16 @@ def test_a_plan_reads_an_object_store_history_with_its_options_and_keeps_the_sec
         assert sum(r["operation"] == "optimize" and r["status"] == "committed" for r in rows) == 4
         from airflow_delta_maint.app.lake_plan import table_inputs
 
-        assert table_inputs(tables[0], opts).expired_log_files == 0  # the look planned the log's cleanup on S3
+        from airflow_delta_maint.delta.storage.store_calls import StoreCalls, counting
+
+        with counting(StoreCalls()) as calls:
+            assert table_inputs(tables[0], opts).expired_log_files == 0  # the look planned the log's cleanup on S3
+        # its snapshot, log state, size check and cleanup plan share the listings: from the checkpoint, and the
+        # whole log for the cleanup
+        assert calls.counts()["list"]["calls"] <= 2
+        with counting(StoreCalls()) as calls:
+            table_inputs(tables[0], opts, with_expired_log=False)
+        assert calls.counts()["list"]["calls"] == 1
         out = capsys.readouterr()
         seen = json.dumps([first, second], default=str) + json.dumps(rows, default=str) + caplog.text + out.out \
             + out.err

@@ -136,12 +136,16 @@ def sorted_by_id(path: Path) -> pa.Table:
 
 
 def listing(path: Path) -> dict[str, tuple[int, int]]:
-    """Every file under the table (log included) with its size and modification time."""
+    """Every file under the table (log included) with its size and modification time; a file gone between the
+    folder's read and its own (a running job's temporary file renamed into place) is not listed."""
     out = {}
     for root, _, names in os.walk(path):
         for n in names:
             p = os.path.join(root, n)
-            st = os.stat(p)
+            try:
+                st = os.stat(p)
+            except FileNotFoundError:
+                continue
             out[os.path.relpath(p, path)] = (st.st_size, st.st_mtime_ns)
     return out
 

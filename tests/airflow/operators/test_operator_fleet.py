@@ -664,6 +664,15 @@ def test_a_night_from_the_plans_reads_keeps_the_connections_secret(s3_lake, tmp_
             write_deltalake(uri, pa.table({"id": [i, i + 100], "part": ["p", "q"]}), mode="append",
                             partition_by=["part"], storage_options=options)
     served = count_snapshot_serves(monkeypatch)
+    from airflow_delta_maint.delta.storage.store import Storage
+
+    remembering, remember = [], Storage.remembering_listings
+
+    def remembered(storage: Storage) -> Storage:  # the look's store, keeping its listings
+        remembering.append(storage.root)
+        return remember(storage)
+
+    monkeypatch.setattr(Storage, "remembering_listings", remembered)
     monkeypatch.setattr(DeltaMaintHook, "submit", lambda *a, **k: pytest.fail("spark-submit was called"))
     monkeypatch.setattr(subprocess_module, "Popen", lambda *a, **k: pytest.fail(f"a process was started: {a}"))
     history = tmp_path / "history"
@@ -677,6 +686,7 @@ def test_a_night_from_the_plans_reads_keeps_the_connections_secret(s3_lake, tmp_
     assert [e["jobs"][0]["status"] for e in results] == ["committed", "committed"]
     assert {e["jobs"][1]["reason"] for e in results} == {"nothing to gain, by the estimate from the log"}
     assert sorted(set(served)) == sorted(tables)  # each chosen job started from the plan's read
+    assert sorted(remembering) == sorted(tables)  # the look listed each log once for all its parts
     assert {e["jobs"][0]["history"]["version"] for e in results} == {1}  # one append for the night's runs
     recorded = read_runs(str(history)).to_pylist()
     fields = {name: getattr(op, name) for name in op.template_fields}

@@ -96,6 +96,10 @@ def start_delta_spark(master: str = "local[2]", app_name: str = "delta-spark-jud
             # nor a 10,000-task listing job in each of delta-spark's VACUUMs (30 s on 2 cores; the engine
             # sets the same for its own VACUUM: LISTING_PARALLELISM in app/engines/delta_spark.py)
             "spark.sql.sources.parallelPartitionDiscovery.parallelism": "4",
+            # a test process keeps one session for its whole run, and delta-spark caches a DeltaLog for every
+            # table it reads: with the default 1 GiB the old generation stayed 65-97% full after eight minutes
+            # of the matrix, with a concurrent collection every few seconds
+            "spark.driver.memory": "2g",
             **DELTA_SESSION_CONF, **jar_conf, **conf,
         }
         for key, value in settings.items():

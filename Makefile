@@ -6,6 +6,7 @@
 #   make test-nightly - the property tests with ten times their examples (Hypothesis profile "nightly")
 #   make test-delta-spark - delta-spark (jars from Maven Central, cached in ~/.cache/airflow-delta-maint) judges the
 #                         tables our jobs touch, the compatibility matrix included
+#   make delta-spark-tables - the matrix's tables, built again by delta-spark into tests/data/delta_spark_tables
 #   make test-install - the wheel in fresh virtualenvs, with no extra and with each extra (every job, the example DAG)
 #   make test-faults - every job through a fault-injecting proxy on S3 and Azure, 20 seeds in process (FAULT_SEEDS=N)
 #                      and 2 through spark-submit (FAULT_SUBMIT_SEEDS=N); delta-rs and DuckDB read the rows
@@ -24,7 +25,7 @@ AZURITE := $(VENV)/azurite/node_modules/.bin/azurite-blob
 WHEELS ?= $(HOME)/.cache/airflow-delta-maint/wheels
 export DELTA_MAINT_WHEELS := $(WHEELS)
 
-.PHONY: demo test test-install test-faults test-fast test-nightly test-delta-spark test-compatibility test-cluster lint test-airflow-min bench bench-busy-table bench-guard check-java chromium clean
+.PHONY: demo test test-install test-faults test-fast test-nightly test-delta-spark test-compatibility delta-spark-tables test-cluster lint test-airflow-min bench bench-busy-table bench-guard check-java chromium clean
 
 # --compile-bytecode: every Python process (Airflow, spark-submit's driver, Spark's Python workers)
 # then loads bytecode instead of compiling its imports again, as after a pip install
@@ -73,7 +74,8 @@ test-faults: $(STAMP) $(AZURITE) check-java
 		$(PY) -m pytest -q -n 2 --dist worksteal tests/storage/test_store_faults.py $(PYTEST_ARGS)
 
 # the package as a deployment installs it: its wheel in fresh virtualenvs, with no extra (every job of the command
-# line on a local table and on moto's S3, the example DAG with airflow dags test) and with each documented extra
+# line on a local table and on moto's S3, the example DAG with airflow dags test) and with each documented extra;
+# and pip alone from the package index, as a user installs a provider (one Spark release on both sides)
 test-install: $(STAMP) check-java
 	$(PY) -m pytest -q -p no:xdist tests/install $(PYTEST_ARGS)
 
@@ -112,6 +114,12 @@ test-nightly: $(STAMP) check-java
 # ours, judged by delta-spark) is part of it.
 test-delta-spark: $(STAMP) check-java
 	$(PY) -m pytest -q -n 2 --dist loadscope tests/delta_spark $(PYTEST_ARGS)
+
+# the tables delta-spark writes for the matrix and the judge's tests, built again with delta-spark into
+# tests/data/delta_spark_tables (kept in the repository; a run copies them): after a change to tests/delta_spark/tables.py
+# or to delta-spark's release, which the test runs then ask for
+delta-spark-tables: $(STAMP) check-java
+	$(PY) -m tests.delta_spark.committed_tables
 
 # the matrix alone, in one process; DELTA_MAINT_WRITE_COMPATIBILITY=1 rewrites docs/compatibility.md from
 # its results

@@ -43,10 +43,8 @@ stable features that replaced them are here.
 
 from __future__ import annotations
 
-import fcntl
 import shutil
-import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -573,28 +571,3 @@ def build_all(spark: SparkSession, root: Path, names: Iterable[str] | None = Non
                 pool.shutdown(wait=True, cancel_futures=True)   # the builds under way finish, no new ones start
                 raise future.exception()  # type: ignore[misc]
     return paths
-
-
-class SharedTables(Mapping[str, Path]):
-    """Every table of :data:`TABLES`, each built by :func:`build_all` the first time it is asked for, once per
-    test run: pytest-xdist workers share ``root`` and take a lock per table, so a table one worker built the
-    others reuse (its marker), and a worker builds only the tables its tests use."""
-
-    def __init__(self, spark: SparkSession, root: Path) -> None:
-        self.spark, self.root = spark, Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
-        self._names = [t.name for t in TABLES]
-        self._lock = threading.Lock()
-
-    def __getitem__(self, name: str) -> Path:
-        if name not in self._names:
-            raise KeyError(name)
-        with self._lock, open(self.root / f".{name}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            return build_all(self.spark, self.root, names=[name], workers=1)[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._names)
-
-    def __len__(self) -> int:
-        return len(self._names)

@@ -110,10 +110,11 @@ test-nightly: $(STAMP) check-java
 # pytest processes of their own: their SparkSessions carry delta-spark's jars, which the rest of the suite
 # must run without (our engine needs none). Ivy resolves the jars into ~/.cache/airflow-delta-maint/delta-spark
 # on a machine's first run. Two pytest-xdist workers: each module, and each matrix table's chain (a class),
-# stays on one worker (tests/delta_spark/conftest.py); the matrix (every table delta-spark writes x every job of
-# ours, judged by delta-spark) is part of it.
+# stays on one worker (tests/delta_spark/conftest.py), handed out in the order conftest.py sorts them (the longest
+# modules first; --no-loadscope-reorder keeps pytest-xdist from ordering them by test count); the matrix (every table
+# delta-spark writes x every job of ours, judged by delta-spark) is part of it.
 test-delta-spark: $(STAMP) check-java
-	$(PY) -m pytest -q -n 2 --dist loadscope tests/delta_spark $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n 2 --dist loadscope --no-loadscope-reorder tests/delta_spark $(PYTEST_ARGS)
 
 # the tables delta-spark writes for the matrix and the judge's tests, built again with delta-spark into
 # tests/data/delta_spark_tables (kept in the repository; a run copies them): after a change to tests/delta_spark/tables.py

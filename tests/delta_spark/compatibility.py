@@ -18,8 +18,9 @@ Results = Mapping[tuple[str, str], Mapping[str, str]]
 INTRO = """\
 # Compatibility with delta-spark
 
-Every table on this page was written by delta-spark 4.4.0 (on Spark 4.2.0) in the test suite
-(`tests/delta_spark/tables.py`), and every job of ours ran on a fresh copy of it
+Every table on this page was written by delta-spark 4.4.0 (on Spark 4.2.0) from
+`tests/delta_spark/tables.py` and is kept as written in `tests/data/delta_spark_tables` (`make delta-spark-tables`
+writes them again), and every job of ours ran on a fresh copy of it
 (`tests/delta_spark/test_matrix.py`, `make test-delta-spark`). A job either maintained the table or
 refused it with one message and changed nothing. *Maintained* is what delta-spark says afterwards:
 

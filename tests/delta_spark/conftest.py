@@ -57,9 +57,10 @@ def delta_tables(spark, tmp_path_factory) -> dict:
 
 
 #: the modules that take a worker longest (measured with two workers and the steps CI runs beside them: the races
-#: 760 s, the judge's own tests 1,020 s, the jars' fresh JVMs 450 s), handed out first: pytest-xdist's loadscope gives
-#: the workers scopes in collection order, so the matrix's chains (100-150 s each) even out the end instead of one
-#: worker running a race alone for the last ten minutes
+#: 760 s, the judge's own tests 1,020 s, the jars' fresh JVMs 450 s), handed out first: with --no-loadscope-reorder
+#: (Makefile) pytest-xdist's loadscope gives the workers scopes in collection order (by default it orders them by
+#: their number of tests, which put the races of three tests last), so the matrix's chains (100-150 s each) even out
+#: the end instead of one worker running a race alone for the last ten minutes
 LONGEST_FIRST = ("test_judge", "test_concurrency", "test_delta_spark_jars", "test_tables", "test_engines",
                  "test_optimize_rebase", "test_large_tables", "test_engine_on_s3", "test_engine_operator")
 

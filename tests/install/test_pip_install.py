@@ -24,7 +24,8 @@ def test_a_plain_pip_install_gives_one_spark(tmp_path):
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_CONSTRAINT", "UV_CONSTRAINT", "VIRTUAL_ENV"))}
-    done = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+    # --no-compile: the test imports a few modules, not all of pyspark and delta-spark
+    done = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile",
                            f"{REPO}[delta-spark]"], env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     probe = textwrap.dedent("""\

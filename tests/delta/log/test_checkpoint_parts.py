@@ -129,7 +129,7 @@ def _clean_checkpoints(root: Path, version: int) -> None:
     (log / "_last_checkpoint").unlink(missing_ok=True)
 
 
-@settings(max_examples=examples(50), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow])
 @given(history=histories(), v2=st.booleans(), seed=st.integers(0, 1000), retention_days=st.sampled_from([1, 60]),
        typed=st.booleans())

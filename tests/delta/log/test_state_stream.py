@@ -241,7 +241,7 @@ def _answer(fn, *args):
     return ("ok", str(result) if result is not None else None, getattr(result, "details", None))
 
 
-@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow])
 @given(history=histories())
 def test_streamed_checks_equal_the_in_memory_ones(tmp_path_factory, history):

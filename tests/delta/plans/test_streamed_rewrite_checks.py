@@ -122,7 +122,7 @@ def _compare(table: str, options: list[dict], trusted: bool) -> None:
             assert expected[0] == "ok", (params, expected)
 
 
-@settings(max_examples=examples(50), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow])
 @given(history=clustered_histories())
 def test_the_streamed_clustering_check_equals_the_plan(tmp_path_factory, history):
@@ -182,7 +182,7 @@ WIDENED_OPTIONS = [
 ]
 
 
-@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow])
 @given(history=widened_histories())
 def test_the_streamed_type_widening_check_equals_the_plan(tmp_path_factory, history, monkeypatch):

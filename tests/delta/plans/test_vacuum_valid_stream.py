@@ -35,7 +35,7 @@ def test_streamed_valid_keys_equal_the_valid_set(tmp_path_factory, history):
         assert set(keys) == valid_keys(snapshot, cutoff)
 
 
-@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow])
 @given(history=histories())
 def test_streamed_kept_keys_equal_the_kept_set(tmp_path_factory, history):

@@ -37,11 +37,15 @@ def fingerprint() -> dict[str, str]:
             "tables_py_sha256": hashlib.sha256(Path(tables.__file__).read_bytes()).hexdigest()}
 
 
-def stale_reason() -> str | None:
-    """Why the kept tables cannot be used (None: they can)."""
-    if not STAMP.exists():
+def built_stamp() -> dict[str, Any] | None:
+    """``BUILT.json`` (None: there is none)."""
+    return json.loads(STAMP.read_text()) if STAMP.exists() else None
+
+
+def stale_reason(built: dict[str, Any] | None) -> str | None:
+    """Why the kept tables, built as ``built`` says (:func:`built_stamp`), cannot be used (None: they can)."""
+    if built is None:
         return f"{COMMITTED.relative_to(REPO)} holds no BUILT.json: {REBUILD}"
-    built = json.loads(STAMP.read_text())
     want = fingerprint()
     names = sorted(t.name for t in tables.TABLES)
     if {k: built.get(k) for k in want} != want or sorted(built.get("tables", [])) != names:
@@ -53,10 +57,10 @@ def stale_reason() -> str | None:
 def copies(root: Path) -> dict[str, Path]:
     """Copies of the kept tables under ``root`` (made once per run: pytest-xdist workers share ``root`` under a
     lock), their empty folders recreated; raises RuntimeError when they are stale."""
-    reason = stale_reason()
-    if reason:
+    built = built_stamp()
+    reason = stale_reason(built)
+    if reason or built is None:
         raise RuntimeError(reason)
-    built: dict[str, Any] = json.loads(STAMP.read_text())
     root.mkdir(parents=True, exist_ok=True)
     done = root / ".copied"
     with open(root / ".copy.lock", "w") as lock:
@@ -73,6 +77,7 @@ def copies(root: Path) -> dict[str, Path]:
 
 
 def empty_folders(root: Path) -> list[str]:
+    """The folders under ``root`` that hold nothing, relative to it (git keeps none of them)."""
     return sorted(str(Path(d).relative_to(root)) for d, sub, files in os.walk(root) if not sub and not files)
 
 

@@ -102,7 +102,8 @@ def rebuild(spark: SparkSession) -> None:
 def main() -> int:
     from tests.delta_spark_session import start_delta_spark
 
-    spark = start_delta_spark(app_name="delta-spark-tables")
+    # the tables as they were first built: eight shuffle partitions (the tests' sessions take two)
+    spark = start_delta_spark(app_name="delta-spark-tables", **{"spark.sql.shuffle.partitions": "8"})
     try:
         rebuild(spark)
     finally:

@@ -422,6 +422,17 @@ def test_keeps_writing_an_append_only_table_with_identity_and_generated_columns(
     assert len(seq) == len(set(seq)) == 153   # the inserted copies got identity values of their own
 
 
+def test_keeps_writing_inserts_and_deletes_only_when_asked(spark, clustered_rtc, tmp_path):
+    """The lighter case (``every_statement=False``) appends and deletes, each against the model, row ids too."""
+    path = _copy(clustered_rtc.path, tmp_path / "t")
+    after = judge.read_state(spark, str(path), row_tracking=True)
+    done = judge.assert_keeps_writing(spark, str(path), clustered_rtc.before.version, kept_versions=[after.version],
+                                      row_tracking=True, clustered=True, every_statement=False)
+    assert done["statements"] == [f"VERSION AS OF {after.version}", "INSERT", "DELETE"], done
+    now = judge.read_state(spark, str(path), row_tracking=True)
+    assert now.version == after.version + 2 and sum(now.rows.values()) == sum(after.rows.values()), now
+
+
 def test_keeps_writing_fails_when_a_kept_version_lost_a_file(spark, optimized_dv, tmp_path):
     path = _copy(optimized_dv.path, tmp_path / "t")
     judge.read_state(spark, str(path), version=2)

@@ -10,7 +10,9 @@ nothing. Last, delta-spark keeps writing on the table (INSERT, MERGE, UPDATE, DE
 history still allows it, its own OPTIMIZE and VACUUM). The results are docs/compatibility.md: each case
 compares its result with its cell of the page, so a table's chain can run on any pytest-xdist worker
 (``conftest.py`` keeps a chain on one). ``DELTA_MAINT_WRITE_COMPATIBILITY=1`` on a whole run in one process
-(``make test-compatibility``) rewrites the page instead.
+(``make test-compatibility``) rewrites the page instead. ``DELTA_MAINT_MATRIX=covering`` (CI) runs the chains of
+fewer tables that still have every feature, and delta-spark's every statement on some of them
+(``matrix_jobs.COVERING``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import pytest
 from airflow_delta_maint.app import cli
 from tests.delta_spark import judge
 from tests.delta_spark.compatibility import PAGE, expected_cell, parse, render
-from tests.delta_spark.matrix_jobs import CHAIN, JOBS
+from tests.delta_spark.matrix_jobs import CHAIN, COVERING, JOBS, covering_tables, every_statement, in_this_run
 from tests.delta_spark.tables import FEATURE_LABELS, TABLES
 
 pytestmark = pytest.mark.delta_spark
@@ -115,7 +117,7 @@ class _TableChain:
                                     "test-compatibility rewrites the page)")
 
 
-for _table in TABLES:  # TestChain_plain, TestChain_dv_delete_update, ...
+for _table in (t for t in TABLES if in_this_run(t.name)):  # TestChain_plain, TestChain_dv_delete_update, ...
     _name = "TestChain_" + _table.name.replace("-", "_")
     globals()[_name] = type(_name, (_TableChain,), {"table_name": _table.name, "__module__": __name__})
 
@@ -127,7 +129,8 @@ def _run_case(spark, delta_tables, tmp_path_factory, table_name: str, job_name: 
     read = dict(row_tracking=table.row_tracking, key=table.key)
     if job_name == KEEPS_WRITING:
         judge.assert_keeps_writing(spark, str(path), before_job_version=chain["start"], kept_versions=[before.version],
-                                   key=table.key, row_tracking=table.row_tracking, clustered=table.clustered)
+                                   key=table.key, row_tracking=table.row_tracking, clustered=table.clustered,
+                                   every_statement=every_statement(table_name))
         RESULTS[(table_name, job_name)] = {"verdict": "maintained", "status": "committed"}
         return
     job = next(j for j in JOBS if j.name == job_name)
@@ -175,6 +178,17 @@ def _run_case(spark, delta_tables, tmp_path_factory, table_name: str, job_name: 
     chain["state"] = after
     status = _copy_outcome(metrics) if job.own_copy else metrics["status"]
     RESULTS[(table_name, job_name)] = {"verdict": "maintained", "status": status}
+
+
+def test_a_covering_run_keeps_every_feature_of_the_matrix():
+    """A covering run (CI) leaves out only tables whose every feature another table of it has."""
+    chosen = covering_tables()
+    assert len(set(chosen)) == len(chosen) < len(TABLES) and set(chosen) <= set(TABLES_BY_NAME)
+    assert {label for name in chosen for label in TABLES_BY_NAME[name].features} == {
+        label for t in TABLES for label in t.features}
+    if COVERING:
+        assert [k for k in globals() if k.startswith("TestChain_")] == [
+            "TestChain_" + t.name.replace("-", "_") for t in TABLES if t.name in chosen]
 
 
 def test_the_compatibility_page_is_the_matrix_results():

@@ -75,9 +75,10 @@ test-faults: $(STAMP) $(AZURITE) check-java
 
 # the package as a deployment installs it: its wheel in fresh virtualenvs, with no extra (every job of the command
 # line on a local table and on moto's S3, the example DAG with airflow dags test) and with each documented extra;
-# and pip alone from the package index, as a user installs a provider (one Spark release on both sides)
+# and pip alone from the package index, as a user installs a provider (one Spark release on both sides);
+# INSTALL_ARGS: pytest arguments of this target alone (CI leaves out the extras' virtualenvs)
 test-install: $(STAMP) check-java
-	$(PY) -m pytest -q -p no:xdist tests/install $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:xdist tests/install $(INSTALL_ARGS) $(PYTEST_ARGS)
 
 # the Airflow-side tests (without the end-to-end runs) on the lowest supported Airflow, in its own virtualenv
 AIRFLOW_MIN ?= 3.2.0

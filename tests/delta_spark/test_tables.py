@@ -21,15 +21,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.delta_spark import committed_tables
-from tests.delta_spark.matrix_jobs import in_this_run
 from tests.delta_spark.tables import FEATURE_LABELS, TABLES, DeltaSparkTable, build_all
 
 pytestmark = pytest.mark.delta_spark
 
 TABLES_BY_NAME = {t.name: t for t in TABLES}
 NAMES = [t.name for t in TABLES]
-#: the tables the matrix runs in this run (all, or a covering run's: ``matrix_jobs.in_this_run``)
-IN_RUN = [name for name in NAMES if in_this_run(name)]
 # the features a legacy protocol (writer version below 7) implies, by the writer version that brought them
 LEGACY_WRITER_FEATURES = {"appendOnly": 2, "invariants": 2, "checkConstraints": 3, "changeDataFeed": 4,
                           "generatedColumns": 4, "columnMapping": 5, "identityColumns": 6}
@@ -533,7 +530,7 @@ def test_the_kept_tables_are_built_from_this_tables_py():
     assert all((committed_tables.COMMITTED / name / "_delta_log").is_dir() for name in NAMES)
 
 
-@pytest.mark.parametrize("name", IN_RUN)
+@pytest.mark.parametrize("name", NAMES)
 def test_table_has_work_for_every_job(spark, built, name):
     table: DeltaSparkTable = TABLES_BY_NAME[name]
     f = Facts(spark, built[name])
@@ -561,7 +558,7 @@ def test_table_has_work_for_every_job(spark, built, name):
         assert tuple(ids) == (total, total)
 
 
-@pytest.mark.parametrize("name", IN_RUN)
+@pytest.mark.parametrize("name", NAMES)
 def test_table_has_the_features_it_claims(spark, built, name):
     f = Facts(spark, built[name])
     # DESCRIBE DETAIL names the same features as the protocol in the log

@@ -87,6 +87,9 @@ class MatrixJob:
     # on a copy of its own of the table as delta-spark wrote it, outside the chain (the jobs before it would
     # leave it nothing to do)
     own_copy: bool = False
+    # the job runs this many days after the chain's last write (its clock moved ahead): a cleanup whose cut-off is
+    # a midnight then finds every commit before it, whatever the hour of the run or the day the tables were built
+    days_later: int = 0
 
 
 def _zorder(table: DeltaSparkTable, path: Path, version: int) -> list[str]:
@@ -131,9 +134,9 @@ JOBS: list[MatrixJob] = [
     MatrixJob("compact-log", "log compaction files (--interval 2)",
               lambda t, p, v: ["compact-log", str(p), "--interval", "2"]),
     MatrixJob("checkpoint", "a checkpoint of the latest version", lambda t, p, v: ["checkpoint", str(p)]),
-    MatrixJob("cleanup-log", "expired-log cleanup after a checkpoint, retention 0 hours",
+    MatrixJob("cleanup-log", "expired-log cleanup after a checkpoint, retention 0 hours, two days after the last write",
               lambda t, p, v: ["cleanup-log", str(p), "--retention-hours", "0"],
-              kept=lambda before, after: [after], restorable=False, pre=("checkpoint",)),
+              kept=lambda before, after: [after], restorable=False, pre=("checkpoint",), days_later=2),
 ]
 # the order of a table's chain: each job runs on what the ones before it left, as in a nightly DAG; the rewrites
 # first (the DV purge before the others take the deletion vectors away), then the log files, then the deletes

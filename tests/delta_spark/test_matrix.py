@@ -17,12 +17,15 @@ fewer tables that still have every feature, and delta-spark's every statement on
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -77,6 +80,18 @@ def _chain(spark, delta_tables, tmp_path_factory, table) -> dict:
     if chain is None:
         chain = _CHAINS[table.name] = _fresh_copy(spark, delta_tables, tmp_path_factory, table)
     return chain
+
+
+@contextlib.contextmanager
+def _days_later(days: int) -> Iterator[None]:
+    """The clock ``days`` days ahead while the job runs: the log cleanup's cut-off is a midnight (UTC), so without
+    it the case's result would depend on whether the run crossed a midnight since the kept tables were copied."""
+    if not days:
+        yield
+        return
+    real, offset = time.time, days * 86_400
+    with mock.patch("time.time", side_effect=lambda: real() + offset):
+        yield
 
 
 def _copy_outcome(metrics: dict) -> str:
@@ -147,7 +162,8 @@ def _run_case(spark, delta_tables, tmp_path_factory, table_name: str, job_name: 
     old_states = {v: judge.read_state(spark, str(path), version=v, **read) for v in promised}
     files_before = _listing(path)
 
-    code, metrics = cli.run([*job.args(table, path, before.version), "--json"])
+    with _days_later(job.days_later):
+        code, metrics = cli.run([*job.args(table, path, before.version), "--json"])
 
     if code == 2:  # refused: one message, nothing changed
         reason = metrics["error"].replace(str(path), "<table>")

@@ -129,9 +129,10 @@ test-compatibility: $(STAMP) check-java
 	$(PY) -m pytest -q -p no:xdist tests/delta_spark/test_matrix.py $(PYTEST_ARGS)
 
 # a pytest process of its own: a standalone master and two workers, each worker in its own network and mount
-# namespace with a bare system Python (pyspark only), run the example DAG on a moto S3 server (needs root)
+# namespace with a bare system Python (pyspark only), run the example DAG on a moto S3 server (needs root);
+# CLUSTER_ARGS: pytest arguments of this target alone (CI runs the nightly DAG and the credentials' path only)
 test-cluster: $(STAMP) check-java
-	$(PY) -m pytest -q tests/airflow/cluster $(PYTEST_ARGS)
+	$(PY) -m pytest -q tests/airflow/cluster $(CLUSTER_ARGS) $(PYTEST_ARGS)
 
 bench: $(STAMP) check-java
 	$(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(PY) --constraint constraints.txt --find-links $(WHEELS) -e '.[test,bench]'

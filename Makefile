@@ -80,15 +80,14 @@ test-faults: $(STAMP) $(AZURITE) check-java
 test-install: $(STAMP) check-java
 	$(PY) -m pytest -q -p no:xdist tests/install $(INSTALL_ARGS) $(PYTEST_ARGS)
 
-# the Airflow-side tests (without the end-to-end runs) on the lowest supported Airflow, in its own virtualenv; one
-# process that starts no Spark: it compiles the modules it imports as it imports them, not every module installed
+# the Airflow-side tests (without the end-to-end runs) on the lowest supported Airflow, in its own virtualenv
 AIRFLOW_MIN ?= 3.2.0
 VENV_MIN    ?= .venv-airflow-min
 test-airflow-min: check-java
 	$(PYTHON) -m venv $(VENV_MIN)
 	$(VENV_MIN)/bin/pip install --quiet --upgrade uv
 	$(VENV_MIN)/bin/python scripts/wheelhouse.py $(WHEELS)
-	$(VENV_MIN)/bin/uv pip install --quiet --python $(VENV_MIN)/bin/python --constraint constraints.txt --find-links $(WHEELS) -e '.[test]' 'apache-airflow==$(AIRFLOW_MIN)'
+	$(VENV_MIN)/bin/uv pip install --quiet --compile-bytecode --python $(VENV_MIN)/bin/python --constraint constraints.txt --find-links $(WHEELS) -e '.[test]' 'apache-airflow==$(AIRFLOW_MIN)'
 	$(VENV_MIN)/bin/python -c 'import airflow, sys; sys.exit(0 if airflow.__version__ == "$(AIRFLOW_MIN)" else "got Airflow " + airflow.__version__)'
 	$(VENV_MIN)/bin/python -m pytest -q -m 'not e2e' tests/airflow/triggers tests/airflow/sensors tests/airflow/operators tests/airflow/hooks tests/airflow/test_provider.py tests/airflow/test_provider_metadata.py
 

@@ -73,6 +73,8 @@ class Night:
     plan_by_job: dict[str, dict[str, float]] = field(default_factory=dict)
     #: the CPU-seconds each job's runs measured (their reads, work and commits; not the look, plan or record)
     cpu_by_job: dict[str, float] = field(default_factory=dict)
+    #: chosen runs the application did not start because the night's budget was spent, by job
+    left_by_job: dict[str, int] = field(default_factory=dict)
 
 
 def make_lake(n: int, seed: int) -> list[LakeTable]:
@@ -189,6 +191,16 @@ def _cpu_by_job(entries: list[dict[str, Any]]) -> dict[str, float]:
     return by_job
 
 
+def _left_by_job(entries: list[dict[str, Any]]) -> dict[str, int]:
+    """Chosen runs the application left when the budget ran out (it measured more than the plan predicted)."""
+    left: dict[str, int] = {}
+    for e in entries:
+        for m in e.get("jobs", []):
+            if m.get("left"):
+                left[m["operation"]] = left.get(m["operation"], 0) + 1
+    return left
+
+
 def run_night(policy: str, root: Path, tables: list[LakeTable], history: str,
               budget_cpu_s: float | None) -> tuple[float, list[dict[str, Any]], Any]:
     """One fleet application of ``policy``; (CPU-seconds, the tables' results, the plan or None)."""
@@ -277,12 +289,14 @@ def run_policy(policy: str, work: Path, tables: list[LakeTable], nights: int, bu
                 row["deferred"] += 1
         after = measure(root, writers)
         out.append(Night(policy, night, cpu, after, _gains(before, after, entries), predictions, waiting, by_job,
-                         _cpu_by_job(entries)))
+                         _cpu_by_job(entries), _left_by_job(entries)))
         progress(f"{policy} night {night}: {cpu:.1f} CPU-s, {out[-1].gains['runs']} runs, {out[-1].measures}")
         if by_job:
             progress("  " + ", ".join(f"{j}: {v}" for j, v in by_job.items()))
         progress("  CPU-s: " + ", ".join(f"{k} {v:.2f}" for k, v in PHASES.items()))
         progress("  runs' CPU-s by job: " + ", ".join(f"{k} {v:.2f}" for k, v in out[-1].cpu_by_job.items()))
+        if out[-1].left_by_job:
+            progress(f"  left when the budget ran out: {out[-1].left_by_job}")
     expected = expected_rows(tables, nights)
     for t in writers:
         # delta-rs's SQL reader applies deletion vectors (its pyarrow reader refuses them)

@@ -125,7 +125,8 @@ def record_known(history_uri: str | None, decision: Any, storage_options: dict[s
 
 
 def format_plan(plan: dict[str, Any]) -> str:
-    """The plan for a person: the budget and what it buys, then each run chosen and each deferred."""
+    """The plan for a person: the budget and what it buys, then each run chosen, each deferred, and each with
+    nothing to gain once its table's earlier jobs have run."""
     used, budget = plan["used"], {k: v for k, v in plan["budget"].items() if v is not None and k != "cores"}
     lines = [f"budget {json.dumps(budget) if budget else 'none'}: {used['runs']} runs on {used['tables']} tables, "
              f"{used['cpu_s']:g} predicted CPU-s, {used['bytes_rewritten']} bytes rewritten"]
@@ -135,4 +136,6 @@ def format_plan(plan: dict[str, Any]) -> str:
     for p in plan["deferred"]:
         lines.append(f"  wait      {p['job']:<14} {p['table']}  ~{p['predicted_cpu_s']:g} CPU-s, "
                      f"gain {p['gain_value']:g}  ({p['reason']})")
+    for p in plan.get("nothing_to_gain", []):
+        lines.append(f"  skip      {p['job']:<14} {p['table']}  ({p['reason']})")
     return "\n".join(lines)

@@ -21,7 +21,7 @@ from typing import Any
 from airflow_delta_maint.delta.errors import DeltaError, NotADeltaTableError, TableNotFoundError
 from airflow_delta_maint.delta.health.cost_model import CostModel
 from airflow_delta_maint.delta.health.estimates import READS_EXPIRED_LOG, Estimate, EstimateInputs
-from airflow_delta_maint.delta.health.lake_budget import Budget, Candidate, LakePlan, Planned, plan_lake
+from airflow_delta_maint.delta.health.lake_budget import NOTHING_LEFT, Budget, Candidate, LakePlan, Planned, plan_lake
 from airflow_delta_maint.delta.storage.store import Storage
 
 from .execution import parse_job_args
@@ -246,22 +246,33 @@ def budgeted(spec: FleetSpec, decision: Decision, budget: Budget,
         history = dataclasses.replace(history, model=history.model.with_prior(scale))
     candidates = []
     for (_, t), got in zip(work, found):
-        for j in t.jobs:
-            job = definition(j.job)
-            params = vars(parse_job_args(j.job, j.args))
-            engine = job.engine(params)
-            rates = history.model.rates(j.job, engine)
-            estimate = job.estimate(got, rates, params) if got is not None else None
-            candidates.append(Candidate(t.table, j.job, estimate, history.waiting.get((t.table, j.job), 0),
-                                        history.table_waiting.get(t.table, 0),
-                                        scale=history.model.scale(j.job, engine), unestimated_cpu_s=rates.fixed_s,
-                                        saves_cpu_s=reads_saved_cpu_s(estimate, history.model)))
+        candidates.extend(_table_candidates(t, got, history))
     planning = time.process_time() - started + spent_cpu_s
     limits = budget_limits(budget)  # as given: what the history shows each night was allowed
     if budget.cpu_s is not None:  # what the checks and the estimates spent is the night's too
         budget = dataclasses.replace(budget, cpu_s=max(0.0, budget.cpu_s - planning))
     plan = plan_lake(candidates, budget)
     return _cut(spec, decision, plan, limits), plan
+
+
+def _table_candidates(t: FleetTable, inputs: EstimateInputs | None, history: LakeHistory) -> list[Candidate]:
+    """A table's jobs with work as candidates, each estimated on the table its earlier jobs leave (they run first):
+    a log compaction after a checkpoint that covers its commits gains nothing, a VACUUM after an OPTIMIZE frees
+    the files it rewrote. ``inputs`` None: the look could not read the table (no estimates)."""
+    out = []
+    for j in t.jobs:
+        job = definition(j.job)
+        params = vars(parse_job_args(j.job, j.args))
+        engine = job.engine(params)
+        rates = history.model.rates(j.job, engine)
+        estimate = job.estimate(inputs, rates, params) if inputs is not None else None
+        out.append(Candidate(t.table, j.job, estimate, history.waiting.get((t.table, j.job), 0),
+                             history.table_waiting.get(t.table, 0),
+                             scale=history.model.scale(j.job, engine), unestimated_cpu_s=rates.fixed_s,
+                             saves_cpu_s=reads_saved_cpu_s(estimate, history.model)))
+        if estimate is not None and estimate.after is not None:
+            inputs = estimate.after
+    return out
 
 
 #: reads of a table a night that replay its log: the plan's, and a job's after another job's commit
@@ -285,13 +296,17 @@ def _cut(spec: FleetSpec, decision: Decision, plan: LakePlan, limits: Mapping[st
     night's budget ``limits``, and the budget the run keeps), and the deferred ones known."""
     chosen = {(p.candidate.table, p.candidate.job): p for p in plan.chosen}
     deferred = {(p.candidate.table, p.candidate.job): p for p in plan.deferred}
+    idle = {(p.candidate.table, p.candidate.job): p.candidate for p in plan.idle}
     to_run: list[tuple[int, FleetTable]] = []
     known = []
     for t, results in zip(spec.tables, decision.known):
         kept = []
         merged = []
         for j, m in zip(t.jobs, results):
-            if m is None and (t.table, j.job) in deferred:
+            if m is None and (t.table, j.job) in idle:  # not waiting: its earlier jobs leave it nothing to do
+                estimate = idle[(t.table, j.job)].estimate
+                m = skipped_metrics(j.job, t.table, NOTHING_LEFT, estimate=estimate.as_dict() if estimate else None)
+            elif m is None and (t.table, j.job) in deferred:
                 m = _deferred(deferred[(t.table, j.job)], limits)
             elif m is None and (t.table, j.job) in chosen:
                 c = chosen[(t.table, j.job)].candidate

@@ -16,7 +16,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from airflow_delta_maint.app import cli
 from airflow_delta_maint.delta.health.run_log import read_runs
-from airflow_delta_maint.delta.health.lake_budget import STARVATION_NIGHTS
+from airflow_delta_maint.delta.health.lake_budget import NOTHING_LEFT, STARVATION_NIGHTS
 
 from tests.snapshot_serves import count_snapshot_serves
 
@@ -484,3 +484,28 @@ def test_the_look_counts_the_expired_log_files_its_cleanup_then_deletes(tmp_path
     code, metrics = run_in_process("cleanup-log", expired, [])
     assert code == 0 and metrics["numLogFilesDeleted"] == inputs.expired_log_files
     assert rows(expired) == before and table_inputs(expired, {}).expired_log_files == 0
+
+
+def test_a_job_is_planned_on_the_table_its_earlier_jobs_leave(tmp_path):
+    """A log compaction listed after a checkpoint that covers the same commits gains nothing: the plan says so
+    instead of reserving its CPU, the night runs the checkpoint alone, and nothing waits."""
+    (table,) = lake(tmp_path / "lake", {"long": 24})
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"tables": [{"table": table, "jobs": [{"job": "checkpoint"}, {"job": "compact-log"}]}]}))
+    alone = tmp_path / "alone.json"
+    alone.write_text(json.dumps({"tables": [{"table": table, "jobs": [{"job": "compact-log"}]}]}))
+    _, by_itself = plan_lake("--spec", str(alone), "--dry-run")  # it has work: the checkpoint covers it
+    assert [p["job"] for p in by_itself["plan"]["chosen"]] == ["compact-log"]
+    _, dry = plan_lake("--spec", str(spec), "--dry-run", "--budget", "cpu_s=100")
+    plan = dry["plan"]
+    assert [p["job"] for p in plan["chosen"]] == ["checkpoint"] and not plan["deferred"]
+    (idle,) = plan["nothing_to_gain"]
+    assert (idle["job"], idle["reason"], idle["gain_value"]) == ("compact-log", NOTHING_LEFT, 0)
+    before = rows(table)
+    code, ran = plan_lake("--spec", str(spec), "--budget", "cpu_s=100", "--history-uri", str(tmp_path / "h"), "--local")
+    assert code == 0, ran
+    jobs = {j["operation"]: j for j in ran["tables"][0]["jobs"]}
+    assert jobs["checkpoint"]["status"] == "committed"
+    assert (jobs["compact-log"]["status"], jobs["compact-log"]["reason"]) == ("skipped", NOTHING_LEFT)
+    assert not jobs["compact-log"].get("deferred")
+    assert rows(table) == before

@@ -138,6 +138,8 @@ class Estimate:
     gain: Gain
     cost: Cost
     assumptions: tuple[str, ...] = field(default=())
+    #: the table as the run would leave it: what a later job of the same night is estimated on (None: not known)
+    after: EstimateInputs | None = field(default=None, compare=False, repr=False)
 
     def as_dict(self) -> dict[str, Any]:
         # flat dataclasses of numbers: their fields copied, without asdict's deep copies
@@ -245,4 +247,21 @@ def estimate(operation: Operation | str, inputs: EstimateInputs, rates: CpuRates
     after = _with_commits(after, _COMMITS.get(op, 0))
     before = _score(inputs.health)
     gain = dataclasses.replace(gain, score_before=before, score_after=_score(after) if gain.any else before)
-    return Estimate(str(op), gain, cost.priced(rates, rewritten), assumptions)
+    left = _inputs_after(op, inputs, after, gain) if gain.any else inputs
+    return Estimate(str(op), gain, cost.priced(rates, rewritten), assumptions, left)
+
+
+def _inputs_after(op: Operation, inputs: EstimateInputs, after: HealthInputs, gain: Gain) -> EstimateInputs:
+    """The inputs of a later job's estimate once a run of ``op`` gained ``gain``: its health, and what else it
+    changed (OPTIMIZE drops the deletion vectors it purges and leaves the files it rewrote removed; VACUUM
+    deletes the removed files; a checkpoint is the table's checkpoint from then on)."""
+    changes: dict[str, Any] = {"health": after}
+    if op == Operation.OPTIMIZE:
+        changes.update(num_files_with_deletion_vectors=0,
+                       num_tombstones=inputs.num_tombstones + inputs.health.num_small_files
+                       + inputs.num_files_with_deletion_vectors)
+    elif op == Operation.VACUUM:
+        changes["num_tombstones"] = 0
+    elif op == Operation.CHECKPOINT:
+        changes["checkpointed"] = True
+    return dataclasses.replace(inputs, **changes)

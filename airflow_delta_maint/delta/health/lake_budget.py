@@ -14,7 +14,8 @@ the way a knapsack is filled when items are many and small against the sack:
    :data:`JOB_STARVATION_SHARE` of a CPU budget (the others wait by their ratio);
 4. then the rest by :func:`gain_value` ÷ predicted CPU-seconds, highest first;
 5. a candidate that does not fit in what is left of any limit waits, with the limit it would pass; smaller
-   ones after it may still fit. A waiting one of 1. or 3. is taken even when it alone is over what is left, if
+   ones after it may still fit. A candidate whose estimate gains nothing (each job is estimated on the table its
+   table's earlier jobs leave) is not chosen. A waiting one of 1. or 3. is taken even when it alone is over what is left, if
    nothing was taken before it (a run bigger than the whole budget would otherwise wait for ever).
 
 A table's chosen jobs run in the order its jobs are listed (OPTIMIZE before compute-stats and VACUUM), so a
@@ -32,8 +33,8 @@ from typing import Any
 from airflow_delta_maint.delta.errors import InvalidArgumentError
 from airflow_delta_maint.delta.health.estimates import Estimate, Gain
 
-__all__ = ["Budget", "Candidate", "GAIN_WEIGHTS", "JOB_STARVATION_NIGHTS", "JOB_STARVATION_SHARE", "LakePlan", "Planned",
-           "STARVATION_NIGHTS", "gain_value", "plan_lake"]
+__all__ = ["Budget", "Candidate", "GAIN_WEIGHTS", "JOB_STARVATION_NIGHTS", "JOB_STARVATION_SHARE", "LakePlan",
+           "NOTHING_LEFT", "Planned", "STARVATION_NIGHTS", "gain_value", "plan_lake"]
 
 #: nights a table may need work without any run before its best run goes first
 STARVATION_NIGHTS = 3
@@ -53,6 +54,8 @@ GIB = 1 << 30
 GAIN_WEIGHTS: Mapping[str, float] = {"files_removed": 1.0, "log_files_not_replayed": 0.5,
                                      "dv_bytes_purged": 1.0 / (8 * MIB), "deletion_vectors_dropped": 0.5,
                                      "files_given_stats": 0.5, "bytes_freed": 1.0 / GIB}
+#: why a candidate that gains nothing once its table's earlier jobs ran is not chosen
+NOTHING_LEFT = "nothing to gain once its table's earlier jobs have run"
 #: the gain of a job without an estimate (housekeeping whose gain the log's aggregates cannot see)
 UNESTIMATED_GAIN = 0.1
 #: its predicted CPU-seconds, unless the cost model says what a run's start costs
@@ -134,6 +137,12 @@ class Candidate:
     saves_cpu_s: float = 0.0
 
     @property
+    def idle(self) -> bool:
+        """Whether its estimate gains nothing on the table its table's earlier jobs leave (a log compaction
+        after a checkpoint of the same commits)."""
+        return self.estimate is not None and not self.estimate.gain.any
+
+    @property
     def pays_for_itself(self) -> bool:
         """Whether the next night's reads save at least what it costs tonight."""
         return self.saves_cpu_s > 0 and self.saves_cpu_s >= self.cpu_s
@@ -189,7 +198,13 @@ class LakePlan:
 
     @property
     def deferred(self) -> list[Planned]:
-        return [p for p in self.entries if not p.chosen]
+        """The candidates that wait for a later night."""
+        return [p for p in self.entries if not p.chosen and not p.candidate.idle]
+
+    @property
+    def idle(self) -> list[Planned]:
+        """The candidates with nothing to gain once their table's earlier jobs have run: they do not wait."""
+        return [p for p in self.entries if not p.chosen and p.candidate.idle]
 
     def used(self) -> dict[str, Any]:
         chosen = [p.candidate for p in self.chosen]
@@ -198,7 +213,8 @@ class LakePlan:
 
     def as_dict(self) -> dict[str, Any]:
         return {"budget": self.budget.as_dict(), "used": self.used(),
-                "chosen": [p.as_dict() for p in self.chosen], "deferred": [p.as_dict() for p in self.deferred]}
+                "chosen": [p.as_dict() for p in self.chosen], "deferred": [p.as_dict() for p in self.deferred],
+                "nothing_to_gain": [p.as_dict() for p in self.idle]}
 
 
 def _order(candidates: Sequence[Candidate], starvation_nights: int, job_starvation_nights: int,
@@ -253,7 +269,9 @@ def plan_lake(candidates: Sequence[Candidate], budget: Budget, starvation_nights
     cpu, rewritten = 0.0, 0
     tables: set[str] = set()
     job_cpu_s = budget.cpu_s * JOB_STARVATION_SHARE if budget.cpu_s is not None else None
-    for c, first in _order(candidates, starvation_nights, job_starvation_nights, job_cpu_s):
+    plan.entries.extend(Planned(c, False, NOTHING_LEFT) for c in candidates if c.idle)
+    for c, first in _order([c for c in candidates if not c.idle], starvation_nights, job_starvation_nights,
+                           job_cpu_s):
         over = _over(budget, c, cpu, rewritten, tables)
         if over is not None and not (first and not tables):
             plan.entries.append(Planned(c, False, f"deferred: over the budget's {over}"))

@@ -6,13 +6,14 @@ import pytest
 
 from airflow_delta_maint.delta.errors import InvalidArgumentError
 from airflow_delta_maint.delta.health.estimates import Cost, Estimate, Gain
-from airflow_delta_maint.delta.health.lake_budget import (JOB_STARVATION_NIGHTS, STARVATION_NIGHTS, Budget,
-                                                         Candidate, gain_value, plan_lake)
+from airflow_delta_maint.delta.health.lake_budget import (JOB_STARVATION_NIGHTS, NOTHING_LEFT, STARVATION_NIGHTS,
+                                                         Budget, Candidate, gain_value, plan_lake)
 
 
 def candidate(table: str, files_removed: int, cpu_s: float, job: str = "optimize", nights: int = 0,
               rewritten: int = 0, table_nights: int | None = None) -> Candidate:
-    estimate = Estimate(job, Gain(files_removed=files_removed),
+    # housekeeping (no file removed) frees a MiB: a gain, if the least
+    estimate = Estimate(job, Gain(files_removed=files_removed, bytes_freed=0 if files_removed else 1 << 20),
                         Cost(bytes_read=rewritten, bytes_written=rewritten, cpu_s=cpu_s))
     return Candidate(table, job, estimate, nights_waiting=nights,
                      table_nights_waiting=nights if table_nights is None else table_nights)
@@ -119,3 +120,13 @@ def test_a_run_that_pays_for_itself_goes_before_the_ratios():
     assert [(p.candidate.table, p.candidate.job) for p in plan.chosen] == [("long", "checkpoint"), ("a", "optimize")]
     assert plan.chosen[0].reason == "pays for itself: saves the next night's reads 0.6 CPU-s for 0.5"
     assert [p.candidate.table for p in plan.deferred] == ["short"]
+
+
+def test_a_run_that_gains_nothing_once_its_tables_earlier_jobs_ran_is_not_chosen_even_when_it_waited():
+    covered = Candidate("a", "compact-log", Estimate("compact-log", Gain(), Cost(cpu_s=0.01)),
+                        nights_waiting=JOB_STARVATION_NIGHTS, table_nights_waiting=STARVATION_NIGHTS)
+    plan = plan_lake([candidate("a", 5, 1.0, job="checkpoint"), covered], Budget(cpu_s=100))
+    assert [p.candidate.job for p in plan.chosen] == ["checkpoint"]
+    (idle,) = plan.idle
+    assert (idle.candidate.job, idle.reason) == ("compact-log", NOTHING_LEFT)
+    assert not plan.deferred and plan.as_dict()["nothing_to_gain"][0]["job"] == "compact-log"

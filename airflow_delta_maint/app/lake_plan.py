@@ -256,22 +256,26 @@ def budgeted(spec: FleetSpec, decision: Decision, budget: Budget,
 
 
 def _table_candidates(t: FleetTable, inputs: EstimateInputs | None, history: LakeHistory) -> list[Candidate]:
-    """A table's jobs with work as candidates, each estimated on the table its earlier jobs leave (they run first):
-    a log compaction after a checkpoint that covers its commits gains nothing, a VACUUM after an OPTIMIZE frees
-    the files it rewrote. ``inputs`` None: the look could not read the table (no estimates)."""
-    out = []
+    """A table's jobs with work as candidates, each with its own estimate on the table as the look found it, and
+    the earlier jobs after whose run it would gain nothing (``Candidate.covered_by``: a checkpoint covers the
+    commits a log compaction listed after it would compact). ``inputs`` None: the look could not read the table."""
+    out: list[Candidate] = []
+    left_by: dict[str, EstimateInputs] = {}  # each earlier job with an estimate: the table its run leaves
     for j in t.jobs:
         job = definition(j.job)
         params = vars(parse_job_args(j.job, j.args))
         engine = job.engine(params)
         rates = history.model.rates(j.job, engine)
         estimate = job.estimate(inputs, rates, params) if inputs is not None else None
+        covered_by = frozenset() if estimate is None else frozenset(
+            earlier for earlier, after in left_by.items()
+            if (then := job.estimate(after, rates, params)) is not None and not then.gain.any)
         out.append(Candidate(t.table, j.job, estimate, history.waiting.get((t.table, j.job), 0),
                              history.table_waiting.get(t.table, 0),
                              scale=history.model.scale(j.job, engine), unestimated_cpu_s=rates.fixed_s,
-                             saves_cpu_s=reads_saved_cpu_s(estimate, history.model)))
+                             saves_cpu_s=reads_saved_cpu_s(estimate, history.model), covered_by=covered_by))
         if estimate is not None and estimate.after is not None:
-            inputs = estimate.after
+            left_by[j.job] = estimate.after
     return out
 
 

@@ -14,8 +14,8 @@ the way a knapsack is filled when items are many and small against the sack:
    :data:`JOB_STARVATION_SHARE` of a CPU budget (the others wait by their ratio);
 4. then the rest by :func:`gain_value` ÷ predicted CPU-seconds, highest first;
 5. a candidate that does not fit in what is left of any limit waits, with the limit it would pass; smaller
-   ones after it may still fit. A candidate whose estimate gains nothing (each job is estimated on the table its
-   table's earlier jobs leave) is not chosen. A waiting one of 1. or 3. is taken even when it alone is over what is left, if
+   ones after it may still fit. A candidate that an earlier job of its table, chosen before it, leaves nothing
+   to gain (a log compaction of the commits a checkpoint covers) is not chosen, and does not wait. A waiting one of 1. or 3. is taken even when it alone is over what is left, if
    nothing was taken before it (a run bigger than the whole budget would otherwise wait for ever).
 
 A table's chosen jobs run in the order its jobs are listed (OPTIMIZE before compute-stats and VACUUM), so a
@@ -136,11 +136,9 @@ class Candidate:
     #: the CPU-seconds it saves the next night's reads of the table (log files no longer replayed)
     saves_cpu_s: float = 0.0
 
-    @property
-    def idle(self) -> bool:
-        """Whether its estimate gains nothing on the table its table's earlier jobs leave (a log compaction
-        after a checkpoint of the same commits)."""
-        return self.estimate is not None and not self.estimate.gain.any
+    #: the table's earlier jobs after whose run it would gain nothing (a checkpoint covers the commits a log
+    #: compaction listed after it would compact): once one of them is chosen, it is not
+    covered_by: frozenset[str] = frozenset()
 
     @property
     def pays_for_itself(self) -> bool:
@@ -175,6 +173,8 @@ class Planned:
     chosen: bool
     reason: str
     rank: int | None = None
+    #: not chosen because a chosen run of its table leaves it nothing to gain (it does not wait)
+    idle: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         c = self.candidate
@@ -199,12 +199,12 @@ class LakePlan:
     @property
     def deferred(self) -> list[Planned]:
         """The candidates that wait for a later night."""
-        return [p for p in self.entries if not p.chosen and not p.candidate.idle]
+        return [p for p in self.entries if not p.chosen and not p.idle]
 
     @property
     def idle(self) -> list[Planned]:
         """The candidates with nothing to gain once their table's earlier jobs have run: they do not wait."""
-        return [p for p in self.entries if not p.chosen and p.candidate.idle]
+        return [p for p in self.entries if p.idle]
 
     def used(self) -> dict[str, Any]:
         chosen = [p.candidate for p in self.chosen]
@@ -269,15 +269,18 @@ def plan_lake(candidates: Sequence[Candidate], budget: Budget, starvation_nights
     cpu, rewritten = 0.0, 0
     tables: set[str] = set()
     job_cpu_s = budget.cpu_s * JOB_STARVATION_SHARE if budget.cpu_s is not None else None
-    plan.entries.extend(Planned(c, False, NOTHING_LEFT) for c in candidates if c.idle)
-    for c, first in _order([c for c in candidates if not c.idle], starvation_nights, job_starvation_nights,
-                           job_cpu_s):
+    chosen_jobs: set[tuple[str, str]] = set()
+    for c, first in _order(candidates, starvation_nights, job_starvation_nights, job_cpu_s):
+        if any((c.table, job) in chosen_jobs for job in c.covered_by):
+            plan.entries.append(Planned(c, False, NOTHING_LEFT, idle=True))
+            continue
         over = _over(budget, c, cpu, rewritten, tables)
         if over is not None and not (first and not tables):
             plan.entries.append(Planned(c, False, f"deferred: over the budget's {over}"))
             continue
         cpu, rewritten = cpu + c.cpu_s, rewritten + c.bytes_rewritten
         tables.add(c.table)
+        chosen_jobs.add((c.table, c.job))
         why = first or f"gain {c.value:.3g} for {c.cpu_s:.3g} predicted CPU-s"
         if over is not None:
             why += f"; over the budget ({over}), taken as the night's first run"

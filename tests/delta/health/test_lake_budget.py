@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from airflow_delta_maint.delta.errors import InvalidArgumentError
@@ -122,11 +124,17 @@ def test_a_run_that_pays_for_itself_goes_before_the_ratios():
     assert [p.candidate.table for p in plan.deferred] == ["short"]
 
 
-def test_a_run_that_gains_nothing_once_its_tables_earlier_jobs_ran_is_not_chosen_even_when_it_waited():
-    covered = Candidate("a", "compact-log", Estimate("compact-log", Gain(), Cost(cpu_s=0.01)),
-                        nights_waiting=JOB_STARVATION_NIGHTS, table_nights_waiting=STARVATION_NIGHTS)
-    plan = plan_lake([candidate("a", 5, 1.0, job="checkpoint"), covered], Budget(cpu_s=100))
+def test_a_run_that_a_chosen_earlier_job_of_its_table_covers_is_not_chosen_and_does_not_wait():
+    compaction = Candidate("a", "compact-log", Estimate("compact-log", Gain(log_files_not_replayed=9), Cost(cpu_s=0.5)),
+                           covered_by=frozenset({"checkpoint"}))
+    first = Candidate("a", "checkpoint", Estimate("checkpoint", Gain(log_files_not_replayed=10), Cost(cpu_s=1.0)),
+                      table_nights_waiting=STARVATION_NIGHTS)  # goes first
+    plan = plan_lake([first, compaction], Budget(cpu_s=100))
     assert [p.candidate.job for p in plan.chosen] == ["checkpoint"]
     (idle,) = plan.idle
     assert (idle.candidate.job, idle.reason) == ("compact-log", NOTHING_LEFT)
     assert not plan.deferred and plan.as_dict()["nothing_to_gain"][0]["job"] == "compact-log"
+    # the checkpoint deferred: the compaction is weighed on its own
+    alone = plan_lake([dataclasses.replace(first, table_nights_waiting=0), compaction], Budget(cpu_s=0.6))
+    assert [p.candidate.job for p in alone.chosen] == ["compact-log"]
+    assert [p.candidate.job for p in alone.deferred] == ["checkpoint"] and not alone.idle

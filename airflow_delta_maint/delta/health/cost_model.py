@@ -20,7 +20,7 @@ from typing import Any
 
 from airflow_delta_maint.delta.health.estimates import DEFAULT_RATES, CpuRates
 
-__all__ = ["MIN_RUNS", "RAN", "WINDOW", "CostModel", "PredictionError", "prediction_errors"]
+__all__ = ["MAX_TOTAL_BIAS", "MIN_RUNS", "RAN", "WINDOW", "CostModel", "PredictionError", "prediction_errors"]
 
 #: runs a (job, engine) needs before its own scale replaces 1
 MIN_RUNS = 1
@@ -57,11 +57,15 @@ class CostModel:
     base: CpuRates = DEFAULT_RATES
     #: the scale of a (job, engine) that has none of its own
     prior: float = 1.0
+    #: what the runs measured together over what this model predicts for them together (1: as predicted). The
+    #: median prices each run best, but a night's runs skew (a cold read, a busy moment, a large table): their sum
+    #: is above the sum of their medians, and a plan that fills its budget with medians leaves runs undone
+    total_bias: float = 1.0
 
     @classmethod
     def learn(cls, rows: Iterable[Mapping[str, Any]], base: CpuRates = DEFAULT_RATES) -> CostModel:
         """The model from history rows (oldest first, as :func:`~.run_log.read_runs` gives them)."""
-        ratios: dict[tuple[str, str], list[float]] = {}
+        runs: dict[tuple[str, str], list[tuple[float, float]]] = {}  # (measured, the default rates' prediction)
         for row in rows:
             seen = _measured(row)
             if seen is None:
@@ -70,10 +74,12 @@ class CostModel:
             by_defaults = predicted / float(metrics.get("prediction_scale") or 1.0)  # the default rates' prediction
             if by_defaults > 0:
                 key = (str(row.get("operation")), str(metrics.get("engine") or "native"))
-                ratios.setdefault(key, []).append(cpu / by_defaults)
-        every = [x for r in ratios.values() for x in r[-WINDOW:]]
-        return cls({key: statistics.median(r[-WINDOW:]) for key, r in ratios.items() if len(r) >= MIN_RUNS}, base,
-                   statistics.median(every) if every else 1.0)
+                runs.setdefault(key, []).append((cpu, by_defaults))
+        windows = {key: r[-WINDOW:] for key, r in runs.items()}
+        every = [cpu / d for w in windows.values() for cpu, d in w]
+        scales = {key: statistics.median(cpu / d for cpu, d in w) for key, w in windows.items() if len(w) >= MIN_RUNS}
+        prior = statistics.median(every) if every else 1.0
+        return cls(scales, base, prior, _total_bias(windows, scales, prior))
 
     @property
     def measured(self) -> bool:
@@ -82,7 +88,7 @@ class CostModel:
 
     def with_prior(self, prior: float) -> CostModel:
         """This model with another scale for the (job, engine) pairs without their own."""
-        return CostModel(self.scales, self.base, prior)
+        return CostModel(self.scales, self.base, prior, self.total_bias)
 
     def scale(self, job: str, engine: str = "native") -> float:
         return float(self.scales.get((job, engine), self.prior))
@@ -95,6 +101,21 @@ class CostModel:
                         per_file_deleted=b.per_file_deleted * k, per_file_listed=b.per_file_listed * k,
                         per_log_file=b.per_log_file * k, fixed_s=b.fixed_s * k,
                         per_commit_replayed=b.per_commit_replayed * k, per_table_read=b.per_table_read * k)
+
+
+#: the bias a plan corrects for at most (and at least its inverse): a history of a few odd runs moves it little
+MAX_TOTAL_BIAS = 2.0
+
+
+def _total_bias(windows: Mapping[tuple[str, str], list[tuple[float, float]]],
+                scales: Mapping[tuple[str, str], float], prior: float) -> float:
+    """Σ measured ÷ Σ predicted by this model over each (job, engine)'s last :data:`WINDOW` runs (``windows``: each
+    run's measure and the default rates' prediction), bounded by :data:`MAX_TOTAL_BIAS`."""
+    measured = sum(cpu for w in windows.values() for cpu, _ in w)
+    predicted = sum(scales.get(key, prior) * d for key, w in windows.items() for _, d in w)
+    if measured <= 0 or predicted <= 0:
+        return 1.0
+    return min(MAX_TOTAL_BIAS, max(1 / MAX_TOTAL_BIAS, measured / predicted))
 
 
 @dataclass(frozen=True)

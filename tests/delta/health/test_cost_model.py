@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from airflow_delta_maint.delta.health.cost_model import WINDOW, CostModel, prediction_errors
+from airflow_delta_maint.delta.health.cost_model import MAX_TOTAL_BIAS, WINDOW, CostModel, prediction_errors
 from airflow_delta_maint.delta.health.estimates import DEFAULT_RATES
 
 
@@ -56,3 +56,17 @@ def test_a_run_that_committed_nothing_or_was_deferred_teaches_nothing():
     model = CostModel.learn(rows)
     assert model.scales == {("optimize", "native"): 2.0} and model.scale("cleanup-log") == 2.0
     assert [e.job for e in prediction_errors(rows)] == ["optimize"]
+
+
+def test_the_total_bias_is_what_the_runs_measured_together_over_what_the_model_predicts_for_them():
+    # each run's median scale is 1, but one run in four costs five times its prediction: together, 8 for 4 of 1
+    rows = [row("optimize", 1.0, 1.0), row("optimize", 1.0, 1.0), row("optimize", 1.0, 1.0), row("optimize", 5.0, 1.0)]
+    model = CostModel.learn(rows)
+    assert model.scale("optimize") == 1.0 and model.total_bias == pytest.approx(8 / 4)
+    assert model.with_prior(0.5).total_bias == model.total_bias
+    # weighed by size: a big run's bias weighs more than a small one's
+    sized = CostModel.learn([row("vacuum", 2.0, 1.0), row("vacuum", 100.0, 100.0), row("vacuum", 100.0, 100.0)])
+    assert sized.scale("vacuum") == 1.0 and sized.total_bias == pytest.approx(202 / 201)
+    assert CostModel.learn([]).total_bias == 1.0
+    skewed = [row("optimize", 1.0, 1.0)] * 3 + [row("optimize", 100.0, 1.0)]  # 103 for 4: bounded
+    assert CostModel.learn(skewed).total_bias == MAX_TOTAL_BIAS

@@ -230,6 +230,7 @@ def _night(policy: str, root: Path, tables: list[LakeTable], history: str,
             mark = time.process_time()
             learned = lake_history(history)
             PHASES["history"] += time.process_time() - mark
+            PHASES["total_bias"] = learned.model.total_bias
             decision, plan = budgeted(spec, decision, Budget(cpu_s=budget_cpu_s), history=learned,
                                       spent_cpu_s=time.process_time() - started, look=look)
         else:

@@ -199,13 +199,14 @@ def decide_by_estimates(spec: FleetSpec, look: LakeLook,
                 results.append(_failed(j.job, t.table, error) if n == 0 else
                                skipped_metrics(j.job, t.table, f"not run: {t.jobs[0].job} failed on this table"))
                 continue
-            estimate = definition(j.job).estimate(inputs, params=vars(parse_job_args(j.job, j.args))) \
-                if inputs is not None else None
-            if estimate is not None and not estimate.gain.any:
+            job, params = definition(j.job), vars(parse_job_args(j.job, j.args))
+            gains = job.would_gain(inputs, params) if inputs is not None else None
+            if gains is False:  # the whole estimate only for the record of a skip
+                estimate = job.estimate(inputs, params=params)
                 results.append(skipped_metrics(j.job, t.table, "nothing to gain, by the estimate from the log",
-                                               estimate=estimate.as_dict()))
+                                               estimate=estimate.as_dict() if estimate is not None else None))
                 continue
-            check = None if estimate is not None else job_check(j.job, j.args)
+            check = None if gains is not None else job_check(j.job, j.args)
             reason = check(t.table, dict(worker_options(t) if worker_options else t.storage_options)) if check else None
             if reason:
                 results.append(skipped_metrics(j.job, t.table, str(reason)))
@@ -272,8 +273,7 @@ def _table_candidates(t: FleetTable, inputs: EstimateInputs | None, history: Lak
         rates = history.model.rates(j.job, engine)
         estimate = job.estimate(inputs, rates, params) if inputs is not None else None
         covered_by = frozenset() if estimate is None else frozenset(
-            earlier for earlier, after in left_by.items()
-            if (then := job.estimate(after, rates, params)) is not None and not then.gain.any)
+            earlier for earlier, after in left_by.items() if job.would_gain(after, params) is False)
         out.append(Candidate(t.table, j.job, estimate, history.waiting.get((t.table, j.job), 0),
                              history.table_waiting.get(t.table, 0),
                              scale=history.model.scale(j.job, engine), unestimated_cpu_s=rates.fixed_s,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from airflow_delta_maint.delta.health.estimates import DEFAULT_RATES, CpuRates, Estimate, EstimateInputs, estimate
+from airflow_delta_maint.delta.health.estimates import DEFAULT_RATES, CpuRates, Estimate, EstimateInputs, estimate, gains
 from airflow_delta_maint.delta.protocol.features import DELTA_SPARK, Operation
 
 from .options import OptionSet
@@ -156,3 +156,9 @@ class JobDefinition:
         if not self.writes or (params is not None and not self.estimate_holds(params)):
             return None
         return estimate(self.operation, inputs, rates)
+
+    def would_gain(self, inputs: EstimateInputs, params: Params | None = None) -> bool | None:
+        """Whether :meth:`estimate` would gain anything (None: it gives no estimate), without pricing or scoring."""
+        if not self.writes or (params is not None and not self.estimate_holds(params)):
+            return None
+        return gains(self.operation, inputs)

@@ -24,7 +24,7 @@ from airflow_delta_maint.delta.health.score import HealthInputs, score_of
 from airflow_delta_maint.delta.protocol.features import Operation
 
 __all__ = ["CHECKPOINT_BYTES_PER_FILE", "FIRST_CHECKPOINT_COMMITS", "READS_EXPIRED_LOG", "Cost", "CpuRates",
-           "DEFAULT_RATES", "Estimate", "EstimateInputs", "Gain", "estimate"]
+           "DEFAULT_RATES", "Estimate", "EstimateInputs", "Gain", "estimate", "gains"]
 
 #: bytes a checkpoint spends per live file (an add row in parquet: path, size, stats, partition values)
 CHECKPOINT_BYTES_PER_FILE = 300
@@ -233,6 +233,14 @@ _ESTIMATORS: Mapping[Operation, Callable[[EstimateInputs], tuple[HealthInputs, G
     Operation.COMPACT_LOG: _compact_log,
     Operation.CLEANUP_LOG: _cleanup_log,
 }
+
+
+def gains(operation: Operation | str, inputs: EstimateInputs) -> bool | None:
+    """Whether a run of ``operation`` would gain anything on the table ``inputs`` describe (None: no estimate), at a
+    fraction of :func:`estimate`'s cost: no health score, no price (a plan asks this of every job of every table)."""
+    estimator = _ESTIMATORS.get(Operation(operation))
+    found = estimator(inputs) if estimator is not None else None
+    return None if found is None else found[1].any
 
 
 def estimate(operation: Operation | str, inputs: EstimateInputs, rates: CpuRates = DEFAULT_RATES) -> Estimate | None:

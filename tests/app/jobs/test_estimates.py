@@ -131,3 +131,46 @@ def _inputs() -> EstimateInputs:
                           tombstone_bytes=gib, commits_since_checkpoint=12, checkpoint_interval=10,
                           uncovered_commits=12, compaction_interval=5, files_without_stats=4)
     return EstimateInputs(health, num_files_with_deletion_vectors=0, num_tombstones=9)
+
+
+def test_the_table_an_estimate_says_a_run_leaves_is_the_table_the_run_leaves(tmp_path):
+    """A job listed after another is planned on ``Estimate.after``: after a real OPTIMIZE, the VACUUM and checkpoint
+    estimates on the table it left are those on what the estimate said it would leave."""
+    import dataclasses
+
+    from airflow_delta_maint.app.lake_plan import table_inputs
+
+    table = tmp_path / "t"
+    appends(table, 12)  # a first checkpoint gains the commits beyond FIRST_CHECKPOINT_COMMITS
+    before = rows(table)
+    optimize = estimate("optimize", table_inputs(str(table), {}))
+    assert optimize is not None and optimize.after is not None
+    run("optimize", table)
+    left = table_inputs(str(table), {})
+    for job in ("vacuum", "checkpoint", "compact-log"):
+        said, found = estimate(job, optimize.after), estimate(job, left)
+        assert said is not None and found is not None
+        unscored = {"score_before": 0, "score_after": 0}  # the score is an approximation: within 2, as above
+        assert dataclasses.replace(said.gain, **unscored) == dataclasses.replace(found.gain, **unscored), job
+        assert said.cost == found.cost and abs(said.gain.score_before - found.gain.score_before) <= 2, job
+    checkpoint = estimate("checkpoint", left)
+    assert checkpoint is not None and checkpoint.gain.any and checkpoint.after is not None
+    assert estimate("compact-log", left).gain.any and not estimate("compact-log", checkpoint.after).gain.any
+    assert rows(table) == before
+
+
+@pytest.mark.parametrize("job", ["optimize", "vacuum", "checkpoint", "compact-log", "compute-stats", "cleanup-log"])
+def test_whether_a_run_gains_is_what_its_whole_estimate_says(job):
+    import dataclasses
+
+    from airflow_delta_maint.delta.health.estimates import gains
+
+    h = _inputs().health
+    nothing = dataclasses.replace(h, excess_small_files=0, num_small_files=0, small_files_bytes=0, deleted_rows=0,
+                                  tombstone_bytes=0, commits_since_checkpoint=0, uncovered_commits=0,
+                                  files_without_stats=0)
+    for health in (h, nothing):
+        for expired in (None, 0, 3):
+            inputs = dataclasses.replace(_inputs(), health=health, expired_log_files=expired, num_tombstones=0)
+            whole = estimate(job, inputs)
+            assert gains(job, inputs) == (None if whole is None else whole.gain.any), (job, health, expired)

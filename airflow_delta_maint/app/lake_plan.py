@@ -10,13 +10,16 @@ waited come from the maintenance history (its deferred records).
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from airflow_delta_maint.delta.errors import DeltaError, NotADeltaTableError, TableNotFoundError
 from airflow_delta_maint.delta.health.cost_model import CostModel
@@ -59,6 +62,8 @@ class LakeHistory:
 #: cost model takes each job's last runs; a month holds both with room for a lake that skips nights
 HISTORY_DAYS = 30
 PLAN_COLUMNS = ["table_uri", "operation", "status", "metrics"]
+#: a deferred run's metrics as the fleet writes them (``skipped_metrics`` through json.dumps)
+_DEFERRED = '"deferred": true'
 
 
 def lake_history(history_uri: str | None, storage_options: Mapping[str, str] | None = None) -> LakeHistory:
@@ -68,54 +73,77 @@ def lake_history(history_uri: str | None, storage_options: Mapping[str, str] | N
     from airflow_delta_maint.delta.health.run_log import read_runs
 
     try:
-        # the columns the waits and the cost model read (a row as a dict of every column costs more than the
-        # plan), of the last HISTORY_DAYS: the history grows by every run of every night
+        # of the last HISTORY_DAYS (the history grows by every run of every night), each row's table, job, status
+        # and whether it was deferred; the metrics only of the runs the cost model learns from
         since_ms = int((time.time() - HISTORY_DAYS * 86400) * 1000)
-        runs = read_runs(history_uri, storage_options, columns=PLAN_COLUMNS, since_ms=since_ms).select(
-            PLAN_COLUMNS).to_pylist()
+        kept = read_runs(history_uri, storage_options, columns=PLAN_COLUMNS, since_ms=since_ms, each_file=plan_rows)
     except (TableNotFoundError, NotADeltaTableError):  # not written yet (on an object store: a prefix without commits)
         return LakeHistory()
-    return LakeHistory(nights_waiting(runs), CostModel.learn(runs), table_nights_waiting(runs))
+    # a row a tuple (a dict a row costs more than the plan's choice); the model reads only the rows it learns from
+    runs = [Run(*row) for row in zip(*(kept.column(c).to_pylist() for c in Run._fields))]
+    learnt = kept.filter(pc.is_valid(kept.column("metrics"))).select(PLAN_COLUMNS).to_pylist()
+    return LakeHistory(nights_waiting(runs), CostModel.learn(learnt), table_nights_waiting(runs))
 
 
-def _deferred_row(row: Mapping[str, Any]) -> bool:
-    """A record of a run the plan deferred, or that the run left when its budget ran out."""
-    if row["status"] != "skipped":
-        return False
-    text = row["metrics"] or "{}"
-    if '"deferred": true' in text:  # the metrics as the fleet writes them (json.dumps): no parse needed
-        return True
-    return "deferred" in text and bool(json.loads(text).get("deferred"))
+class Run(NamedTuple):
+    """What the plan's waits read of a history row."""
+
+    table_uri: str
+    operation: str
+    status: str
+    deferred: bool
 
 
-def nights_waiting(runs: list[dict[str, Any]]) -> dict[tuple[str, str], int]:
+def plan_rows(rows: pa.Table) -> pa.Table:
+    """What the plan keeps of a file of history rows: a ``deferred`` flag (a skipped run the plan deferred or the
+    run left), and the metrics only of the runs that committed with a prediction (most rows are skips, a KiB or two
+    of metrics each: a month of a large lake would not fit in the plan's memory)."""
+    metrics, status = rows.column("metrics"), rows.column("status")
+    deferred = _rows_where(status, "skipped", metrics, _DEFERRED)
+    learnt = _rows_where(status, "committed", metrics, "predicted_cpu_s")
+    kept = pc.if_else(pa.array(learnt), metrics, pa.scalar(None, pa.string()))
+    return rows.set_column(rows.schema.get_field_index("metrics"), "metrics", kept).append_column(
+        "deferred", pa.array(deferred))
+
+
+def _rows_where(status: pa.ChunkedArray, wanted: str, metrics: pa.ChunkedArray, text: str) -> np.ndarray:
+    """A mask of the rows of status ``wanted`` whose metrics hold ``text``: only those rows' metrics are searched."""
+    mask = np.zeros(len(status), dtype=bool)
+    rows = np.flatnonzero(pc.fill_null(pc.equal(status, wanted), False).to_numpy(zero_copy_only=False))
+    if len(rows):
+        found = pc.fill_null(pc.match_substring(metrics.take(rows), text), False).to_numpy(zero_copy_only=False)
+        mask[rows[found]] = True
+    return mask
+
+
+def nights_waiting(runs: Sequence[Run]) -> dict[tuple[str, str], int]:
     """Per (table, job): the nights in a row its newest history records deferred it (0 when the newest ran)."""
     waiting: dict[tuple[str, str], int] = {}
     done: set[tuple[str, str]] = set()
     for row in reversed(runs):  # newest first
-        key = (str(row["table_uri"]), str(row["operation"]))
+        key = (str(row.table_uri), str(row.operation))
         if key in done:
             continue
-        if _deferred_row(row):
+        if row.deferred:
             waiting[key] = waiting.get(key, 0) + 1
         else:
             done.add(key)
     return waiting
 
 
-def table_nights_waiting(runs: list[dict[str, Any]]) -> dict[str, int]:
+def table_nights_waiting(runs: Sequence[Run]) -> dict[str, int]:
     """Per table: the nights it has needed work since its newest run (committed or failed), none of its
     deferred jobs run: the most records deferring one job since then (each night records one per job)."""
     deferred: dict[tuple[str, str], int] = {}
     ran: set[str] = set()
     for row in reversed(runs):  # newest first
-        table = str(row["table_uri"])
+        table = str(row.table_uri)
         if table in ran:
             continue
-        if row["status"] in ("committed", "failed"):
+        if row.status in ("committed", "failed"):
             ran.add(table)
-        elif _deferred_row(row):
-            key = (table, str(row["operation"]))
+        elif row.deferred:
+            key = (table, str(row.operation))
             deferred[key] = deferred.get(key, 0) + 1
     waiting: dict[str, int] = {}
     for (table, _), nights in deferred.items():

@@ -512,3 +512,18 @@ def test_a_job_is_planned_on_the_table_its_earlier_jobs_leave(tmp_path):
     assert (jobs["compact-log"]["status"], jobs["compact-log"]["reason"]) == ("skipped", NOTHING_LEFT)
     assert not jobs["compact-log"].get("deferred")
     assert rows(table) == before
+
+
+def test_the_plan_keeps_of_each_history_row_whether_it_waited_and_the_metrics_of_the_runs_it_learns_from():
+    from airflow_delta_maint.app.lake_plan import plan_rows
+
+    metrics = [json.dumps({"deferred": True, "estimate": {"gain": {}}}),
+               json.dumps({"reason": "not run", "left": True, "deferred": True}, sort_keys=True),  # as run_record
+               json.dumps({"reason": "nothing to gain"}), json.dumps({"cpu_s": 0.1, "predicted_cpu_s": 0.2}),
+               json.dumps({"cpu_s": 0.1}), None]
+    rows = pa.table({"table_uri": ["t"] * 6, "operation": ["optimize"] * 6,
+                     "status": ["skipped", "skipped", "skipped", "committed", "committed", "failed"],
+                     "metrics": metrics})
+    kept = plan_rows(rows).to_pydict()
+    assert kept["deferred"] == [True, True, False, False, False, False]
+    assert kept["metrics"] == [None, None, None, metrics[3], None, None]

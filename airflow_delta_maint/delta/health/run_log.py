@@ -25,7 +25,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -371,12 +371,14 @@ def _key(storage: Storage, path: str) -> str:
 
 def read_runs(uri: str | Storage, storage_options: Mapping[str, str] | None = None, *,
               tables: Sequence[str] | None = None, columns: Sequence[str] | None = None,
-              since_ms: int | None = None) -> pa.Table:
+              since_ms: int | None = None, each_file: Callable[[pa.Table], pa.Table] | None = None) -> pa.Table:
     """The run log's rows (optionally only those of ``tables``), oldest first.
 
     ``columns``: only these (and the order's ``started_at`` and ``record_id``) are decoded. ``since_ms``: files
     written before this time (epoch ms) are not read; their rows all started before it, so the rows left out are
-    old ones only (a newer file may still hold older rows).
+    old ones only (a newer file may still hold older rows). ``each_file``: what each file's rows become as it is
+    read (a reader that needs a little of each row keeps only that, and a month of runs is never in memory whole);
+    it keeps ``started_at`` and ``record_id``.
 
     Raises:
         TableNotFoundError, NotADeltaTableError: nothing is at ``uri``.
@@ -386,9 +388,10 @@ def read_runs(uri: str | Storage, storage_options: Mapping[str, str] | None = No
     snapshot = Snapshot.load(storage)
     _check_schema(snapshot)
     wanted = None if columns is None else list(dict.fromkeys([*columns, "table_uri", "started_at", "record_id"]))
-    parts = [_with_every_column(_read_file(storage, a["path"], wanted), wanted)
+    shape = each_file or (lambda rows: rows)
+    parts = [shape(_with_every_column(_read_file(storage, a["path"], wanted), wanted))
              for a in snapshot.add_actions() if since_ms is None or int(a.get("modificationTime") or 0) >= since_ms]
-    table = pa.concat_tables(parts) if parts else _with_every_column(RUN_LOG_SCHEMA.empty_table(), wanted)
+    table = pa.concat_tables(parts) if parts else shape(_with_every_column(RUN_LOG_SCHEMA.empty_table(), wanted))
     if tables:
         import pyarrow.compute as pc
 

@@ -229,7 +229,7 @@ def decide_by_estimates(spec: FleetSpec, look: LakeLook,
                 continue
             job, params = definition(j.job), vars(parse_job_args(j.job, j.args))
             gains = job.would_gain(inputs, params) if inputs is not None else None
-            if gains is False:  # the whole estimate only for the record of a skip
+            if gains is False and inputs is not None:  # the whole estimate only for the record of a skip
                 estimate = job.estimate(inputs, params=params)
                 results.append(skipped_metrics(j.job, t.table, "nothing to gain, by the estimate from the log",
                                                estimate=estimate.as_dict() if estimate is not None else None))

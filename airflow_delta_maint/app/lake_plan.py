@@ -1,10 +1,11 @@
 """A fleet's night under a budget, on the worker: estimate each job that has work, choose, and defer the rest.
 
-After :func:`~airflow_delta_maint.app.fleet.decide` (each job's cheap check), every table with work is read once
-more, streamed, for the aggregates the estimates take (:func:`~airflow_delta_maint.app.jobs.inspect.estimate_inputs`;
-no data file, no Spark). The core's :func:`~airflow_delta_maint.delta.health.lake_budget.plan_lake` chooses; the
-jobs it defers become "skipped" results that say why and what they would have cost, and the nights a job has
-waited come from the maintenance history (its deferred records).
+:func:`look_at_lake` reads each table's log once for the aggregates the estimates take
+(:func:`~airflow_delta_maint.app.jobs.inspect.estimate_inputs`; no data file, no Spark), and the estimates answer
+for the jobs' cheap checks (:func:`decide_by_estimates`). The core's
+:func:`~airflow_delta_maint.delta.health.lake_budget.plan_lake` chooses; the jobs it defers become "skipped" results
+that say why and what they would have cost, and the nights a job has waited and the cost model come from the
+maintenance history (:func:`lake_history`).
 """
 
 from __future__ import annotations

@@ -153,12 +153,12 @@ class JobDefinition:
         """What a run with ``params`` (None: the defaults) would gain and cost on the table ``inputs`` describe, from
         the log alone (its operation's estimate: :mod:`airflow_delta_maint.delta.health.estimates`); None for a job
         that changes nothing, or whose options the estimate does not hold for."""
-        if not self.writes or (params is not None and not self.estimate_holds(params)):
-            return None
-        return estimate(self.operation, inputs, rates)
+        return estimate(self.operation, inputs, rates) if self._estimated(params) else None
 
     def would_gain(self, inputs: EstimateInputs, params: Params | None = None) -> bool | None:
         """Whether :meth:`estimate` would gain anything (None: it gives no estimate), without pricing or scoring."""
-        if not self.writes or (params is not None and not self.estimate_holds(params)):
-            return None
-        return gains(self.operation, inputs)
+        return gains(self.operation, inputs) if self._estimated(params) else None
+
+    def _estimated(self, params: Params | None) -> bool:
+        """Whether a run with ``params`` has an estimate: it writes, and its options keep the estimate true."""
+        return self.writes and (params is None or self.estimate_holds(params))

@@ -16,7 +16,8 @@ Each night each policy runs one fleet application in this process (the jobs on t
 
 Measured each night: the CPU-seconds of the application (``time.process_time``: the whole process, every
 thread), small files left (what a compaction of each partition would remove), files without statistics, log
-files a reader replays, deleted rows' bytes still read, what a full scan of every table opens (files, bytes),
+files a reader replays, deleted rows' bytes still read, what a full scan of every table opens (data files, bytes,
+and the log files its reader opens: the checkpoint and the commits after it),
 and for the budgeted policy each run's predicted CPU-seconds against its measure. The rows of every table are
 compared with the writers' at the end of each policy.
 
@@ -153,7 +154,7 @@ def measure(root: Path, tables: list[LakeTable]) -> dict[str, int]:
     from airflow_delta_maint.app.lake_plan import table_inputs
 
     totals = {"small_files_left": 0, "files_without_stats": 0, "log_files_to_replay": 0, "deleted_bytes_read": 0,
-              "scan_files": 0, "scan_bytes": 0}
+              "scan_files": 0, "scan_bytes": 0, "scan_log_files": 0}
     for t in tables:
         x = table_inputs(str(root / t.name), {})
         h = x.health
@@ -163,6 +164,8 @@ def measure(root: Path, tables: list[LakeTable]) -> dict[str, int]:
         totals["deleted_bytes_read"] += int(h.deleted_rows / h.num_records * h.size_bytes) if h.num_records else 0
         totals["scan_files"] += h.num_files
         totals["scan_bytes"] += h.size_bytes
+        # what the scan's reader opens of the log: its checkpoint and the commits after it (the listing aside)
+        totals["scan_log_files"] += h.commits_since_checkpoint + int(x.checkpointed)
     return totals
 
 
@@ -319,6 +322,7 @@ def summarize(results: dict[str, list[Night]]) -> dict[str, Any]:
         return sum(n.measures[key] for n in nights)
 
     errors_after_3 = [abs(p - m) / m for n in budgeted[3:] for p, m in n.predictions if m > 0]
+    logs_counted = all("scan_log_files" in n.measures for n in every + budgeted)
     last = {policy: nights[-1].measures for policy, nights in results.items()}
     return {
         "cpu_s": {p: round(sum(n.cpu_s for n in ns), 2) for p, ns in results.items()},
@@ -328,6 +332,13 @@ def summarize(results: dict[str, list[Night]]) -> dict[str, Any]:
         "gains": {p: {key: total(ns, key) for key in GAINS} for p, ns in results.items()},
         "scan_files_vs_everything": round(scanned(budgeted, "scan_files") / max(1, scanned(every, "scan_files")), 3),
         "scan_bytes_vs_everything": round(scanned(budgeted, "scan_bytes") / max(1, scanned(every, "scan_bytes")), 3),
+        # the log files a scan opens too (a reader replays the commits after the checkpoint), and both together
+        # (None: an earlier run's nights, reused, did not count them)
+        "scan_log_files_vs_everything": round(scanned(budgeted, "scan_log_files") / max(1, scanned(every, "scan_log_files")), 3)
+        if logs_counted else None,
+        "scan_all_files_vs_everything": round(
+            (scanned(budgeted, "scan_files") + scanned(budgeted, "scan_log_files"))
+            / max(1, scanned(every, "scan_files") + scanned(every, "scan_log_files")), 3) if logs_counted else None,
         "median_prediction_error_after_3_nights": round(statistics.median(errors_after_3), 3) if errors_after_3 else None,
         "max_nights_waiting": max(n.max_nights_waiting for n in budgeted),
         "last_night": last,

@@ -16,6 +16,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from airflow_delta_maint.app import cli
 from airflow_delta_maint.delta.health.run_log import read_runs
+from airflow_delta_maint.delta.health.estimates import DEFAULT_RATES, Cost
 from airflow_delta_maint.delta.health.lake_budget import NOTHING_LEFT, STARVATION_NIGHTS
 
 from tests.snapshot_serves import count_snapshot_serves
@@ -165,8 +166,13 @@ def test_each_run_records_its_prediction_beside_its_measure_and_the_model_learns
     recorded = [json.loads(r["metrics"]) for r in read_runs(history).to_pylist() if r["status"] == "committed"]
     assert sorted(m["predicted_cpu_s"] for m in recorded) == sorted(j["predicted_cpu_s"] for j in ran)
     model = lake_history(history).model
-    optimize = [j for j in ran if j["operation"] == "optimize"]
-    expected = sorted(j["cpu_s"] / (j["predicted_cpu_s"] / first_scale) for j in optimize)
+    def by_defaults(m: dict) -> float:  # the default rates' prediction, from the units the estimate kept
+        units = Cost(**{k: v for k, v in m["estimate"]["cost"].items() if k != "cpu_s"})
+        return sum(units.terms(DEFAULT_RATES).values())
+
+    optimize = [m for m in recorded if m["operation"] == "optimize"]
+    assert all(m["predicted_cpu_s"] == pytest.approx(by_defaults(m) * first_scale, abs=1e-4) for m in optimize)
+    expected = sorted(m["cpu_s"] / by_defaults(m) for m in optimize)
     assert model.scale("optimize") == pytest.approx(expected[len(expected) // 2] if len(expected) % 2 else
                                                     (expected[0] + expected[1]) / 2)
     lake(tmp_path / "lake", {"busy": 12})  # the next night has work again

@@ -8,19 +8,28 @@ engine) gets a scale: the median, over its last :data:`WINDOW` measured runs, of
 rates' prediction. The median keeps one slow night (a busy cluster, a cold cache) from moving the next
 night's plan. A (job, engine) with no measured run yet takes the median over every measured run (the machine's
 own speed against the defaults'), and 1 on an empty history.
+
+One scale keeps the defaults' shape: on a lake of small tables a run's start outweighs its bytes, so every OPTIMIZE
+is priced alike, whether it opens 2 files or 50. Once a (job, engine) has :data:`MIN_TERM_RUNS` runs whose estimate
+the history kept, each kind of work (:data:`~.estimates.COST_TERMS`: the run's start, bytes rewritten, files read,
+log files, ...) gets a scale of its own, fitted to those runs' relative errors (:func:`_fit_terms`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
-from airflow_delta_maint.delta.health.estimates import DEFAULT_RATES, CpuRates
+import numpy as np
 
-__all__ = ["MAX_TOTAL_BIAS", "MIN_RUNS", "RAN", "WINDOW", "CostModel", "PredictionError", "prediction_errors"]
+from airflow_delta_maint.delta.health.estimates import COST_TERMS, DEFAULT_RATES, Cost, CpuRates
+
+__all__ = ["MAX_TERM_SPREAD", "MAX_TOTAL_BIAS", "MIN_RUNS", "MIN_TERM_RUNS", "RAN", "WINDOW", "CostModel",
+           "PredictionError", "prediction_errors"]
 
 #: runs a (job, engine) needs before its own scale replaces 1
 MIN_RUNS = 1
@@ -34,6 +43,42 @@ WINDOW = 200
 #: its work done) costs about a millisecond, below what its gain without an estimate (``UNESTIMATED_GAIN``) was
 #: weighed against; learnt, such runs would outrank compaction
 RAN = ("committed",)
+
+
+#: measured runs with their estimate a (job, engine) needs before each kind of work gets a scale of its own
+MIN_TERM_RUNS = 20
+#: how far a kind of work's scale may go from its job's one scale, either way: a fit on a night of small tables does
+#: not price a large table's run at a tenth of what one scale would
+MAX_TERM_SPREAD = 4.0
+#: the pull of each kind of work's scale towards its job's one scale, per run fitted, against the runs' squared
+#: relative errors: a kind of work the runs barely vary in keeps about the one scale (on the lake benchmark's history
+#: a pull of 1 in 20 runs predicted the next night's checkpoints better than one of 1 in 200)
+TERM_PULL = 0.05
+#: a run's relative error beyond which it weighs less in the fit (Huber): one slow run does not move the scales
+ROBUST_ERROR = 0.5
+
+
+class _Run(NamedTuple):
+    """A measured run: its CPU-seconds, the default rates' prediction, and that prediction by kind of work (None: the
+    history kept no estimate of it)."""
+
+    cpu_s: float
+    by_defaults: float
+    terms: tuple[float, ...] | None
+
+
+def _default_terms(metrics: Mapping[str, Any], base: CpuRates) -> tuple[float, ...] | None:
+    """The default rates' prediction of a run by kind of work, from the estimate its metrics kept."""
+    cost = (metrics.get("estimate") or {}).get("cost") if isinstance(metrics.get("estimate"), dict) else None
+    if not isinstance(cost, dict):
+        return None
+    known = {f.name for f in dataclasses.fields(Cost)} - {"cpu_s"}
+    try:
+        units = Cost(**{k: int(v) for k, v in cost.items() if k in known and isinstance(v, (int, float))})
+    except (TypeError, ValueError):
+        return None
+    terms = units.terms(base)
+    return tuple(terms[t] for t in COST_TERMS)
 
 
 def _measured(row: Mapping[str, Any]) -> tuple[dict[str, Any], float, float] | None:
@@ -61,25 +106,34 @@ class CostModel:
     #: median prices each run best, but a night's runs skew (a cold read, a busy moment, a large table): their sum
     #: is above the sum of their medians, and a plan that fills its budget with medians leaves runs undone
     total_bias: float = 1.0
+    #: each kind of work's scale by (job, engine), where the history has enough runs with their estimates (a kind
+    #: missing takes its job's one scale)
+    term_scales: Mapping[tuple[str, str], Mapping[str, float]] = field(default_factory=dict)
 
     @classmethod
     def learn(cls, rows: Iterable[Mapping[str, Any]], base: CpuRates = DEFAULT_RATES) -> CostModel:
         """The model from history rows (oldest first, as :func:`~.run_log.read_runs` gives them)."""
-        runs: dict[tuple[str, str], list[tuple[float, float]]] = {}  # (measured, the default rates' prediction)
+        runs: dict[tuple[str, str], list[_Run]] = {}
         for row in rows:
             seen = _measured(row)
             if seen is None:
                 continue
             metrics, cpu, predicted = seen
-            by_defaults = predicted / float(metrics.get("prediction_scale") or 1.0)  # the default rates' prediction
+            terms = _default_terms(metrics, base)
+            # the default rates' prediction: from the units the estimate kept, else the recorded one unscaled
+            by_defaults = sum(terms) if terms else predicted / float(metrics.get("prediction_scale") or 1.0)
             if by_defaults > 0:
                 key = (str(row.get("operation")), str(metrics.get("engine") or "native"))
-                runs.setdefault(key, []).append((cpu, by_defaults))
+                runs.setdefault(key, []).append(_Run(cpu, by_defaults, terms))
         windows = {key: r[-WINDOW:] for key, r in runs.items()}
-        every = [cpu / d for w in windows.values() for cpu, d in w]
-        scales = {key: statistics.median(cpu / d for cpu, d in w) for key, w in windows.items() if len(w) >= MIN_RUNS}
+        every = [r.cpu_s / r.by_defaults for w in windows.values() for r in w]
+        scales = {key: statistics.median(r.cpu_s / r.by_defaults for r in w)
+                  for key, w in windows.items() if len(w) >= MIN_RUNS}
         prior = statistics.median(every) if every else 1.0
-        return cls(scales, base, prior, _total_bias(windows, scales, prior))
+        term_scales = {key: fitted for key, w in windows.items() if key in scales
+                       for fitted in [_fit_terms(w, scales[key])] if fitted}
+        model = cls(scales, base, prior, 1.0, term_scales)
+        return dataclasses.replace(model, total_bias=_total_bias(windows, model))
 
     @property
     def measured(self) -> bool:
@@ -88,31 +142,59 @@ class CostModel:
 
     def with_prior(self, prior: float) -> CostModel:
         """This model with another scale for the (job, engine) pairs without their own."""
-        return CostModel(self.scales, self.base, prior, self.total_bias)
+        return dataclasses.replace(self, prior=prior)
 
     def scale(self, job: str, engine: str = "native") -> float:
         return float(self.scales.get((job, engine), self.prior))
 
     def rates(self, job: str, engine: str = "native") -> CpuRates:
-        """The rates a plan prices ``job`` with: the defaults times its scale."""
+        """The rates a plan prices ``job`` with: each default times its kind of work's scale (else the job's)."""
         k = self.scale(job, engine)
+        own = self.term_scales.get((job, engine), {})
         b = self.base
-        return CpuRates(per_gib_rewritten=b.per_gib_rewritten * k, per_gib_read=b.per_gib_read * k,
-                        per_file_deleted=b.per_file_deleted * k, per_file_listed=b.per_file_listed * k,
-                        per_log_file=b.per_log_file * k, fixed_s=b.fixed_s * k,
-                        per_commit_replayed=b.per_commit_replayed * k, per_table_read=b.per_table_read * k)
+        return dataclasses.replace(b, **{f.name: getattr(b, f.name) * own.get(f.name, k) for f in dataclasses.fields(b)})
+
+    def predict(self, job: str, engine: str, run: _Run) -> float:
+        """What this model predicts for a measured run."""
+        if run.terms is None:
+            return self.scale(job, engine) * run.by_defaults
+        k = self.scale(job, engine)
+        own = self.term_scales.get((job, engine), {})
+        return sum(own.get(t, k) * x for t, x in zip(COST_TERMS, run.terms))
 
 
 #: the bias a plan corrects for at most (and at least its inverse): a history of a few odd runs moves it little
 MAX_TOTAL_BIAS = 2.0
 
 
-def _total_bias(windows: Mapping[tuple[str, str], list[tuple[float, float]]],
-                scales: Mapping[tuple[str, str], float], prior: float) -> float:
-    """Σ measured ÷ Σ predicted by this model over each (job, engine)'s last :data:`WINDOW` runs (``windows``: each
-    run's measure and the default rates' prediction), bounded by :data:`MAX_TOTAL_BIAS`."""
-    measured = sum(cpu for w in windows.values() for cpu, _ in w)
-    predicted = sum(scales.get(key, prior) * d for key, w in windows.items() for _, d in w)
+def _fit_terms(runs: Sequence[_Run], scale: float) -> dict[str, float]:
+    """Each kind of work's scale from ``runs`` (those that kept their estimate, at least :data:`MIN_TERM_RUNS`): the
+    scales minimizing the runs' squared relative errors, each pulled towards the job's one ``scale`` by
+    :data:`TERM_PULL` per run and kept within :data:`MAX_TERM_SPREAD` of it; a few passes weigh down the runs whose error
+    is beyond :data:`ROBUST_ERROR` (Huber). Only the kinds of work some run did are fitted. Empty: too few runs."""
+    kept = [r for r in runs if r.terms is not None and r.cpu_s > 0]
+    if len(kept) < MIN_TERM_RUNS or scale <= 0:
+        return {}
+    x = np.array([r.terms for r in kept]) / np.array([r.cpu_s for r in kept])[:, None]  # each run's terms ÷ its measure
+    done = np.flatnonzero(x.any(axis=0))
+    x = x[:, done] * scale  # in units of the one scale: theta 1 is the one-scale model
+    weights = np.ones(len(kept))
+    theta = np.ones(len(done))
+    for _ in range(10):
+        wx = x * weights[:, None]
+        pull = TERM_PULL * len(kept)
+        theta = np.linalg.solve(wx.T @ x + pull * np.eye(len(done)), wx.sum(axis=0) + pull)
+        theta = np.clip(theta, 1 / MAX_TERM_SPREAD, MAX_TERM_SPREAD)
+        errors = np.abs(x @ theta - 1.0)
+        weights = np.minimum(1.0, ROBUST_ERROR / np.maximum(errors, 1e-12))
+    return {COST_TERMS[i]: float(scale * t) for i, t in zip(done, theta)}
+
+
+def _total_bias(windows: Mapping[tuple[str, str], list[_Run]], model: CostModel) -> float:
+    """Σ measured ÷ Σ predicted by ``model`` over each (job, engine)'s last :data:`WINDOW` runs, bounded by
+    :data:`MAX_TOTAL_BIAS`."""
+    measured = sum(r.cpu_s for w in windows.values() for r in w)
+    predicted = sum(model.predict(job, engine, r) for (job, engine), w in windows.items() for r in w)
     if measured <= 0 or predicted <= 0:
         return 1.0
     return min(MAX_TOTAL_BIAS, max(1 / MAX_TOTAL_BIAS, measured / predicted))

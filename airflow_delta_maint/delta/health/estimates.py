@@ -23,7 +23,7 @@ from typing import Any
 from airflow_delta_maint.delta.health.score import HealthInputs, score_of
 from airflow_delta_maint.delta.protocol.features import Operation
 
-__all__ = ["CHECKPOINT_BYTES_PER_FILE", "FIRST_CHECKPOINT_COMMITS", "READS_EXPIRED_LOG", "Cost", "CpuRates",
+__all__ = ["CHECKPOINT_BYTES_PER_FILE", "COST_TERMS", "FIRST_CHECKPOINT_COMMITS", "READS_EXPIRED_LOG", "Cost", "CpuRates",
            "DEFAULT_RATES", "Estimate", "EstimateInputs", "Gain", "estimate", "gains"]
 
 #: bytes a checkpoint spends per live file (an add row in parquet: path, size, stats, partition values)
@@ -95,6 +95,10 @@ class CpuRates:
     per_file_listed: float = 0.00002
     per_log_file: float = 0.004
     fixed_s: float = 0.05
+    #: a data file opened to be read (its footer, its column chunks), whatever its bytes: small files cost a reader
+    #: by their number more than by their size (OPTIMIZE's inputs here: about 0.5 ms each at a learnt scale of about
+    #: 0.12)
+    per_file_read: float = 0.004
     #: a reader's replay of one commit since the checkpoint (not a cost of the run: what a checkpoint or a log
     #: compaction saves each later read). Far below ``per_log_file``, which is a job's read, its commit and its
     #: writes per log file: this machine replays a small commit in 0.28 ms while its learnt scale is about 0.12
@@ -120,14 +124,32 @@ class Cost:
     files_deleted: int = 0
     log_files_read: int = 0
     cpu_s: float = 0.0
+    #: data files opened to be read (OPTIMIZE's inputs, the files compute-stats scans)
+    files_read: int = 0
 
-    def priced(self, rates: CpuRates, rewritten: int) -> Cost:
-        """This cost with its CPU-seconds predicted from ``rates`` (``rewritten``: bytes decoded and written again)."""
-        other_read = max(0, self.bytes_read - rewritten)
-        cpu = (rates.fixed_s + rates.per_gib_rewritten * rewritten / GIB + rates.per_gib_read * other_read / GIB
-               + rates.per_file_deleted * self.files_deleted + rates.per_file_listed * self.files_listed
-               + rates.per_log_file * self.log_files_read)
-        return dataclasses.replace(self, cpu_s=round(cpu, 4))  # a run of a small table costs about a ms
+    @property
+    def bytes_rewritten(self) -> int:
+        """The bytes decoded and written again: a rewrite's reads (a run that reads and writes), else none."""
+        return self.bytes_read if self.bytes_written else 0
+
+    def terms(self, rates: CpuRates) -> dict[str, float]:
+        """The predicted CPU-seconds by rate (:data:`COST_TERMS`): what each kind of work costs at ``rates``."""
+        rewritten = self.bytes_rewritten
+        return {"fixed_s": rates.fixed_s, "per_gib_rewritten": rates.per_gib_rewritten * rewritten / GIB,
+                "per_gib_read": rates.per_gib_read * max(0, self.bytes_read - rewritten) / GIB,
+                "per_file_read": rates.per_file_read * self.files_read,
+                "per_file_deleted": rates.per_file_deleted * self.files_deleted,
+                "per_file_listed": rates.per_file_listed * self.files_listed,
+                "per_log_file": rates.per_log_file * self.log_files_read}
+
+    def priced(self, rates: CpuRates) -> Cost:
+        """This cost with its CPU-seconds predicted from ``rates``."""
+        return dataclasses.replace(self, cpu_s=round(sum(self.terms(rates).values()), 4))  # a small table's: ms
+
+
+#: the rates a run's cost is priced by, each a kind of work whose scale the cost model learns
+COST_TERMS = ("fixed_s", "per_gib_rewritten", "per_gib_read", "per_file_read", "per_file_deleted", "per_file_listed",
+              "per_log_file")
 
 
 @dataclass(frozen=True)
@@ -157,7 +179,7 @@ def _with_commits(h: HealthInputs, commits: int) -> HealthInputs:
                                uncovered_commits=h.uncovered_commits + commits)
 
 
-def _optimize(x: EstimateInputs) -> tuple[HealthInputs, Gain, Cost, int, tuple[str, ...]]:
+def _optimize(x: EstimateInputs) -> tuple[HealthInputs, Gain, Cost, tuple[str, ...]]:
     h = x.health
     removed = max(0, h.excess_small_files)
     deleted_share = h.deleted_rows / h.num_records if h.num_records else 0.0
@@ -172,60 +194,61 @@ def _optimize(x: EstimateInputs) -> tuple[HealthInputs, Gain, Cost, int, tuple[s
                 deletion_vectors_dropped=x.num_files_with_deletion_vectors)
     assumptions = ("every partition's small files are compacted, as a full OPTIMIZE plans",
                    "files with deletion vectors are rewritten; their deleted rows are spread evenly over the table")
-    return after, gain, Cost(bytes_read=read, bytes_written=written), read, assumptions
+    files = h.num_small_files + x.num_files_with_deletion_vectors
+    return after, gain, Cost(bytes_read=read, bytes_written=written, files_read=files), assumptions
 
 
-def _compute_stats(x: EstimateInputs) -> tuple[HealthInputs, Gain, Cost, int, tuple[str, ...]]:
+def _compute_stats(x: EstimateInputs) -> tuple[HealthInputs, Gain, Cost, tuple[str, ...]]:
     h = x.health
     files = h.files_without_stats + h.files_missing_stats_columns
     after = dataclasses.replace(h, files_without_stats=0, files_missing_stats_columns=0)
     read = files * x.avg_file_bytes
-    return after, Gain(files_given_stats=files), Cost(bytes_read=read), 0, (
+    return after, Gain(files_given_stats=files), Cost(bytes_read=read, files_read=files), (
         "the files needing statistics are of the table's average size",)
 
 
-def _vacuum(x: EstimateInputs) -> tuple[HealthInputs, Gain, Cost, int, tuple[str, ...]]:
+def _vacuum(x: EstimateInputs) -> tuple[HealthInputs, Gain, Cost, tuple[str, ...]]:
     h = x.health
     after = dataclasses.replace(h, tombstone_bytes=0)
     cost = Cost(files_listed=h.num_files + x.num_tombstones, files_deleted=x.num_tombstones)
-    return after, Gain(bytes_freed=h.tombstone_bytes), cost, 0, (
+    return after, Gain(bytes_freed=h.tombstone_bytes), cost, (
         "every removed file is past the retention window (an upper bound for a shorter retention)",
         "a full VACUUM lists every file under the table")
 
 
-def _checkpoint(x: EstimateInputs) -> tuple[HealthInputs, Gain, Cost, int, tuple[str, ...]]:
+def _checkpoint(x: EstimateInputs) -> tuple[HealthInputs, Gain, Cost, tuple[str, ...]]:
     h = x.health
     commits = max(0, h.commits_since_checkpoint)
     after = dataclasses.replace(h, commits_since_checkpoint=0, uncovered_commits=0)
     cost = Cost(bytes_written=(h.num_files + x.num_tombstones) * CHECKPOINT_BYTES_PER_FILE, log_files_read=commits)
     if x.checkpointed:
-        return after, Gain(log_files_not_replayed=commits), cost, 0, ()
+        return after, Gain(log_files_not_replayed=commits), cost, ()
     saved = max(0, commits - FIRST_CHECKPOINT_COMMITS)
-    return after, Gain(log_files_not_replayed=saved, checkpoint_files_added=int(saved > 0)), cost, 0, (
+    return after, Gain(log_files_not_replayed=saved, checkpoint_files_added=int(saved > 0)), cost, (
         f"a table's first checkpoint costs each read what replaying {FIRST_CHECKPOINT_COMMITS} commits does",)
 
 
-def _compact_log(x: EstimateInputs) -> tuple[HealthInputs, Gain, Cost, int, tuple[str, ...]]:
+def _compact_log(x: EstimateInputs) -> tuple[HealthInputs, Gain, Cost, tuple[str, ...]]:
     h = x.health
     interval = max(1, h.compaction_interval)
     windows = max(0, h.uncovered_commits) // interval
     after = dataclasses.replace(h, uncovered_commits=h.uncovered_commits - windows * interval)
     cost = Cost(log_files_read=windows * interval)
-    return after, Gain(log_files_not_replayed=windows * (interval - 1)), cost, 0, ()
+    return after, Gain(log_files_not_replayed=windows * (interval - 1)), cost, ()
 
 
-def _cleanup_log(x: EstimateInputs) -> tuple[HealthInputs, Gain, Cost, int, tuple[str, ...]] | None:
+def _cleanup_log(x: EstimateInputs) -> tuple[HealthInputs, Gain, Cost, tuple[str, ...]] | None:
     if x.expired_log_files is None:
         return None
     files = x.expired_log_files
-    return x.health, Gain(bytes_freed=x.expired_log_bytes if files else 0), Cost(files_deleted=files), 0, (
+    return x.health, Gain(bytes_freed=x.expired_log_bytes if files else 0), Cost(files_deleted=files), (
         "the table's own log retention; the files deleted are older than the checkpoint every reader starts from",)
 
 
 #: commits a run of the operation adds to the log (VACUUM: its start and its end)
 _COMMITS: Mapping[Operation, int] = {Operation.OPTIMIZE: 1, Operation.COMPUTE_STATS: 1, Operation.VACUUM: 2}
 
-_ESTIMATORS: Mapping[Operation, Callable[[EstimateInputs], tuple[HealthInputs, Gain, Cost, int, tuple[str, ...]] | None]] = {
+_ESTIMATORS: Mapping[Operation, Callable[[EstimateInputs], tuple[HealthInputs, Gain, Cost, tuple[str, ...]] | None]] = {
     Operation.OPTIMIZE: _optimize,
     Operation.COMPUTE_STATS: _compute_stats,
     Operation.VACUUM: _vacuum,
@@ -251,12 +274,12 @@ def estimate(operation: Operation | str, inputs: EstimateInputs, rates: CpuRates
     found = estimator(inputs) if estimator is not None else None
     if found is None:
         return None
-    after, gain, cost, rewritten, assumptions = found
+    after, gain, cost, assumptions = found
     after = _with_commits(after, _COMMITS.get(op, 0))
     before = _score(inputs.health)
     gain = dataclasses.replace(gain, score_before=before, score_after=_score(after) if gain.any else before)
     left = _inputs_after(op, inputs, after, gain) if gain.any else inputs
-    return Estimate(str(op), gain, cost.priced(rates, rewritten), assumptions, left)
+    return Estimate(str(op), gain, cost.priced(rates), assumptions, left)
 
 
 def _inputs_after(op: Operation, inputs: EstimateInputs, after: HealthInputs, gain: Gain) -> EstimateInputs:

@@ -152,8 +152,7 @@ class Candidate:
     @property
     def bytes_rewritten(self) -> int:
         """The bytes the run rewrites (OPTIMIZE's reads; a read-only scan, as compute-stats', rewrites none)."""
-        e = self.estimate
-        return e.cost.bytes_read if e is not None and e.cost.bytes_written else 0
+        return self.estimate.cost.bytes_rewritten if self.estimate is not None else 0
 
     @property
     def value(self) -> float:

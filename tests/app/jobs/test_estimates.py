@@ -117,11 +117,17 @@ def test_the_log_cleanup_gains_the_bytes_of_the_files_it_deletes():
 
 
 def test_cpu_seconds_follow_the_rates():
-    slow = estimate("optimize", _inputs(), CpuRates(per_gib_rewritten=100.0, fixed_s=0.0))
-    fast = estimate("optimize", _inputs(), CpuRates(per_gib_rewritten=10.0, fixed_s=0.0))
+    slow = estimate("optimize", _inputs(), CpuRates(per_gib_rewritten=100.0, fixed_s=0.0, per_file_read=0.0))
+    fast = estimate("optimize", _inputs(), CpuRates(per_gib_rewritten=10.0, fixed_s=0.0, per_file_read=0.0))
     assert slow is not None and fast is not None
     assert slow.cost.cpu_s == pytest.approx(10 * fast.cost.cpu_s)
     assert fast.cost.cpu_s == pytest.approx(10.0 * (3 << 30) / (1 << 30), rel=1e-3)
+    # the small files are priced by their number too: 30 opened
+    files = estimate("optimize", _inputs(), CpuRates(per_gib_rewritten=0.0, fixed_s=0.0, per_file_read=0.5))
+    assert files is not None and files.cost.files_read == 30 and files.cost.cpu_s == pytest.approx(15.0)
+    assert sum(files.cost.terms(CpuRates(per_gib_rewritten=0.0, fixed_s=0.0, per_file_read=0.5)).values()) == 15.0
+    stats = estimate("compute-stats", _inputs(), CpuRates(per_gib_read=0.0, fixed_s=0.0, per_file_read=0.5))
+    assert stats is not None and stats.cost.files_read == 4 and stats.cost.cpu_s == pytest.approx(2.0)
 
 
 def _inputs() -> EstimateInputs:

@@ -70,3 +70,60 @@ def test_the_total_bias_is_what_the_runs_measured_together_over_what_the_model_p
     assert CostModel.learn([]).total_bias == 1.0
     skewed = [row("optimize", 1.0, 1.0)] * 3 + [row("optimize", 100.0, 1.0)]  # 103 for 4: bounded
     assert CostModel.learn(skewed).total_bias == MAX_TOTAL_BIAS
+
+
+def _estimated_row(job: str, cpu: float, cost: dict, scale: float = 1.0) -> dict:
+    """A measured run whose metrics kept its estimate's units (as a chosen run's do)."""
+    from airflow_delta_maint.delta.health.estimates import Cost
+
+    predicted = sum(Cost(**cost).terms(DEFAULT_RATES).values()) * scale
+    metrics = {"cpu_s": cpu, "predicted_cpu_s": predicted, "prediction_scale": scale,
+               "estimate": {"operation": job, "gain": {}, "cost": {**cost, "cpu_s": predicted}}}
+    return {"operation": job, "table_uri": "t", "status": "committed", "started_at": "2026-11-28T00:00:00Z",
+            "metrics": json.dumps(metrics)}
+
+
+def test_each_kind_of_work_gets_its_own_scale_once_enough_runs_kept_their_estimate():
+    """OPTIMIZEs of 2 to 60 small files: the defaults price their start far above their files, this machine the
+    other way round. One scale prices them all alike; a scale per kind of work follows the files."""
+    from airflow_delta_maint.delta.health.cost_model import MIN_TERM_RUNS, _default_terms, _Run
+
+    d = DEFAULT_RATES
+    truth = {"fixed_s": 0.05, "per_file_read": 0.2}  # this machine's scales of the two defaults
+    runs = []
+    for files in [2, 3, 5, 8, 12, 20, 30, 45, 60] * 10:
+        cpu = d.fixed_s * truth["fixed_s"] + d.per_file_read * files * truth["per_file_read"]
+        runs.append(_estimated_row("optimize", cpu, {"files_read": files, "bytes_read": 4096 * files,
+                                                      "bytes_written": 4096 * files}))
+    model = CostModel.learn(runs)
+    own = model.term_scales[("optimize", "native")]
+    assert own["fixed_s"] < model.scale("optimize") < own["per_file_read"]
+    rates = model.rates("optimize")
+    assert rates.per_file_read == pytest.approx(d.per_file_read * own["per_file_read"])
+    assert rates.per_file_listed == pytest.approx(d.per_file_listed * model.scale("optimize"))  # no run listed files
+
+    def errors(predict) -> float:
+        out = []
+        for r in runs:
+            metrics = json.loads(r["metrics"])
+            terms = _default_terms(metrics, d)
+            out.append(abs(predict(_Run(metrics["cpu_s"], sum(terms), terms)) - metrics["cpu_s"]) / metrics["cpu_s"])
+        return max(out)
+
+    one_scale = errors(lambda run: model.scale("optimize") * run.by_defaults)
+    assert errors(lambda run: model.predict("optimize", "native", run)) < 0.2 < 0.5 < one_scale
+    assert model.total_bias == pytest.approx(1.0, abs=0.1)
+    # too few runs: the one scale only; runs without their estimate count for the one scale alone
+    assert CostModel.learn(runs[:MIN_TERM_RUNS - 1]).term_scales == {}
+    assert CostModel.learn([row("optimize", 1.0, 1.0)] * 40).term_scales == {}
+
+
+def test_a_kind_of_works_scale_stays_within_its_spread_of_the_jobs_scale():
+    from airflow_delta_maint.delta.health.cost_model import MAX_TERM_SPREAD
+
+    # runs that cost by their files alone: the fit would price a run's start at 0, it keeps a quarter of the one scale
+    runs = [_estimated_row("optimize", DEFAULT_RATES.per_file_read * files, {"files_read": files}) for files in range(1, 201)]
+    model = CostModel.learn(runs)
+    own, k = model.term_scales[("optimize", "native")], model.scale("optimize")
+    assert all(k / MAX_TERM_SPREAD - 1e-12 <= s <= k * MAX_TERM_SPREAD + 1e-12 for s in own.values())
+    assert own["fixed_s"] == pytest.approx(k / MAX_TERM_SPREAD)

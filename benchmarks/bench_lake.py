@@ -235,7 +235,8 @@ def _night(policy: str, root: Path, tables: list[LakeTable], history: str,
             PHASES["history"] += time.process_time() - mark
             PHASES["total_bias"] = learned.model.total_bias
             decision, plan = budgeted(spec, decision, Budget(cpu_s=budget_cpu_s), history=learned,
-                                      spent_cpu_s=time.process_time() - started, look=look)
+                                      spent_cpu_s=time.process_time() - started, look=look,
+                                      **({"weights": WEIGHTS} if WEIGHTS else {}))
         else:
             decision = decide(spec)
         PHASES["plan"] += time.process_time() - started
@@ -249,6 +250,8 @@ def _night(policy: str, root: Path, tables: list[LakeTable], history: str,
     return time.process_time() - started, entries, plan
 
 
+#: the budgeted plan's gain weights (``--gain-weight``: the defaults with some in place)
+WEIGHTS: dict[str, float] = {}
 #: CPU-seconds of a night's parts (the budgeted policy: its look, the history's read, the whole plan, the run,
 #: the record of what did not run), reset each night
 PHASES: dict[str, float] = {}
@@ -372,7 +375,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "out" / "lake.json"))
     parser.add_argument("--policies", default=",".join(POLICIES), help="the policies to run (comma-separated)")
     parser.add_argument("--reuse", help="an earlier run's JSON: the nights of the policies not run now (same lake)")
+    parser.add_argument("--gain-weight", action="append", default=[], metavar="GAIN=W",
+                        help="the budgeted plan's weight of a gain in place of the default (repeatable)")
     args = parser.parse_args(argv)
+    from airflow_delta_maint.delta.health.lake_budget import gain_weights
+
+    WEIGHTS.clear()
+    WEIGHTS.update(gain_weights(dict(w.split("=", 1) for w in args.gain_weight)))
     wanted = [p for p in args.policies.split(",") if p]
     import logging
 

@@ -29,6 +29,10 @@ def add_lake_parser(sub: Any) -> None:
     p.add_argument("--spec", metavar="SPEC", help="a fleet spec (JSON file, path or URI) listing tables and jobs")
     p.add_argument("--budget", action="append", type=key_value, default=[], metavar="LIMIT=N",
                    help="a limit of the night (repeatable): cpu_s, bytes_rewritten, max_tables, deadline_s, cores")
+    p.add_argument("--gain-weight", action="append", type=key_value, default=[], metavar="GAIN=W",
+                   help="what a unit of a gain is worth, in files a reader no longer opens (repeatable; see "
+                   "docs/fleet.md): files_removed, log_files_not_replayed, dv_bytes_purged, deletion_vectors_dropped, "
+                   "files_given_stats, bytes_freed")
     p.add_argument(HISTORY_URI, metavar="URI", help="the maintenance history: the nights each job has waited, "
                    "and where the runs and the deferred jobs are recorded")
     p.add_argument(DRY_RUN, action="store_true", help="print the plan (chosen, deferred, costs); run nothing")
@@ -73,7 +77,7 @@ def run_plan_lake(args: argparse.Namespace, *, quiet: bool = False) -> tuple[int
 
 
 def _plan_and_run(args: argparse.Namespace, quiet: bool) -> tuple[int, dict[str, Any]]:
-    from airflow_delta_maint.delta.health.lake_budget import Budget
+    from airflow_delta_maint.delta.health.lake_budget import Budget, gain_weights
 
     from .fleet import merge, run_fleet
     from .lake_plan import budgeted, decide_by_estimates, lake_history, look_at_lake
@@ -81,13 +85,14 @@ def _plan_and_run(args: argparse.Namespace, quiet: bool) -> tuple[int, dict[str,
     try:
         settings = Settings.from_environ(os.environ)
         budget = Budget.from_mapping(dict(args.budget))
+        weights = gain_weights(dict(args.gain_weight))
         spec = _spec(args)
         started = time.process_time()
         look = look_at_lake(spec)  # one read of each table's log: the checks and the estimates
         decision = decide_by_estimates(spec, look)
         history = lake_history(spec.history_uri, dict(args.storage_option))
         cut, plan = budgeted(spec, decision, budget, history=history, spent_cpu_s=time.process_time() - started,
-                             look=look)
+                             look=look, weights=weights)
     except DeltaError as exc:
         print(f"delta-maint {PLAN_LAKE}: error: {exc}", file=sys.stderr)
         return 2, {"status": "failed", "error": str(exc)}
@@ -130,6 +135,11 @@ def format_plan(plan: dict[str, Any]) -> str:
     used, budget = plan["used"], {k: v for k, v in plan["budget"].items() if v is not None and k != "cores"}
     lines = [f"budget {json.dumps(budget) if budget else 'none'}: {used['runs']} runs on {used['tables']} tables, "
              f"{used['cpu_s']:g} predicted CPU-s, {used['bytes_rewritten']} bytes rewritten"]
+    from airflow_delta_maint.delta.health.lake_budget import GAIN_WEIGHTS
+
+    own = {k: v for k, v in plan.get("gain_weights", {}).items() if GAIN_WEIGHTS.get(k) != v}
+    if own:
+        lines.append(f"gain weights of this lake: {json.dumps(own, sort_keys=True)}")
     for p in plan["chosen"]:
         lines.append(f"  run   {p['rank']:>3} {p['job']:<14} {p['table']}  ~{p['predicted_cpu_s']:g} CPU-s, "
                      f"gain {p['gain_value']:g}  ({p['reason']})")

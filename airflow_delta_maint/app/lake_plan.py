@@ -25,7 +25,8 @@ import pyarrow.compute as pc
 from airflow_delta_maint.delta.errors import DeltaError, NotADeltaTableError, TableNotFoundError
 from airflow_delta_maint.delta.health.cost_model import CostModel
 from airflow_delta_maint.delta.health.estimates import READS_EXPIRED_LOG, Estimate, EstimateInputs
-from airflow_delta_maint.delta.health.lake_budget import NOTHING_LEFT, Budget, Candidate, LakePlan, Planned, plan_lake
+from airflow_delta_maint.delta.health.lake_budget import (GAIN_WEIGHTS, NOTHING_LEFT, Budget, Candidate, LakePlan, Planned,
+                                                           plan_lake)
 from airflow_delta_maint.delta.storage.store import Storage
 
 from .execution import parse_job_args
@@ -259,12 +260,13 @@ def _failed(job: str, table: str, error: str) -> dict[str, Any]:
 def budgeted(spec: FleetSpec, decision: Decision, budget: Budget,
              worker_options: Callable[[FleetTable], Mapping[str, str]] | None = None, *,
              history: LakeHistory | None = None, spent_cpu_s: float = 0.0, look: LakeLook | None = None,
-             threads: int = 8) -> tuple[Decision, LakePlan]:
+             threads: int = 8, weights: Mapping[str, float] = GAIN_WEIGHTS) -> tuple[Decision, LakePlan]:
     """``decision`` cut down to what ``budget`` buys, and the plan. Deferred jobs join the known results
     (skipped, ``deferred: true``, with the limit they would pass and their predicted cost); a table whose
     estimate cannot be read keeps its jobs as candidates without an estimate. The CPU-seconds of the budget
     are the night's: what the checks spent (``spent_cpu_s``) and the estimates' reads are taken off first.
-    ``look``: the lake's one look already taken (else the tables with work are read here)."""
+    ``look``: the lake's one look already taken (else the tables with work are read here). ``weights``: what each
+    unit of gain is worth (:func:`~airflow_delta_maint.delta.health.lake_budget.gain_weights`)."""
     started = time.process_time()
     history = history or LakeHistory()
     work = [(i, t) for i, t in enumerate(decision.to_run.tables)]
@@ -276,7 +278,7 @@ def budgeted(spec: FleetSpec, decision: Decision, budget: Budget,
         history = dataclasses.replace(history, model=history.model.with_prior(scale))
     candidates = []
     for (_, t), got in zip(work, found):
-        candidates.extend(_table_candidates(t, got, history))
+        candidates.extend(_table_candidates(t, got, history, weights))
     planning = time.process_time() - started + spent_cpu_s
     limits = budget_limits(budget)  # as given: what the history shows each night was allowed
     run_cpu_s = None
@@ -286,10 +288,12 @@ def budgeted(spec: FleetSpec, decision: Decision, budget: Budget,
         # model's total bias, so the plan fills what is left divided by it, and the run keeps what is left
         budget = dataclasses.replace(budget, cpu_s=run_cpu_s / history.model.total_bias)
     plan = plan_lake(candidates, budget)
+    plan.weights = dict(weights)
     return _cut(spec, decision, plan, limits, run_cpu_s), plan
 
 
-def _table_candidates(t: FleetTable, inputs: EstimateInputs | None, history: LakeHistory) -> list[Candidate]:
+def _table_candidates(t: FleetTable, inputs: EstimateInputs | None, history: LakeHistory,
+                      weights: Mapping[str, float] = GAIN_WEIGHTS) -> list[Candidate]:
     """A table's jobs with work as candidates, each with its own estimate on the table as the look found it, and
     the earlier jobs after whose run it would gain nothing (``Candidate.covered_by``: a checkpoint covers the
     commits a log compaction listed after it would compact). ``inputs`` None: the look could not read the table."""
@@ -306,7 +310,8 @@ def _table_candidates(t: FleetTable, inputs: EstimateInputs | None, history: Lak
         out.append(Candidate(t.table, j.job, estimate, history.waiting.get((t.table, j.job), 0),
                              history.table_waiting.get(t.table, 0),
                              scale=history.model.scale(j.job, engine), unestimated_cpu_s=rates.fixed_s,
-                             saves_cpu_s=reads_saved_cpu_s(estimate, history.model), covered_by=covered_by))
+                             saves_cpu_s=reads_saved_cpu_s(estimate, history.model), covered_by=covered_by,
+                             weights=weights))
         if estimate is not None and estimate.after is not None:
             left_by[j.job] = estimate.after
     return out

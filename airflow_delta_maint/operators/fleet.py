@@ -19,7 +19,7 @@ from airflow_delta_maint.app.fleet import Decision, FleetJob, FleetSpec, FleetTa
 from airflow_delta_maint.app.lake_plan import LakeLook, budgeted, decide_by_estimates, lake_history, look_at_lake
 from airflow_delta_maint.app.rewrite.copy_estimate import PlannedRewrite
 from airflow_delta_maint.delta.errors import DeltaError
-from airflow_delta_maint.delta.health.lake_budget import Budget
+from airflow_delta_maint.delta.health.lake_budget import Budget, gain_weights
 from airflow_delta_maint.delta.log.snapshot_cache import keeping_snapshots
 from airflow_delta_maint.hooks.catalogs import CatalogError, ResolvedTable
 from airflow_delta_maint.hooks.catalogs.table_target import (
@@ -131,10 +131,14 @@ class MaintainTablesOperator(BaseOperator):
         predicted cost, and a job deferred for 3 nights goes first. The application starts no job once the
         CPU-seconds it measured or the deadline are reached. The plan is pushed to XCom as ``lake_plan``
         (``delta-maint plan-lake``'s dry run shows it without running). See docs/fleet.md. (templated)
+    :param gain_weights: with a budget, what a unit of each gain is worth to the choice, in files a reader no
+        longer opens, in place of the defaults (``{"log_files_not_replayed": 0.1}``: a lake read by engines that
+        checkpoint as they write; gains: files_removed, log_files_not_replayed, dv_bytes_purged,
+        deletion_vectors_dropped, files_given_stats, bytes_freed). See docs/fleet.md. (templated)
     """
 
     template_fields: Sequence[str] = ("tables", "table_names", "jobs", "storage_options", "conf", "metrics_uri",
-                                      "history_uri", "engine", "budget")
+                                      "history_uri", "engine", "budget", "gain_weights")
     ui_color = "#00add4"
 
     def __init__(
@@ -159,6 +163,7 @@ class MaintainTablesOperator(BaseOperator):
         execution: str | None = None,
         engine: str | None = None,
         budget: Mapping[str, Any] | None = None,
+        gain_weights: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -167,6 +172,9 @@ class MaintainTablesOperator(BaseOperator):
         if isinstance(budget, Mapping) and not any("{{" in str(v) for v in budget.values()):
             self.checked_budget(budget)  # a bad limit fails when the DAG is parsed
         self.budget = budget
+        if isinstance(gain_weights, Mapping) and not any("{{" in str(v) for v in gain_weights.values()):
+            self.checked_weights(gain_weights)  # a bad weight fails when the DAG is parsed
+        self.gain_weights = gain_weights
         if execution is not None and str(execution).strip().lower() not in FLEET_EXECUTIONS:
             raise AirflowException(f"execution must be 'spark' or 'auto', got {execution!r}")
         self.execution = str(execution).strip().lower() if execution is not None else None
@@ -200,16 +208,24 @@ class MaintainTablesOperator(BaseOperator):
         except DeltaError as exc:
             raise AirflowException(f"{self.task_id}: {exc}") from None
 
+    def checked_weights(self, weights: Mapping[str, Any] | None) -> dict[str, float]:
+        """The gain weights, checked (one line naming the weight): the defaults with the task's own in place."""
+        try:
+            return gain_weights(weights)
+        except DeltaError as exc:
+            raise AirflowException(f"{self.task_id}: {exc}") from None
+
     def plan_within_budget(self, spec: FleetSpec, decision: Decision, history: str | None, planning_cpu_s: float,
                            context: Context, look: LakeLook | None = None) -> Decision:
         """``decision`` cut down to what the budget buys (the plan in XCom as ``lake_plan``)."""
         budget = self.checked_budget(self.budget)
         if budget is None:
             return decision
+        weights = self.checked_weights(self.gain_weights)
         started = time.process_time()  # the history is read as it is written here: record_on_worker's options
         cut, plan = budgeted(spec, decision, budget, lambda t: worker_options(self._credentials, t.storage_options),
                              history=lake_history(history), spent_cpu_s=planning_cpu_s + time.process_time() - started,
-                             look=look, threads=self.check_threads)
+                             look=look, threads=self.check_threads, weights=weights)
         used = plan.used()
         self.log.info("budget %s: %d runs on %d tables chosen (%.1f predicted CPU-s), %d deferred",
                       {k: v for k, v in budget.as_dict().items() if v is not None}, used["runs"], used["tables"],

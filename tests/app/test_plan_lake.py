@@ -17,7 +17,7 @@ from deltalake import DeltaTable, write_deltalake
 from airflow_delta_maint.app import cli
 from airflow_delta_maint.delta.health.run_log import read_runs
 from airflow_delta_maint.delta.health.estimates import DEFAULT_RATES, Cost
-from airflow_delta_maint.delta.health.lake_budget import NOTHING_LEFT, STARVATION_NIGHTS
+from airflow_delta_maint.delta.health.lake_budget import GAIN_WEIGHTS, NOTHING_LEFT, STARVATION_NIGHTS
 
 from tests.snapshot_serves import count_snapshot_serves
 
@@ -119,6 +119,26 @@ def test_a_table_that_waited_long_enough_goes_first(tmp_path, nights):
     assert (first["table"], first["nights_waiting"], first["table_nights_waiting"]) == (tables[1], nights, nights)
     assert first["reason"].startswith(f"its table needed work {nights} nights without a run")
     assert {p["table"] for p in result["plan"]["chosen"]} == {tables[1]}
+
+
+def test_a_lakes_own_gain_weights_in_the_plan(tmp_path, capsys):
+    """The weights the plan chose by are in its record, and its text names those that are the lake's own; a bad
+    weight is one message, and nothing is read or written."""
+    tables = lake(tmp_path, {"busy": 24})  # the fleet's jobs: OPTIMIZE, and a log compaction of 2 windows
+    _, default = plan_lake(*tables, "--dry-run")
+    assert default["plan"]["gain_weights"] == GAIN_WEIGHTS
+    _, own = plan_lake(*tables, "--dry-run", "--gain-weight", "log_files_not_replayed=0.1")
+    assert own["plan"]["gain_weights"] == {**GAIN_WEIGHTS, "log_files_not_replayed": 0.1}
+    compaction = {p["job"]: p["gain_value"] for p in default["plan"]["chosen"]}["compact-log"]
+    assert compaction > 0
+    assert {p["job"]: p["gain_value"] for p in own["plan"]["chosen"]}["compact-log"] == pytest.approx(compaction / 5)
+    capsys.readouterr()
+    code, _ = cli.run(["plan-lake", *tables, "--dry-run", "--gain-weight", "log_files_not_replayed=0.1"])
+    assert code == 0 and 'gain weights of this lake: {"log_files_not_replayed": 0.1}' in capsys.readouterr().out
+    listed = log_listing(tables)
+    code, result = cli.run(["plan-lake", *tables, "--gain-weight", "files=2", "--local"])
+    assert code == 2 and result["error"].startswith("gain_weights: unknown gain files (gains: ")
+    assert log_listing(tables) == listed
 
 
 def test_bad_input_gets_one_message(tmp_path, capsys):

@@ -34,7 +34,7 @@ from airflow_delta_maint.delta.errors import InvalidArgumentError
 from airflow_delta_maint.delta.health.estimates import Estimate, Gain
 
 __all__ = ["Budget", "Candidate", "GAIN_WEIGHTS", "JOB_STARVATION_NIGHTS", "JOB_STARVATION_SHARE", "LakePlan",
-           "NOTHING_LEFT", "Planned", "STARVATION_NIGHTS", "gain_value", "plan_lake"]
+           "NOTHING_LEFT", "Planned", "STARVATION_NIGHTS", "gain_value", "gain_weights", "plan_lake"]
 
 #: nights a table may need work without any run before its best run goes first
 STARVATION_NIGHTS = 3
@@ -62,11 +62,33 @@ UNESTIMATED_GAIN = 0.1
 UNESTIMATED_CPU_S = 0.05
 
 
-def gain_value(gain: Gain | None) -> float:
-    """One number for a gain: the weighted sum of :data:`GAIN_WEIGHTS`."""
+def gain_value(gain: Gain | None, weights: Mapping[str, float] = GAIN_WEIGHTS) -> float:
+    """One number for a gain: the weighted sum of ``weights`` (:data:`GAIN_WEIGHTS`, or a lake's own)."""
     if gain is None:
         return UNESTIMATED_GAIN
-    return sum(weight * float(getattr(gain, name)) for name, weight in GAIN_WEIGHTS.items())
+    return sum(weight * float(getattr(gain, name)) for name, weight in weights.items())
+
+
+def gain_weights(values: Mapping[str, Any] | None) -> dict[str, float]:
+    """:data:`GAIN_WEIGHTS` with a lake's own weights by gain in place of some (what its readers pay: a lake read
+    by engines that checkpoint as they write weighs log files less). A gain that is not in it, or a weight that is
+    not a number of 0 or more, raises one clear error; a lake whose weights are all 0 gains nothing, an error too."""
+    out = dict(GAIN_WEIGHTS)
+    unknown = sorted(set(values or {}) - set(GAIN_WEIGHTS))
+    if unknown:
+        raise InvalidArgumentError(f"gain_weights: unknown gain {', '.join(unknown)} "
+                                   f"(gains: {', '.join(sorted(GAIN_WEIGHTS))})")
+    for name, value in (values or {}).items():
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise InvalidArgumentError(f"gain_weights: {name} must be a number, got {value!r}") from None
+        if not math.isfinite(number) or number < 0:
+            raise InvalidArgumentError(f"gain_weights: {name} must be 0 or more, got {value!r}")
+        out[name] = number
+    if not any(out.values()):
+        raise InvalidArgumentError("gain_weights: every weight is 0, so no run would gain anything")
+    return out
 
 
 @dataclass(frozen=True)
@@ -139,6 +161,8 @@ class Candidate:
     #: the table's earlier jobs after whose run it would gain nothing (a checkpoint covers the commits a log
     #: compaction listed after it would compact): once one of them is chosen, it is not
     covered_by: frozenset[str] = frozenset()
+    #: what each unit of gain is worth (:func:`gain_weights`)
+    weights: Mapping[str, float] = field(default_factory=lambda: GAIN_WEIGHTS)
 
     @property
     def pays_for_itself(self) -> bool:
@@ -156,7 +180,7 @@ class Candidate:
 
     @property
     def value(self) -> float:
-        return gain_value(self.estimate.gain if self.estimate is not None else None)
+        return gain_value(self.estimate.gain if self.estimate is not None else None, self.weights)
 
     @property
     def ratio(self) -> float:
@@ -190,6 +214,8 @@ class LakePlan:
 
     budget: Budget
     entries: list[Planned] = field(default_factory=list)
+    #: what each unit of gain was worth to the choice (:func:`gain_weights`)
+    weights: Mapping[str, float] = field(default_factory=lambda: GAIN_WEIGHTS)
 
     @property
     def chosen(self) -> list[Planned]:
@@ -211,7 +237,7 @@ class LakePlan:
                 "tables": len({c.table for c in chosen}), "runs": len(chosen)}
 
     def as_dict(self) -> dict[str, Any]:
-        return {"budget": self.budget.as_dict(), "used": self.used(),
+        return {"budget": self.budget.as_dict(), "gain_weights": dict(self.weights), "used": self.used(),
                 "chosen": [p.as_dict() for p in self.chosen], "deferred": [p.as_dict() for p in self.deferred],
                 "nothing_to_gain": [p.as_dict() for p in self.idle]}
 

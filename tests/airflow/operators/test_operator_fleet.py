@@ -598,7 +598,8 @@ def test_a_budget_keeps_the_runs_that_gain_most_and_defers_the_rest(tmp_path, mo
     history = str(tmp_path / "history")
     ti = RecordingTI()
     op = MaintainTablesOperator(task_id="fleet", tables=tables, jobs={"optimize": {}}, history_uri=history,
-                                budget={"max_tables": 2, "cpu_s": 1000}, execution="auto")
+                                budget={"max_tables": 2, "cpu_s": 1000}, execution="auto",
+                                gain_weights={"files_removed": "2"})  # as a rendered template gives it
     results = op.execute(context={"ti": ti})
     assert [e["jobs"][0]["status"] for e in results] == ["committed", "committed", "skipped"]
     deferred = results[2]["jobs"][0]
@@ -606,6 +607,7 @@ def test_a_budget_keeps_the_runs_that_gain_most_and_defers_the_rest(tmp_path, mo
     assert deferred["predicted_cpu_s"] > 0 and deferred["estimate"]["gain"]["files_removed"] > 0
     plan = ti.pushed["lake_plan"]
     assert [p["table"] for p in plan["chosen"]] == tables[:2] and [p["table"] for p in plan["deferred"]] == tables[2:]
+    assert plan["gain_weights"]["files_removed"] == 2.0 and plan["gain_weights"]["log_files_not_replayed"] == 0.5
     (spec,) = specs  # the run keeps the CPU budget left after the worker's planning
     assert spec.budget is not None and 0 < spec.budget["cpu_s"] < 1000
     assert all(j.expect["predicted_cpu_s"] > 0 for t in spec.tables for j in t.jobs)
@@ -615,6 +617,8 @@ def test_a_budget_keeps_the_runs_that_gain_most_and_defers_the_rest(tmp_path, mo
     assert [(r["table_uri"], r["operation"]) for r in waiting] == [(tables[2], "optimize")]
     with pytest.raises(AirflowException, match="fleet: budget: unknown limit cpu"):
         MaintainTablesOperator(task_id="fleet", tables=tables, budget={"cpu": 1})
+    with pytest.raises(AirflowException, match="fleet: gain_weights: unknown gain files "):
+        MaintainTablesOperator(task_id="fleet", tables=tables, budget={"cpu_s": 1}, gain_weights={"files": 1})
 
 
 def test_a_budgeted_night_keeps_the_connections_secret(s3_lake, monkeypatch, caplog, capsys):

@@ -8,8 +8,9 @@ import pytest
 
 from airflow_delta_maint.delta.errors import InvalidArgumentError
 from airflow_delta_maint.delta.health.estimates import Cost, Estimate, Gain
-from airflow_delta_maint.delta.health.lake_budget import (JOB_STARVATION_NIGHTS, NOTHING_LEFT, STARVATION_NIGHTS,
-                                                         Budget, Candidate, gain_value, plan_lake)
+from airflow_delta_maint.delta.health.lake_budget import (GAIN_WEIGHTS, JOB_STARVATION_NIGHTS, NOTHING_LEFT,
+                                                         STARVATION_NIGHTS, Budget, Candidate, gain_value, gain_weights,
+                                                         plan_lake)
 
 
 def candidate(table: str, files_removed: int, cpu_s: float, job: str = "optimize", nights: int = 0,
@@ -94,6 +95,37 @@ def test_gain_weights():
     assert gain_value(Gain(dv_bytes_purged=16 << 20, files_given_stats=2, bytes_freed=2 << 30)) == 2 + 1 + 2
     assert gain_value(Gain(deletion_vectors_dropped=4)) == 2  # a vector's read: half an open
     assert gain_value(None) > 0
+
+
+def test_a_lakes_own_weights_change_what_its_budget_buys():
+    """Readers differ: DuckDB pays more for a commit it replays than for a small data file, delta-rs less. A lake
+    whose readers checkpoint as they write weighs log files less, and its compaction goes before the checkpoint."""
+    own = gain_weights({"log_files_not_replayed": "0.05"})
+    assert own == {**GAIN_WEIGHTS, "log_files_not_replayed": 0.05}
+    assert gain_weights(None) == GAIN_WEIGHTS and gain_weights({}) == GAIN_WEIGHTS
+    assert gain_value(Gain(files_removed=3, log_files_not_replayed=20), own) == 4
+
+    def night(weights):
+        log = Estimate("checkpoint", Gain(log_files_not_replayed=20), Cost(cpu_s=0.5))
+        files = Estimate("optimize", Gain(files_removed=6), Cost(cpu_s=0.5))
+        plan = plan_lake([Candidate("a", "checkpoint", log, weights=weights),
+                          Candidate("b", "optimize", files, weights=weights)], Budget(cpu_s=0.6))
+        return [(p.candidate.table, p.candidate.job) for p in plan.chosen]
+
+    assert night(GAIN_WEIGHTS) == [("a", "checkpoint")]  # 10 against 6
+    assert night(own) == [("b", "optimize")]  # 1 against 6
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"log_files": 1}, "gain_weights: unknown gain log_files \\(gains: bytes_freed, "),
+    ({"files_removed": "many"}, "gain_weights: files_removed must be a number, got 'many'"),
+    ({"files_removed": -1}, "gain_weights: files_removed must be 0 or more, got -1"),
+    ({"files_removed": float("nan")}, "gain_weights: files_removed must be 0 or more"),
+    (dict.fromkeys(GAIN_WEIGHTS, 0), "gain_weights: every weight is 0"),
+])
+def test_bad_gain_weights_get_one_message(values, message):
+    with pytest.raises(InvalidArgumentError, match=message):
+        gain_weights(values)
 
 
 @pytest.mark.parametrize("values, message", [

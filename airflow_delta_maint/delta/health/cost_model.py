@@ -1,8 +1,8 @@
 """The cost model learns from the maintenance history: how far each job's CPU-seconds were from the model's.
 
-Every run a plan chose records ``predicted_cpu_s`` (what the plan expected), ``prediction_scale`` (the scale
-the plan applied to the default rates) and ``cpu_s`` (what it measured, wherever it ran: its process, its Spark
-tasks' Python workers, its executors). The default rates of
+Every run a plan chose records ``predicted_cpu_s`` (what the plan expected), ``prediction_scale`` (its job's one
+scale of the default rates), its estimate (whose units the default rates price again here) and ``cpu_s`` (what it
+measured, wherever it ran: its process, its Spark tasks' Python workers, its executors). The default rates of
 :class:`~.estimates.CpuRates` are this machine's; a lake's machines, engines and tables differ. So each (job,
 engine) gets a scale: the median, over its last :data:`WINDOW` measured runs, of measured ÷ the default
 rates' prediction. The median keeps one slow night (a busy cluster, a cold cache) from moving the next
@@ -154,7 +154,7 @@ class CostModel:
         b = self.base
         return dataclasses.replace(b, **{f.name: getattr(b, f.name) * own.get(f.name, k) for f in dataclasses.fields(b)})
 
-    def predict(self, job: str, engine: str, run: _Run) -> float:
+    def _predict(self, job: str, engine: str, run: _Run) -> float:
         """What this model predicts for a measured run."""
         if run.terms is None:
             return self.scale(job, engine) * run.by_defaults
@@ -194,7 +194,7 @@ def _total_bias(windows: Mapping[tuple[str, str], list[_Run]], model: CostModel)
     """Σ measured ÷ Σ predicted by ``model`` over each (job, engine)'s last :data:`WINDOW` runs, bounded by
     :data:`MAX_TOTAL_BIAS`."""
     measured = sum(r.cpu_s for w in windows.values() for r in w)
-    predicted = sum(model.predict(job, engine, r) for (job, engine), w in windows.items() for r in w)
+    predicted = sum(model._predict(job, engine, r) for (job, engine), w in windows.items() for r in w)
     if measured <= 0 or predicted <= 0:
         return 1.0
     return min(MAX_TOTAL_BIAS, max(1 / MAX_TOTAL_BIAS, measured / predicted))

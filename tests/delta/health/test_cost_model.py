@@ -86,7 +86,8 @@ def _estimated_row(job: str, cpu: float, cost: dict, scale: float = 1.0) -> dict
 def test_each_kind_of_work_gets_its_own_scale_once_enough_runs_kept_their_estimate():
     """OPTIMIZEs of 2 to 60 small files: the defaults price their start far above their files, this machine the
     other way round. One scale prices them all alike; a scale per kind of work follows the files."""
-    from airflow_delta_maint.delta.health.cost_model import MIN_TERM_RUNS, _default_terms, _Run
+    from airflow_delta_maint.delta.health.cost_model import MIN_TERM_RUNS
+    from airflow_delta_maint.delta.health.estimates import Cost, CpuRates
 
     d = DEFAULT_RATES
     truth = {"fixed_s": 0.05, "per_file_read": 0.2}  # this machine's scales of the two defaults
@@ -102,16 +103,17 @@ def test_each_kind_of_work_gets_its_own_scale_once_enough_runs_kept_their_estima
     assert rates.per_file_read == pytest.approx(d.per_file_read * own["per_file_read"])
     assert rates.per_file_listed == pytest.approx(d.per_file_listed * model.scale("optimize"))  # no run listed files
 
-    def errors(predict) -> float:
+    def errors(rates: CpuRates) -> float:
+        """The largest relative error of the runs' predictions at ``rates``, as a plan prices them."""
         out = []
         for r in runs:
             metrics = json.loads(r["metrics"])
-            terms = _default_terms(metrics, d)
-            out.append(abs(predict(_Run(metrics["cpu_s"], sum(terms), terms)) - metrics["cpu_s"]) / metrics["cpu_s"])
+            units = Cost(**{k: v for k, v in metrics["estimate"]["cost"].items() if k != "cpu_s"})
+            out.append(abs(units.priced(rates).cpu_s - metrics["cpu_s"]) / metrics["cpu_s"])
         return max(out)
 
-    one_scale = errors(lambda run: model.scale("optimize") * run.by_defaults)
-    assert errors(lambda run: model.predict("optimize", "native", run)) < 0.2 < 0.5 < one_scale
+    one_scale = errors(CostModel(model.scales, prior=model.prior).rates("optimize"))
+    assert errors(model.rates("optimize")) < 0.2 < 0.5 < one_scale
     assert model.total_bias == pytest.approx(1.0, abs=0.1)
     # too few runs: the one scale only; runs without their estimate count for the one scale alone
     assert CostModel.learn(runs[:MIN_TERM_RUNS - 1]).term_scales == {}

@@ -180,9 +180,9 @@ def _fit_terms(runs: Sequence[_Run], scale: float) -> dict[str, float]:
     x = x[:, done] * scale  # in units of the one scale: theta 1 is the one-scale model
     weights = np.ones(len(kept))
     theta = np.ones(len(done))
+    pull = TERM_PULL * len(kept)
     for _ in range(10):
         wx = x * weights[:, None]
-        pull = TERM_PULL * len(kept)
         theta = np.linalg.solve(wx.T @ x + pull * np.eye(len(done)), wx.sum(axis=0) + pull)
         theta = np.clip(theta, 1 / MAX_TERM_SPREAD, MAX_TERM_SPREAD)
         errors = np.abs(x @ theta - 1.0)

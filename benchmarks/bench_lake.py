@@ -34,7 +34,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -204,21 +204,21 @@ def _left_by_job(entries: list[dict[str, Any]]) -> dict[str, int]:
     return left
 
 
-def run_night(policy: str, root: Path, tables: list[LakeTable], history: str,
-              budget_cpu_s: float | None) -> tuple[float, list[dict[str, Any]], Any]:
+def run_night(policy: str, root: Path, tables: list[LakeTable], history: str, budget_cpu_s: float | None,
+              weights: Mapping[str, float] | None = None) -> tuple[float, list[dict[str, Any]], Any]:
     """One fleet application of ``policy``; (CPU-seconds, the tables' results, the plan or None)."""
     from airflow_delta_maint.delta.log.snapshot_cache import keeping_snapshots
 
     with keeping_snapshots():  # as plan-lake --local and the operator on the worker run a night
-        return _night(policy, root, tables, history, budget_cpu_s)
+        return _night(policy, root, tables, history, budget_cpu_s, weights)
 
 
-def _night(policy: str, root: Path, tables: list[LakeTable], history: str,
-           budget_cpu_s: float | None) -> tuple[float, list[dict[str, Any]], Any]:
+def _night(policy: str, root: Path, tables: list[LakeTable], history: str, budget_cpu_s: float | None,
+           weights: Mapping[str, float] | None) -> tuple[float, list[dict[str, Any]], Any]:
     from airflow_delta_maint.app.fleet import decide, merge, run_fleet
     from airflow_delta_maint.app.lake_cli import record_known
     from airflow_delta_maint.app.lake_plan import budgeted, decide_by_estimates, lake_history, look_at_lake
-    from airflow_delta_maint.delta.health.lake_budget import Budget
+    from airflow_delta_maint.delta.health.lake_budget import GAIN_WEIGHTS, Budget
 
     spec = _spec(root, tables, history)
     started = time.process_time()
@@ -236,7 +236,7 @@ def _night(policy: str, root: Path, tables: list[LakeTable], history: str,
             PHASES["total_bias"] = learned.model.total_bias
             decision, plan = budgeted(spec, decision, Budget(cpu_s=budget_cpu_s), history=learned,
                                       spent_cpu_s=time.process_time() - started, look=look,
-                                      **({"weights": WEIGHTS} if WEIGHTS else {}))
+                                      weights=weights or GAIN_WEIGHTS)
         else:
             decision = decide(spec)
         PHASES["plan"] += time.process_time() - started
@@ -250,15 +250,13 @@ def _night(policy: str, root: Path, tables: list[LakeTable], history: str,
     return time.process_time() - started, entries, plan
 
 
-#: the budgeted plan's gain weights (``--gain-weight``: the defaults with some in place)
-WEIGHTS: dict[str, float] = {}
 #: CPU-seconds of a night's parts (the budgeted policy: its look, the history's read, the whole plan, the run,
 #: the record of what did not run), reset each night
 PHASES: dict[str, float] = {}
 
 
 def run_policy(policy: str, work: Path, tables: list[LakeTable], nights: int, budget_cpu_s: float | None,
-               progress: Callable[[str], None]) -> list[Night]:
+               progress: Callable[[str], None], weights: Mapping[str, float] | None = None) -> list[Night]:
     import copy
 
     from deltalake import DeltaTable, QueryBuilder
@@ -275,7 +273,7 @@ def run_policy(policy: str, work: Path, tables: list[LakeTable], nights: int, bu
         before = measure(root, writers)
         PHASES.clear()
         PHASES.update(look=0.0, history=0.0, plan=0.0, run=0.0, record=0.0)
-        cpu, entries, plan = run_night(policy, root, writers, history, budget_cpu_s)
+        cpu, entries, plan = run_night(policy, root, writers, history, budget_cpu_s, weights)
         predictions = []
         if plan is not None:
             predicted = {(p.candidate.table, p.candidate.job): p.candidate.cpu_s for p in plan.chosen}
@@ -324,6 +322,10 @@ def summarize(results: dict[str, list[Night]]) -> dict[str, Any]:
         """What full scans after each night's maintenance read, summed over the nights."""
         return sum(n.measures[key] for n in nights)
 
+    def vs_everything(*keys: str) -> float:
+        """What the budgeted policy's scans read of ``keys`` together over what "everything"'s read."""
+        return round(sum(scanned(budgeted, k) for k in keys) / max(1, sum(scanned(every, k) for k in keys)), 3)
+
     errors_after_3 = [abs(p - m) / m for n in budgeted[3:] for p, m in n.predictions if m > 0]
     logs_counted = all("scan_log_files" in n.measures for n in every + budgeted)
     last = {policy: nights[-1].measures for policy, nights in results.items()}
@@ -333,15 +335,12 @@ def summarize(results: dict[str, list[Night]]) -> dict[str, Any]:
         "gain_share_of_everything": {
             key: round(total(budgeted, key) / total(every, key), 3) if total(every, key) else None for key in GAINS},
         "gains": {p: {key: total(ns, key) for key in GAINS} for p, ns in results.items()},
-        "scan_files_vs_everything": round(scanned(budgeted, "scan_files") / max(1, scanned(every, "scan_files")), 3),
-        "scan_bytes_vs_everything": round(scanned(budgeted, "scan_bytes") / max(1, scanned(every, "scan_bytes")), 3),
+        "scan_files_vs_everything": vs_everything("scan_files"),
+        "scan_bytes_vs_everything": vs_everything("scan_bytes"),
         # the log files a scan opens too (a reader replays the commits after the checkpoint), and both together
         # (None: an earlier run's nights, reused, did not count them)
-        "scan_log_files_vs_everything": round(scanned(budgeted, "scan_log_files") / max(1, scanned(every, "scan_log_files")), 3)
-        if logs_counted else None,
-        "scan_all_files_vs_everything": round(
-            (scanned(budgeted, "scan_files") + scanned(budgeted, "scan_log_files"))
-            / max(1, scanned(every, "scan_files") + scanned(every, "scan_log_files")), 3) if logs_counted else None,
+        "scan_log_files_vs_everything": vs_everything("scan_log_files") if logs_counted else None,
+        "scan_all_files_vs_everything": vs_everything("scan_files", "scan_log_files") if logs_counted else None,
         "median_prediction_error_after_3_nights": round(statistics.median(errors_after_3), 3) if errors_after_3 else None,
         "max_nights_waiting": max(n.max_nights_waiting for n in budgeted),
         "last_night": last,
@@ -368,6 +367,10 @@ def plot(results: dict[str, list[Night]], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from airflow_delta_maint.app.common_flags import key_value
+    from airflow_delta_maint.delta.errors import InvalidArgumentError
+    from airflow_delta_maint.delta.health.lake_budget import gain_weights
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tables", type=int, default=200)
     parser.add_argument("--nights", type=int, default=10)
@@ -375,13 +378,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "out" / "lake.json"))
     parser.add_argument("--policies", default=",".join(POLICIES), help="the policies to run (comma-separated)")
     parser.add_argument("--reuse", help="an earlier run's JSON: the nights of the policies not run now (same lake)")
-    parser.add_argument("--gain-weight", action="append", default=[], metavar="GAIN=W",
+    parser.add_argument("--gain-weight", action="append", type=key_value, default=[], metavar="GAIN=W",
                         help="the budgeted plan's weight of a gain in place of the default (repeatable)")
     args = parser.parse_args(argv)
-    from airflow_delta_maint.delta.health.lake_budget import gain_weights
-
-    WEIGHTS.clear()
-    WEIGHTS.update(gain_weights(dict(w.split("=", 1) for w in args.gain_weight)))
+    try:
+        weights = gain_weights(dict(args.gain_weight))
+    except InvalidArgumentError as exc:  # one line, as for any bad argument
+        parser.error(str(exc))
     wanted = [p for p in args.policies.split(",") if p]
     import logging
 
@@ -408,7 +411,7 @@ def main(argv: list[str] | None = None) -> None:
         if "threshold" in wanted:
             results["threshold"] = run_policy("threshold", work, tables, args.nights, None, progress)
         if "budgeted" in wanted:
-            results["budgeted"] = run_policy("budgeted", work, tables, args.nights, budget, progress)
+            results["budgeted"] = run_policy("budgeted", work, tables, args.nights, budget, progress, weights)
         results = {p: results[p] for p in POLICIES}
     finally:
         shutil.rmtree(work, ignore_errors=True)

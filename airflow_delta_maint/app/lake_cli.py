@@ -132,11 +132,11 @@ def record_known(history_uri: str | None, decision: Any, storage_options: dict[s
 def format_plan(plan: dict[str, Any]) -> str:
     """The plan for a person: the budget and what it buys, then each run chosen, each deferred, and each with
     nothing to gain once its table's earlier jobs have run."""
+    from airflow_delta_maint.delta.health.lake_budget import GAIN_WEIGHTS
+
     used, budget = plan["used"], {k: v for k, v in plan["budget"].items() if v is not None and k != "cores"}
     lines = [f"budget {json.dumps(budget) if budget else 'none'}: {used['runs']} runs on {used['tables']} tables, "
              f"{used['cpu_s']:g} predicted CPU-s, {used['bytes_rewritten']} bytes rewritten"]
-    from airflow_delta_maint.delta.health.lake_budget import GAIN_WEIGHTS
-
     own = {k: v for k, v in plan.get("gain_weights", {}).items() if GAIN_WEIGHTS.get(k) != v}
     if own:
         lines.append(f"gain weights of this lake: {json.dumps(own, sort_keys=True)}")

@@ -287,13 +287,12 @@ def budgeted(spec: FleetSpec, decision: Decision, budget: Budget,
         # the predictions are each run's median: their sum falls short of what the runs measure together by the
         # model's total bias, so the plan fills what is left divided by it, and the run keeps what is left
         budget = dataclasses.replace(budget, cpu_s=run_cpu_s / history.model.total_bias)
-    plan = plan_lake(candidates, budget)
-    plan.weights = dict(weights)
+    plan = plan_lake(candidates, budget, weights=weights)
     return _cut(spec, decision, plan, limits, run_cpu_s), plan
 
 
 def _table_candidates(t: FleetTable, inputs: EstimateInputs | None, history: LakeHistory,
-                      weights: Mapping[str, float] = GAIN_WEIGHTS) -> list[Candidate]:
+                      weights: Mapping[str, float]) -> list[Candidate]:
     """A table's jobs with work as candidates, each with its own estimate on the table as the look found it, and
     the earlier jobs after whose run it would gain nothing (``Candidate.covered_by``: a checkpoint covers the
     commits a log compaction listed after it would compact). ``inputs`` None: the look could not read the table."""

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
@@ -19,7 +19,8 @@ from airflow_delta_maint.app.fleet import Decision, FleetJob, FleetSpec, FleetTa
 from airflow_delta_maint.app.lake_plan import LakeLook, budgeted, decide_by_estimates, lake_history, look_at_lake
 from airflow_delta_maint.app.rewrite.copy_estimate import PlannedRewrite
 from airflow_delta_maint.delta.errors import DeltaError
-from airflow_delta_maint.delta.health.lake_budget import Budget, gain_weights
+from airflow_delta_maint.delta.health.lake_budget import Budget
+from airflow_delta_maint.delta.health.lake_budget import gain_weights as gain_weights_of
 from airflow_delta_maint.delta.log.snapshot_cache import keeping_snapshots
 from airflow_delta_maint.hooks.catalogs import CatalogError, ResolvedTable
 from airflow_delta_maint.hooks.catalogs.table_target import (
@@ -43,6 +44,8 @@ from airflow_delta_maint.operators.options import as_bool, refuse_unknown_engine
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+T = TypeVar("T")
 
 #: the jobs run on each table when ``jobs`` is not given, in this order: compute-stats after OPTIMIZE, which
 #: writes statistics for the files it rewrites, so only the files it leaves are read (its check skips a table
@@ -169,11 +172,11 @@ class MaintainTablesOperator(BaseOperator):
         super().__init__(**kwargs)
         refuse_unknown_engine(engine)
         self.engine = engine
-        if isinstance(budget, Mapping) and not any("{{" in str(v) for v in budget.values()):
-            self.checked_budget(budget)  # a bad limit fails when the DAG is parsed
+        # a bad limit or weight fails when the DAG is parsed (a templated one when it is rendered)
+        for given, check in ((budget, Budget.from_mapping), (gain_weights, gain_weights_of)):
+            if isinstance(given, Mapping) and not any("{{" in str(v) for v in given.values()):
+                self.checked(check, given)
         self.budget = budget
-        if isinstance(gain_weights, Mapping) and not any("{{" in str(v) for v in gain_weights.values()):
-            self.checked_weights(gain_weights)  # a bad weight fails when the DAG is parsed
         self.gain_weights = gain_weights
         if execution is not None and str(execution).strip().lower() not in FLEET_EXECUTIONS:
             raise AirflowException(f"execution must be 'spark' or 'auto', got {execution!r}")
@@ -199,29 +202,20 @@ class MaintainTablesOperator(BaseOperator):
         self._hook: DeltaMaintHook | None = None
         self._credentials: StorageCredentials | None = None
 
-    def checked_budget(self, budget: Mapping[str, Any] | None) -> Budget | None:
-        """The budget, checked (one line naming the limit), or None for no budget."""
-        if not budget:
-            return None
+    def checked(self, check: Callable[[Any], T], given: Any) -> T:
+        """``check(given)``: a budget or the gain weights, whose bad input fails the task in one line."""
         try:
-            return Budget.from_mapping(budget)
-        except DeltaError as exc:
-            raise AirflowException(f"{self.task_id}: {exc}") from None
-
-    def checked_weights(self, weights: Mapping[str, Any] | None) -> dict[str, float]:
-        """The gain weights, checked (one line naming the weight): the defaults with the task's own in place."""
-        try:
-            return gain_weights(weights)
+            return check(given)
         except DeltaError as exc:
             raise AirflowException(f"{self.task_id}: {exc}") from None
 
     def plan_within_budget(self, spec: FleetSpec, decision: Decision, history: str | None, planning_cpu_s: float,
                            context: Context, look: LakeLook | None = None) -> Decision:
         """``decision`` cut down to what the budget buys (the plan in XCom as ``lake_plan``)."""
-        budget = self.checked_budget(self.budget)
-        if budget is None:
+        if not self.budget:
             return decision
-        weights = self.checked_weights(self.gain_weights)
+        budget = self.checked(Budget.from_mapping, self.budget)
+        weights = self.checked(gain_weights_of, self.gain_weights)
         started = time.process_time()  # the history is read as it is written here: record_on_worker's options
         cut, plan = budgeted(spec, decision, budget, lambda t: worker_options(self._credentials, t.storage_options),
                              history=lake_history(history), spent_cpu_s=planning_cpu_s + time.process_time() - started,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from airflow_delta_maint.delta.health.estimates import COST_TERMS, DEFAULT_RATES, Cost, CpuRates
+from airflow_delta_maint.delta.health.estimates import COST_TERMS, COST_UNITS, DEFAULT_RATES, Cost, CpuRates
 
 __all__ = ["MAX_TERM_SPREAD", "MAX_TOTAL_BIAS", "MIN_RUNS", "MIN_TERM_RUNS", "RAN", "WINDOW", "CostModel",
            "PredictionError", "prediction_errors"]
@@ -69,14 +70,12 @@ class _Run(NamedTuple):
 
 def _default_terms(metrics: Mapping[str, Any], base: CpuRates) -> tuple[float, ...] | None:
     """The default rates' prediction of a run by kind of work, from the estimate its metrics kept."""
-    cost = (metrics.get("estimate") or {}).get("cost") if isinstance(metrics.get("estimate"), dict) else None
+    estimate = metrics.get("estimate")
+    cost = estimate.get("cost") if isinstance(estimate, dict) else None
     if not isinstance(cost, dict):
         return None
-    known = {f.name for f in dataclasses.fields(Cost)} - {"cpu_s"}
-    try:
-        units = Cost(**{k: int(v) for k, v in cost.items() if k in known and isinstance(v, (int, float))})
-    except (TypeError, ValueError):
-        return None
+    units = Cost(**{k: int(v) for k, v in cost.items()
+                    if k in COST_UNITS and isinstance(v, (int, float)) and math.isfinite(v)})
     terms = units.terms(base)
     return tuple(terms[t] for t in COST_TERMS)
 
@@ -147,20 +146,21 @@ class CostModel:
     def scale(self, job: str, engine: str = "native") -> float:
         return float(self.scales.get((job, engine), self.prior))
 
+    def term_scale(self, job: str, engine: str, term: str) -> float:
+        """The scale of one kind of work (a rate of :class:`~.estimates.CpuRates`) of ``job``: its own, else the job's."""
+        return float(self.term_scales.get((job, engine), {}).get(term, self.scale(job, engine)))
+
     def rates(self, job: str, engine: str = "native") -> CpuRates:
-        """The rates a plan prices ``job`` with: each default times its kind of work's scale (else the job's)."""
-        k = self.scale(job, engine)
-        own = self.term_scales.get((job, engine), {})
+        """The rates a plan prices ``job`` with: each default times its kind of work's scale."""
         b = self.base
-        return dataclasses.replace(b, **{f.name: getattr(b, f.name) * own.get(f.name, k) for f in dataclasses.fields(b)})
+        return dataclasses.replace(b, **{f.name: getattr(b, f.name) * self.term_scale(job, engine, f.name)
+                                         for f in dataclasses.fields(b)})
 
     def _predict(self, job: str, engine: str, run: _Run) -> float:
         """What this model predicts for a measured run."""
         if run.terms is None:
             return self.scale(job, engine) * run.by_defaults
-        k = self.scale(job, engine)
-        own = self.term_scales.get((job, engine), {})
-        return sum(own.get(t, k) * x for t, x in zip(COST_TERMS, run.terms))
+        return sum(self.term_scale(job, engine, t) * x for t, x in zip(COST_TERMS, run.terms))
 
 
 #: the bias a plan corrects for at most (and at least its inverse): a history of a few odd runs moves it little

@@ -23,7 +23,7 @@ from typing import Any
 from airflow_delta_maint.delta.health.score import HealthInputs, score_of
 from airflow_delta_maint.delta.protocol.features import Operation
 
-__all__ = ["CHECKPOINT_BYTES_PER_FILE", "COST_TERMS", "FIRST_CHECKPOINT_COMMITS", "READS_EXPIRED_LOG", "Cost", "CpuRates",
+__all__ = ["CHECKPOINT_BYTES_PER_FILE", "COST_TERMS", "COST_UNITS", "FIRST_CHECKPOINT_COMMITS", "READS_EXPIRED_LOG", "Cost", "CpuRates",
            "DEFAULT_RATES", "Estimate", "EstimateInputs", "Gain", "estimate", "gains"]
 
 #: bytes a checkpoint spends per live file (an add row in parquet: path, size, stats, partition values)
@@ -148,8 +148,9 @@ class Cost:
 
 
 #: the rates a run's cost is priced by, each a kind of work whose scale the cost model learns
-COST_TERMS = ("fixed_s", "per_gib_rewritten", "per_gib_read", "per_file_read", "per_file_deleted", "per_file_listed",
-              "per_log_file")
+COST_TERMS = tuple(Cost().terms(DEFAULT_RATES))
+#: the units of work a cost counts (its fields but the predicted CPU-seconds)
+COST_UNITS = frozenset(f.name for f in dataclasses.fields(Cost)) - {"cpu_s"}
 
 
 @dataclass(frozen=True)

@@ -288,9 +288,11 @@ def _over(budget: Budget, c: Candidate, cpu: float, rewritten: int, tables: set[
 
 
 def plan_lake(candidates: Sequence[Candidate], budget: Budget, starvation_nights: int = STARVATION_NIGHTS,
-              job_starvation_nights: int = JOB_STARVATION_NIGHTS) -> LakePlan:
-    """Choose the night's runs under ``budget`` (see the module's docstring); every candidate is in the plan."""
-    plan = LakePlan(budget)
+              job_starvation_nights: int = JOB_STARVATION_NIGHTS, *,
+              weights: Mapping[str, float] = GAIN_WEIGHTS) -> LakePlan:
+    """Choose the night's runs under ``budget`` (see the module's docstring); every candidate is in the plan, which
+    records ``weights``, those the candidates were valued by."""
+    plan = LakePlan(budget, weights=dict(weights))
     cpu, rewritten = 0.0, 0
     tables: set[str] = set()
     job_cpu_s = budget.cpu_s * JOB_STARVATION_SHARE if budget.cpu_s is not None else None

@@ -206,12 +206,15 @@ class Snapshot(TableHeader):
             out_of_memory = False
             kept = kept_snapshots()
             verify = compactions == "verify"
+            earlier = None
             if kept is not None and not distrusted:
                 found = kept.get(storage, segment, paths_only, verify)
                 if found is not None:
                     return found
+                earlier = kept.nearest(storage, paths_only, verify, lambda k: builds_on(segment, k))
             try:
-                snap = cls._from_segment(storage, segment, paths_only, verify=verify)
+                snap = ((cls._built_on(earlier, segment, verify) if earlier is not None else None)
+                        or cls._from_segment(storage, segment, paths_only, verify=verify))
             except MemoryError:  # told once the except block is left and the partial state freed
                 out_of_memory = True
             except UntrustedLogFile as exc:
@@ -245,33 +248,48 @@ class Snapshot(TableHeader):
             cp = CheckpointData(ADD_SCHEMA.empty_table(), REMOVE_SCHEMA.empty_table(), None, None, {}, {})
         replay, commit_ts, mismatches = replay_segment(storage, segment, cp, verify)
         protocol, metadata = table_config(replay, segment.version, root)
-
-        touched = set(replay.files)
-        spellings = {a["path"] for _, a in replay.files.values()}
-        new_adds = [a for kind, a in replay.files.values() if kind == "add"]
-        new_removes = [a for kind, a in replay.files.values() if kind == "remove"]
-        kept_adds = drop_keys(cp.adds, touched, spellings, root)
-        files = pa.concat_tables([
-            kept_adds,
-            pa.Table.from_struct_array(pa.array(new_adds, type=ADD)) if new_adds else ADD_SCHEMA.empty_table(),
-        ])
-        tombstones = pa.concat_tables([
-            drop_keys(cp.removes, touched, spellings, root),
-            pa.Table.from_struct_array(pa.array(new_removes, type=REMOVE)) if new_removes else REMOVE_SCHEMA.empty_table(),
-        ])
-        # The checkpoint is a reconciled state (checked above) and the replay's keys were taken out
-        # of it, so no file can be live and removed; only a new add can make a path live twice.
-        problem = added_problem(kept_adds, new_adds, root)
-        if problem:
+        merged = _merged(cp.adds, cp.removes, replay, root)
+        if isinstance(merged, str):
             suspects = tuple(c.file.key for c in segment.compactions) or cp_keys
             if suspects:
                 raise UntrustedLogFile(suspects, f"replaying the log on top of it gives an impossible state at "
-                                           f"version {segment.version}: {problem}")
+                                           f"version {segment.version}: {merged}")
             raise InconsistentStateError(
-                f"the log of {root} is inconsistent at version {segment.version}: {problem}")
+                f"the log of {root} is inconsistent at version {segment.version}: {merged}")
+        return cls._of_replay(storage, segment, protocol, metadata, merged, replay, commit_ts, mismatches)
+
+    @classmethod
+    def _built_on(cls, earlier: "Snapshot", segment: LogSegment, verify: bool) -> "Snapshot | None":
+        """The state of ``segment`` from an earlier version's kept state and the log files ``segment`` adds to its
+        segment (see :func:`builds_on`); None where the new files make an impossible state (the whole read
+        then says why, or which derived file it distrusts)."""
+        storage, root, done = earlier.storage, earlier.storage.root, len(earlier.segment.replay)
+        newer = segment.replay[done:]
+        tail = LogSegment(segment.version, None, tuple(f for start, end, f in newer if start == end),
+                          tuple(c for c in segment.compactions if c.start > earlier.version), newer,
+                          tuple(c for c in segment.shadowed if c.start > earlier.version))
+        base = CheckpointData(ADD_SCHEMA.empty_table(), REMOVE_SCHEMA.empty_table(), earlier.protocol.raw or
+                              earlier.protocol.to_action(), earlier.metadata.to_action(), dict(earlier.txns),
+                              {**earlier.domains, **earlier.domain_tombstones})
+        replay, commit_ts, mismatches = replay_segment(storage, tail, base, verify)
+        protocol = earlier.protocol if replay.protocol is base.protocol else None
+        metadata = earlier.metadata if replay.metadata is base.metadata else None
+        if protocol is None or metadata is None:
+            protocol, metadata = table_config(replay, segment.version, root)
+        merged = _merged(earlier.files, earlier.tombstones, replay, root)
+        if isinstance(merged, str):
+            log.debug("%s: the commits after version %d do not build on its kept state (%s); reading the log",
+                      root, earlier.version, merged)
+            return None
+        return cls._of_replay(storage, segment, protocol, metadata, merged, replay, commit_ts, mismatches)
+
+    @classmethod
+    def _of_replay(cls, storage: Storage, segment: LogSegment, protocol: Protocol, metadata: Metadata,
+                   merged: tuple[pa.Table, pa.Table], replay: Replay, commit_ts: int | None,
+                   mismatches: list[dict[str, str]]) -> "Snapshot":
         domains = {d: v for d, v in replay.domains.items() if not v.get("removed")}
         domain_tombstones = {d: v for d, v in replay.domains.items() if v.get("removed")}
-        snap = cls(storage, segment, protocol, metadata, files, tombstones, replay.txns, domains,
+        snap = cls(storage, segment, protocol, metadata, merged[0], merged[1], replay.txns, domains,
                    domain_tombstones, commit_ts)
         snap.distrusted = mismatches
         return snap
@@ -297,12 +315,46 @@ class Snapshot(TableHeader):
         return [_strip_nulls(plain_value(a)) for a in self.tombstones.to_pylist()]
 
 
+def _merged(adds: pa.Table, removes: pa.Table, replay: Replay, root: str) -> tuple[pa.Table, pa.Table] | str:
+    """The live files and tombstones of a reconciled state (``adds``, ``removes``) after ``replay``'s newer
+    actions, or why they would hold a path live twice. The base is reconciled and the replay's keys are taken out
+    of it, so no file can be live and removed; only a new add can make a path live twice."""
+    touched = set(replay.files)
+    spellings = {a["path"] for _, a in replay.files.values()}
+    new_adds = [a for kind, a in replay.files.values() if kind == "add"]
+    new_removes = [a for kind, a in replay.files.values() if kind == "remove"]
+    kept_adds = drop_keys(adds, touched, spellings, root)
+    problem = added_problem(kept_adds, new_adds, root)
+    if problem:
+        return problem
+    files = pa.concat_tables([
+        kept_adds,
+        pa.Table.from_struct_array(pa.array(new_adds, type=ADD)) if new_adds else ADD_SCHEMA.empty_table(),
+    ])
+    tombstones = pa.concat_tables([
+        drop_keys(removes, touched, spellings, root),
+        pa.Table.from_struct_array(pa.array(new_removes, type=REMOVE)) if new_removes else REMOVE_SCHEMA.empty_table(),
+    ])
+    return files, tombstones
+
+
+def builds_on(segment: LogSegment, earlier: LogSegment) -> bool:
+    """Whether ``segment`` is ``earlier``'s log files and newer ones only: the same checkpoint, the same files
+    replayed up to ``earlier``'s version, and no compaction file to cross-check that starts at or before it.
+    Log files do not change once written, so the state of ``segment`` is then ``earlier``'s state and the newer
+    files' actions."""
+    done = len(earlier.replay)
+    return (earlier.version < segment.version and segment.checkpoint == earlier.checkpoint
+            and segment.replay[:done] == earlier.replay
+            and all(c.start > earlier.version or c in earlier.shadowed for c in segment.shadowed))
+
+
 def _strip_nulls(d: dict) -> dict:
     return {k: (_strip_nulls(v) if isinstance(v, dict) and k == "deletionVector" else v)
             for k, v in d.items() if v is not None}
 
 
-__all__ = ["Snapshot", "TableHeader", "UntrustedLogFile", "replay_segment", "table_config"]
+__all__ = ["Snapshot", "TableHeader", "UntrustedLogFile", "builds_on", "replay_segment", "table_config"]
 
 
 def table_config(replay: Any, version: int, root: str) -> tuple[Protocol, Metadata]:

@@ -3,7 +3,10 @@
 A lake's night reads every table's log to plan, then runs the chosen jobs, whose first read is of the same
 version: inside :func:`keeping_snapshots` that read is answered from the plan's. A snapshot is kept under its
 log segment (the exact log files, their sizes and times, that reconstruct it), so a newer commit, a new
-checkpoint or a rewritten file is a different key and is read anew. Only snapshots of up to
+checkpoint or a rewritten file is a different key. A newer version whose segment only adds commits to a kept
+one's is built from the kept snapshot and those commits (:meth:`SnapshotCache.nearest`, used by
+``Snapshot.load``): the next job of a night, after the last one committed, reads one commit, not the whole log.
+Only snapshots of up to
 :data:`MAX_FILES` file actions are kept, at most :data:`MAX_TOTAL_FILES` together, the least recently used
 leaving first. Outside the block nothing is kept.
 """
@@ -14,7 +17,7 @@ import contextlib
 import copy
 import threading
 from collections import OrderedDict
-from typing import Any, Hashable, Iterator, Protocol, TypeVar
+from typing import Any, Callable, Hashable, Iterator, Protocol, TypeVar
 
 from airflow_delta_maint.delta.storage.store import Storage
 
@@ -25,6 +28,7 @@ class _State(Protocol):
     files: Any
     tombstones: Any
     storage: Storage
+    version: int
 
 
 Snapshot = TypeVar("Snapshot", bound=_State)
@@ -43,9 +47,11 @@ class SnapshotCache:
     def __init__(self, max_files: int = MAX_FILES, max_total_files: int = MAX_TOTAL_FILES):
         self.max_files, self.max_total_files = max_files, max_total_files
         self._kept: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
+        self._by_root: dict[str, set[Hashable]] = {}
         self._total = 0
         self._lock = threading.Lock()
-        self.hits = self.misses = 0
+        #: reads answered by a kept snapshot, reads that were not, and of those the ones built on a kept snapshot
+        self.hits = self.misses = self.extended = 0
 
     def get(self, storage: Storage, segment: Hashable, paths_only: bool, verify: bool) -> Any:
         """A copy of the snapshot kept for the segment, read through ``storage`` from now on (one read whole
@@ -61,6 +67,20 @@ class SnapshotCache:
             self.misses += 1
             return None
 
+    def nearest(self, storage: Storage, paths_only: bool, verify: bool,
+                builds_on: Callable[[Any], bool]) -> Any:
+        """A copy of the newest kept snapshot of the table whose segment ``builds_on`` accepts (a whole one, or
+        with ``paths_only`` one of paths only too), read through ``storage`` from now on; None when none is."""
+        with self._lock:
+            found = [key for key in self._by_root.get(storage.root, ())
+                     if key[3] == verify and (paths_only or not key[2]) and builds_on(key[1])]
+            if not found:
+                return None
+            key = max(found, key=lambda k: self._kept[k][0].version)
+            self._kept.move_to_end(key)
+            self.extended += 1
+            return _copy(self._kept[key][0], storage)
+
     def put(self, storage: Storage, segment: Hashable, paths_only: bool, verify: bool, snapshot: Snapshot) -> None:
         """Keep ``snapshot`` when it is small enough, making room by the least recently used."""
         size = _size(snapshot)
@@ -71,10 +91,12 @@ class SnapshotCache:
             if key in self._kept:
                 return
             self._kept[key] = (_copy(snapshot, None), size)
+            self._by_root.setdefault(storage.root, set()).add(key)
             self._total += size
             while self._total > self.max_total_files and self._kept:
-                _, (_, dropped) = self._kept.popitem(last=False)
+                gone, (_, dropped) = self._kept.popitem(last=False)
                 self._total -= dropped
+                self._by_root[gone[0]].discard(gone)
 
 
 def _size(snapshot: _State) -> int:

@@ -50,7 +50,8 @@ class SnapshotCache:
         self._by_root: dict[str, set[Hashable]] = {}
         self._total = 0
         self._lock = threading.Lock()
-        #: reads answered by a kept snapshot, reads that were not, and of those the ones built on a kept snapshot
+        #: reads answered by a kept snapshot, reads that were not, and of those the ones that started from a kept
+        #: snapshot of an earlier version (see :meth:`nearest`)
         self.hits = self.misses = self.extended = 0
 
     def get(self, storage: Storage, segment: Hashable, paths_only: bool, verify: bool) -> Any:

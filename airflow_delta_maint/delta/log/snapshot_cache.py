@@ -32,6 +32,8 @@ class _State(Protocol):
 
 
 Snapshot = TypeVar("Snapshot", bound=_State)
+#: (table root, log segment, read of paths only, compaction files verified)
+_Key = tuple[str, Hashable, bool, bool]
 
 __all__ = ["MAX_FILES", "MAX_TOTAL_FILES", "SnapshotCache", "keeping_snapshots", "kept_snapshots"]
 
@@ -46,8 +48,8 @@ class SnapshotCache:
 
     def __init__(self, max_files: int = MAX_FILES, max_total_files: int = MAX_TOTAL_FILES):
         self.max_files, self.max_total_files = max_files, max_total_files
-        self._kept: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
-        self._by_root: dict[str, set[Hashable]] = {}
+        self._kept: OrderedDict[_Key, tuple[Any, int]] = OrderedDict()
+        self._by_root: dict[str, set[_Key]] = {}
         self._total = 0
         self._lock = threading.Lock()
         #: reads answered by a kept snapshot, reads that were not, and of those the ones that started from a kept
@@ -57,7 +59,8 @@ class SnapshotCache:
     def get(self, storage: Storage, segment: Hashable, paths_only: bool, verify: bool) -> Any:
         """A copy of the snapshot kept for the segment, read through ``storage`` from now on (one read whole
         serves a read of paths only too)."""
-        keys = [(storage.root, segment, False, verify)] + ([(storage.root, segment, True, verify)] if paths_only else [])
+        keys: list[_Key] = [(storage.root, segment, False, verify)] + (
+            [(storage.root, segment, True, verify)] if paths_only else [])
         with self._lock:
             for key in keys:
                 found = self._kept.get(key)
@@ -87,7 +90,7 @@ class SnapshotCache:
         size = _size(snapshot)
         if size > self.max_files:
             return
-        key = (storage.root, segment, paths_only, verify)
+        key: _Key = (storage.root, segment, paths_only, verify)
         with self._lock:
             if key in self._kept:
                 return

@@ -228,6 +228,7 @@ class Spent:
     started: float
     cpu_at_start: float = field(default_factory=time.process_time)
     tasks_cpu_s: float = 0.0
+    runs_started: int = 0
 
     @property
     def cpu_s(self) -> float:
@@ -242,6 +243,18 @@ class Spent:
         if deadline is not None and elapsed >= deadline:
             return f"deadline_s: {elapsed:.0f} of {deadline:g} s"
         return None
+
+    def would_pass(self, predicted_cpu_s: Any) -> str | None:
+        """Why a run the plan predicts at ``predicted_cpu_s`` would pass what is left of the CPU budget, in words,
+        or None (no prediction, no CPU budget, or it fits). The application's first run always fits, as in the plan:
+        a run bigger than the whole budget would otherwise wait for ever."""
+        cpu = self.budget.get("cpu_s")
+        if cpu is None or not isinstance(predicted_cpu_s, (int, float)) or not self.runs_started:
+            return None
+        left = cpu - self.cpu_s
+        if predicted_cpu_s <= left:
+            return None
+        return f"cpu_s: predicted {predicted_cpu_s:.3f} of {left:.3f} CPU-s left"
 
 
 def run_fleet(spec: FleetSpec, master: str | None = None, *, spark_allowed: bool = True,
@@ -283,13 +296,14 @@ def run_fleet(spec: FleetSpec, master: str | None = None, *, spark_allowed: bool
 
 def run_table(t: FleetTable, context: Callable[[FleetTable], Any], spent: Spent,
               history: HistoryBatch) -> dict[str, Any]:
-    """One table's jobs in order (none after a failure, none once the budget is spent); the runs join
-    ``history``'s next append."""
+    """One table's jobs in order (none after a failure, none once the budget is spent, none the plan predicts
+    beyond what is left of it, nor the table's jobs after such a one); the runs join ``history``'s next append."""
     from .jobs import application_id
 
     jobs: list[dict[str, Any]] = []
     ran: list[dict[str, Any]] = []
     failed: str | None = None
+    left_behind: str | None = None  # a run left for not fitting: the table's later jobs wait with it
     ctx = None
     for j in t.jobs:
         if failed is not None:
@@ -300,8 +314,15 @@ def run_table(t: FleetTable, context: Callable[[FleetTable], Any], spent: Spent,
             jobs.append(skipped_metrics(j.job, t.table, f"not run: the budget ran out ({out_of_budget})", left=True,
                                         deferred=True, **j.expect))
             continue
+        too_big = None if left_behind else spent.would_pass(j.expect.get("predicted_cpu_s"))
+        if too_big or left_behind:  # smaller runs of other tables may still fit; this table's later jobs wait
+            reason = f"it would pass the budget ({too_big})" if too_big else f"{left_behind} was left before it"
+            left_behind = left_behind or j.job
+            jobs.append(skipped_metrics(j.job, t.table, f"not run: {reason}", left=True, deferred=True, **j.expect))
+            continue
         args = parse_job_args(j.job, j.args)
         ctx = context(t)
+        spent.runs_started += 1
         _, metrics = execute_job(j.job, definition(j.job).module(), args, ctx, expect=j.expect)
         spent.tasks_cpu_s += cpu_outside_process(metrics)
         jobs.append(metrics)

@@ -172,6 +172,26 @@ def test_the_run_stops_starting_work_once_the_budget_is_spent_and_says_what_was_
         FleetSpec.from_json({"tables": [], "budget": {"cpu_s": -1}})
 
 
+def test_a_run_predicted_beyond_what_is_left_is_not_started_and_smaller_ones_still_run(tmp_path):
+    from airflow_delta_maint.app.fleet import FleetSpec, run_fleet
+
+    tables = lake(tmp_path, {"first": 6, "big": 6, "small": 6})
+    before = [rows(t) for t in tables]
+    predicted = {tables[0]: 1000.0, tables[1]: 1000.0, tables[2]: 0.001}
+    spec = FleetSpec.from_json({"budget": {"cpu_s": 100}, "tables": [
+        {"table": t, "jobs": [{"job": "optimize", "expect": {"predicted_cpu_s": predicted[t]}},
+                              {"job": "compute-stats", "expect": {"predicted_cpu_s": 0.001}}]} for t in tables]})
+    first, big, small = (e["jobs"] for e in run_fleet(spec, spark_allowed=False))
+    # the night's first run goes even when it alone is over the budget (as the plan chooses it)
+    assert first[0]["status"] == "committed" and not first[1].get("left")
+    assert [(m["status"], m.get("left"), m.get("deferred")) for m in big] == [("skipped", True, True)] * 2
+    assert big[0]["reason"].startswith("not run: it would pass the budget (cpu_s: predicted 1000.000 of ")
+    assert big[1]["reason"] == "not run: optimize was left before it"
+    assert big[0]["predicted_cpu_s"] == 1000.0
+    assert small[0]["status"] == "committed" and not small[1].get("left")  # after the left one: it fits
+    assert [rows(t) for t in tables] == before
+
+
 def test_each_run_records_its_prediction_beside_its_measure_and_the_model_learns(tmp_path):
     from airflow_delta_maint.app.lake_plan import lake_history
 

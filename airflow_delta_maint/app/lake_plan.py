@@ -279,16 +279,23 @@ def budgeted(spec: FleetSpec, decision: Decision, budget: Budget,
     candidates = []
     for (_, t), got in zip(work, found):
         candidates.extend(_table_candidates(t, got, history, weights))
-    planning = time.process_time() - started + spent_cpu_s
     limits = budget_limits(budget)  # as given: what the history shows each night was allowed
-    run_cpu_s = None
-    if budget.cpu_s is not None:  # what the checks and the estimates spent is the night's too
-        run_cpu_s = max(0.0, budget.cpu_s - planning)
+    night_cpu_s = budget.cpu_s
+
+    def left_of_night() -> float:
+        """What is left of the night's CPU-seconds: the checks and the estimates spent theirs."""
+        return max(0.0, (night_cpu_s or 0.0) - (time.process_time() - started + spent_cpu_s))
+
+    if night_cpu_s is not None:
         # the predictions are each run's median: their sum falls short of what the runs measure together by the
-        # model's total bias, so the plan fills what is left divided by it, and the run keeps what is left
-        budget = dataclasses.replace(budget, cpu_s=run_cpu_s / history.model.total_bias)
+        # model's total bias, so the plan fills what is left divided by it
+        budget = dataclasses.replace(budget, cpu_s=left_of_night() / history.model.total_bias)
     plan = plan_lake(candidates, budget, weights=weights)
-    return _cut(spec, decision, plan, limits, run_cpu_s), plan
+    cut = _cut(spec, decision, plan, limits)
+    if night_cpu_s is not None:  # the run keeps what is left once the choice is made and written down, undivided
+        # (a budget the planning spent leaves the run a millisecond: it starts nothing, and its spec stays valid)
+        cut.to_run.budget = {**(cut.to_run.budget or {}), "cpu_s": max(left_of_night(), 1e-3)}
+    return cut, plan
 
 
 def _table_candidates(t: FleetTable, inputs: EstimateInputs | None, history: LakeHistory,
@@ -332,11 +339,9 @@ def reads_saved_cpu_s(estimate: Estimate | None, model: CostModel) -> float:
             * REPLAY_NIGHTS)
 
 
-def _cut(spec: FleetSpec, decision: Decision, plan: LakePlan, limits: Mapping[str, float],
-         run_cpu_s: float | None = None) -> Decision:
+def _cut(spec: FleetSpec, decision: Decision, plan: LakePlan, limits: Mapping[str, float]) -> Decision:
     """The decision with only the chosen jobs to run (each with what the plan expects of it, its estimate and the
-    night's budget ``limits``, and the budget the run keeps: ``run_cpu_s``, else the plan's), and the deferred ones
-    known."""
+    night's budget ``limits``, and the plan's budget for the run), and the deferred ones known."""
     chosen = {(p.candidate.table, p.candidate.job): p for p in plan.chosen}
     deferred = {(p.candidate.table, p.candidate.job): p for p in plan.deferred}
     idle = {(p.candidate.table, p.candidate.job): p.candidate for p in plan.idle}
@@ -365,6 +370,5 @@ def _cut(spec: FleetSpec, decision: Decision, plan: LakePlan, limits: Mapping[st
             to_run.append((best, FleetTable(t.table, kept, t.storage_options)))
     # the best runs first: a run that has spent its budget leaves the least worth
     ordered = [t for _, t in sorted(to_run, key=lambda bt: bt[0])]
-    budget = {k: v for k, v in (("cpu_s", plan.budget.cpu_s if run_cpu_s is None else run_cpu_s),
-                                ("deadline_s", plan.budget.deadline_s)) if v is not None}
+    budget = {k: v for k, v in (("cpu_s", plan.budget.cpu_s), ("deadline_s", plan.budget.deadline_s)) if v is not None}
     return Decision(FleetSpec(ordered, spec.history_uri, budget or None), known)

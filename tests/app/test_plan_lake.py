@@ -79,6 +79,25 @@ def test_the_checks_and_the_estimates_spend_the_budget_first(tmp_path):
     assert all("cpu_s: 0.00 of 0 predicted CPU-s chosen" in p["reason"] for p in result["plan"]["deferred"])
 
 
+def test_a_budget_the_planning_spent_leaves_the_run_a_valid_spec(tmp_path):
+    from airflow_delta_maint.app.fleet import FleetSpec, run_fleet
+    from airflow_delta_maint.app.lake_plan import budgeted, decide_by_estimates, look_at_lake
+    from airflow_delta_maint.delta.health.lake_budget import Budget
+
+    tables = lake(tmp_path, {"busy": 12})
+    before = [rows(t) for t in tables]
+    spec = FleetSpec.from_json({"tables": [{"table": t, "jobs": [{"job": "optimize"}]} for t in tables]})
+    decision, _ = budgeted(spec, decide_by_estimates(spec, look_at_lake(spec)), Budget(cpu_s=1.0), spent_cpu_s=5.0)
+    assert decision.to_run.budget == {"cpu_s": 0.001}
+    again = FleetSpec.from_json(json.loads(json.dumps(decision.to_run.to_json())))  # as spark-submit reads it
+    assert again.budget == {"cpu_s": 0.001}
+    # the application under it: its first run may go (as the plan's first run does), none after it
+    two = FleetSpec(spec.tables * 2, None, again.budget)
+    _, second = (e["jobs"][0] for e in run_fleet(two, spark_allowed=False))
+    assert (second["status"], second.get("left")) == ("skipped", True)
+    assert [rows(t) for t in tables] == before
+
+
 def test_the_night_runs_what_it_chose_and_records_what_waited(tmp_path):
     tables = lake(tmp_path / "lake", {"busy": 12, "some": 6, "few": 3})
     history = str(tmp_path / "history")

@@ -293,7 +293,8 @@ def budgeted(spec: FleetSpec, decision: Decision, budget: Budget,
     plan = plan_lake(candidates, budget, weights=weights)
     cut = _cut(spec, decision, plan, limits)
     if night_cpu_s is not None:  # the run keeps what is left once the choice is made and written down, undivided
-        # (a budget the planning spent leaves the run a millisecond: it starts nothing, and its spec stays valid)
+        # (a budget the planning spent leaves the run a millisecond: a valid spec, whose first run may still go as
+        # the plan's first run does)
         cut.to_run.budget = {**(cut.to_run.budget or {}), "cpu_s": max(left_of_night(), 1e-3)}
     return cut, plan
 
